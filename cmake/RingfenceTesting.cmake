@@ -1,0 +1,31 @@
+# Test helpers. Every test carries its layer's label (core, kernels, comm, elastic, ckpt,
+# ddp, models) so `ctest -L comm` runs one layer; unit tests also carry `unit`, which is
+# the set scripts/test runs a second time under ASan + UBSan.
+#
+#   rf_unit_test(NAME <name> LAYER <layer> SOURCES <files...> [LIBS <targets...>] [TIMEOUT s])
+#     A doctest executable; built into build/bin/tests/.
+#   rf_integration_test(NAME <name> LAYER <layer> COMMAND <cmd...> [TIMEOUT s])
+#     Any command (multi-process tests, scripts); labelled `integration`.
+function(rf_unit_test)
+  cmake_parse_arguments(T "" "NAME;LAYER;TIMEOUT" "SOURCES;LIBS" ${ARGN})
+  if(NOT T_TIMEOUT)
+    set(T_TIMEOUT 120)
+  endif()
+  add_executable(${T_NAME} ${T_SOURCES})
+  target_link_libraries(${T_NAME} PRIVATE doctest::doctest rf_test_main ${T_LIBS} rf_flags)
+  set_target_properties(${T_NAME} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin/tests)
+  add_test(NAME ${T_NAME} COMMAND ${T_NAME})
+  set_tests_properties(${T_NAME} PROPERTIES LABELS "${T_LAYER};unit" TIMEOUT ${T_TIMEOUT})
+endfunction()
+
+function(rf_integration_test)
+  cmake_parse_arguments(T "" "NAME;LAYER;TIMEOUT" "COMMAND" ${ARGN})
+  if(NOT T_TIMEOUT)
+    set(T_TIMEOUT 300)
+  endif()
+  add_test(NAME ${T_NAME} COMMAND ${T_COMMAND})
+  set_tests_properties(${T_NAME} PROPERTIES LABELS "${T_LAYER};integration" TIMEOUT ${T_TIMEOUT})
+endfunction()
+
+add_library(rf_test_main STATIC ${PROJECT_SOURCE_DIR}/tests/doctest_main.cpp)
+target_link_libraries(rf_test_main PUBLIC doctest::doctest rf_flags)
