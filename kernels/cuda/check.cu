@@ -1,0 +1,10 @@
+#include "kernels/cuda/check.h"
+
+namespace rf::cuda {
+
+void throw_cuda_error(cudaError_t err, const char* call, const char* file, int line) {
+  throw CudaError(rf::str(file, ":", line, ": ", call, " failed: ", cudaGetErrorName(err), " (",
+                          cudaGetErrorString(err), ")"));
+}
+
+}  // namespace rf::cuda
