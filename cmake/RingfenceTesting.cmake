@@ -24,7 +24,10 @@ function(rf_integration_test)
     set(T_TIMEOUT 300)
   endif()
   add_test(NAME ${T_NAME} COMMAND ${T_COMMAND})
-  set_tests_properties(${T_NAME} PROPERTIES LABELS "${T_LAYER};integration" TIMEOUT ${T_TIMEOUT})
+  # Integration tests start processes and some assert detection times (D1: 100 ms), so
+  # they never share the two cores with another test: ctest runs them one at a time.
+  set_tests_properties(${T_NAME} PROPERTIES LABELS "${T_LAYER};integration" TIMEOUT ${T_TIMEOUT}
+                       RUN_SERIAL TRUE)
 endfunction()
 
 add_library(rf_test_main STATIC ${PROJECT_SOURCE_DIR}/tests/doctest_main.cpp)
