@@ -1,0 +1,139 @@
+#include "ckpt/safetensors_reader.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "base/str.h"
+#include "ckpt/crc32c.h"
+#include "ckpt/format_error.h"
+
+namespace rf::ckpt {
+namespace {
+
+std::string shape_str(std::span<const int64_t> s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+std::string hex32(uint32_t v) {
+  char buf[9];
+  std::snprintf(buf, sizeof buf, "%08x", v);
+  return buf;
+}
+
+std::vector<std::byte> read_whole_file(const std::string& path) {
+  FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) throw FormatError(path, "", rf::str("cannot open: ", std::strerror(errno)));
+  std::vector<std::byte> out;
+  try {
+    if (std::fseek(f, 0, SEEK_END) != 0) throw FormatError(path, "", rf::str("cannot seek: ", std::strerror(errno)));
+    const long size = std::ftell(f);
+    if (size < 0) throw FormatError(path, "", rf::str("cannot tell its size: ", std::strerror(errno)));
+    std::rewind(f);
+    out.resize(static_cast<size_t>(size));
+    if (std::fread(out.data(), 1, out.size(), f) != out.size()) {
+      throw FormatError(path, "", rf::str("read failed: ", std::ferror(f) ? std::strerror(errno) : "file shrank while reading"));
+    }
+  } catch (...) {
+    std::fclose(f);
+    throw;
+  }
+  std::fclose(f);
+  return out;
+}
+
+}  // namespace
+
+SafetensorsReader SafetensorsReader::open(const std::string& path, ReadOptions opts) {
+  return SafetensorsReader(read_whole_file(path), path, opts);
+}
+
+SafetensorsReader SafetensorsReader::from_bytes(std::vector<std::byte> bytes, std::string source, ReadOptions opts) {
+  return SafetensorsReader(std::move(bytes), std::move(source), opts);
+}
+
+SafetensorsReader::SafetensorsReader(std::vector<std::byte> bytes, std::string source, ReadOptions opts)
+    : bytes_(std::move(bytes)), source_(std::move(source)) {
+  header_ = parse_header(bytes_, source_);
+  for (size_t i = 0; i < header_.tensors.size(); ++i) index_[header_.tensors[i].name] = i;
+  if (opts.require_integrity && !has_integrity()) {
+    throw FormatError(source_, "", rf::str("has no '", kCrcKey, "' and '", kDigestKey,
+                                           "' metadata (not a ringfence snapshot?)"));
+  }
+  if (opts.verify_integrity && (metadata().count(kCrcKey) || metadata().count(kDigestKey))) verify_integrity();
+}
+
+bool SafetensorsReader::has_integrity() const { return metadata().count(kCrcKey) && metadata().count(kDigestKey); }
+
+const TensorInfo* SafetensorsReader::find(const std::string& name) const {
+  auto it = index_.find(name);
+  return it == index_.end() ? nullptr : &header_.tensors[it->second];
+}
+
+const TensorInfo& SafetensorsReader::at(const std::string& name) const {
+  const TensorInfo* t = find(name);
+  if (!t) throw MismatchError(source_, name, "no such tensor in the file");
+  return *t;
+}
+
+std::span<const std::byte> SafetensorsReader::bytes(const TensorInfo& t) const {
+  return std::span<const std::byte>(bytes_).subspan(header_.data_start + t.begin, t.nbytes());
+}
+
+void SafetensorsReader::copy_to(const std::string& name, DType dtype, std::span<const int64_t> shape, void* dst) const {
+  const TensorInfo& t = at(name);
+  if (t.dtype != dtype) {
+    throw MismatchError(source_, name, rf::str("dtype is ", dtype_name(t.dtype), ", expected ", dtype_name(dtype)));
+  }
+  if (!std::equal(t.shape.begin(), t.shape.end(), shape.begin(), shape.end())) {
+    throw MismatchError(source_, name, rf::str("shape is ", shape_str(t.shape), ", expected ", shape_str(shape)));
+  }
+  auto b = bytes(t);
+  if (!b.empty()) std::memcpy(dst, b.data(), b.size());
+}
+
+std::string SafetensorsReader::state_digest() const {
+  rf::StateDigest d;
+  for (const auto& t : header_.tensors) {
+    auto b = bytes(t);
+    digest_tensor(d, t.name, t.dtype, t.shape, b.data(), b.size());
+  }
+  return d.hex();
+}
+
+void SafetensorsReader::verify_integrity() const {
+  auto crc_it = metadata().find(kCrcKey);
+  if (crc_it == metadata().end()) throw ChecksumError(source_, "", rf::str("no '", kCrcKey, "' metadata"));
+  nlohmann::json crcs = nlohmann::json::parse(crc_it->second, nullptr, /*allow_exceptions=*/false);
+  if (!crcs.is_object()) {
+    throw FormatError(source_, "", rf::str("'", kCrcKey, "' metadata is not a JSON object of name -> crc"));
+  }
+  for (const auto& [name, _] : crcs.items()) {
+    if (!find(name)) throw FormatError(source_, name, rf::str("has a CRC in '", kCrcKey, "' but no tensor"));
+  }
+  for (const auto& t : header_.tensors) {
+    auto it = crcs.find(t.name);
+    if (it == crcs.end() || !it->is_string()) {
+      throw FormatError(source_, t.name, rf::str("has no CRC string in '", kCrcKey, "'"));
+    }
+    auto b = bytes(t);
+    const std::string actual = hex32(crc32c(b.data(), b.size()));
+    if (actual != it->get_ref<const std::string&>()) {
+      throw ChecksumError(source_, t.name, rf::str("corrupted: crc32c of its ", b.size(), " bytes is ", actual,
+                                                   ", the file recorded ", it->get_ref<const std::string&>()));
+    }
+  }
+  auto dig = metadata().find(kDigestKey);
+  if (dig == metadata().end()) throw ChecksumError(source_, "", rf::str("no '", kDigestKey, "' metadata"));
+  const std::string actual = state_digest();
+  if (actual != dig->second) {
+    throw ChecksumError(source_, "", rf::str("state digest ", actual, " does not match the recorded ", dig->second,
+                                             " (names, shapes or dtypes were changed)"));
+  }
+}
+
+}  // namespace rf::ckpt

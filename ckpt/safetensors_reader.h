@@ -1,0 +1,54 @@
+#pragma once
+// SafetensorsReader — owns the bytes of one safetensors file, validated on construction.
+#include <cstddef>
+#include <map>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "ckpt/dtype.h"
+#include "ckpt/safetensors_header.h"
+
+namespace rf::ckpt {
+
+struct ReadOptions {
+  // Check each tensor's CRC32C and the state digest when the file carries them.
+  bool verify_integrity = true;
+  // Refuse a file without them (our snapshots always have them; PyTorch-made files don't).
+  bool require_integrity = false;
+};
+
+class SafetensorsReader {
+ public:
+  static SafetensorsReader open(const std::string& path, ReadOptions opts = {});
+  static SafetensorsReader from_bytes(std::vector<std::byte> bytes, std::string source, ReadOptions opts = {});
+
+  const std::string& source() const { return source_; }
+  const std::vector<TensorInfo>& tensors() const { return header_.tensors; }  // data order
+  const std::map<std::string, std::string>& metadata() const { return header_.metadata; }
+  bool has_integrity() const;  // carries crc32c and state_digest metadata
+
+  const TensorInfo* find(const std::string& name) const;  // nullptr when absent
+  const TensorInfo& at(const std::string& name) const;    // FormatError when absent
+  std::span<const std::byte> bytes(const TensorInfo& t) const;
+
+  // Copies tensor `name` to dst after checking that its dtype and shape are the expected
+  // ones (MismatchError otherwise, naming both). dst needs nbytes of space.
+  void copy_to(const std::string& name, DType dtype, std::span<const int64_t> shape, void* dst) const;
+  void copy_to(const std::string& name, DType dtype, std::initializer_list<int64_t> shape, void* dst) const {
+    copy_to(name, dtype, std::span<const int64_t>(shape.begin(), shape.size()), dst);
+  }
+
+  // Recomputes the CRC of every tensor and the state digest (ChecksumError on damage).
+  void verify_integrity() const;
+  std::string state_digest() const;  // recomputed from the data, 32 hex digits
+
+ private:
+  SafetensorsReader(std::vector<std::byte> bytes, std::string source, ReadOptions opts);
+  std::vector<std::byte> bytes_;
+  std::string source_;
+  Header header_;
+  std::map<std::string, size_t> index_;
+};
+
+}  // namespace rf::ckpt

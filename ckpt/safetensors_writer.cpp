@@ -1,0 +1,122 @@
+#include "ckpt/safetensors_writer.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "base/digest.h"
+#include "base/error.h"
+#include "base/str.h"
+#include "ckpt/crc32c.h"
+#include "ckpt/safetensors_header.h"
+
+namespace rf::ckpt {
+namespace {
+
+std::string hex32(uint32_t v) {
+  char buf[9];
+  std::snprintf(buf, sizeof buf, "%08x", v);
+  return buf;
+}
+
+void put_le64(std::byte* p, uint64_t v) {
+  for (int i = 0; i < 8; ++i) p[i] = static_cast<std::byte>((v >> (8 * i)) & 0xFF);
+}
+
+}  // namespace
+
+void SafetensorsWriter::add(std::string name, DType dtype, std::vector<int64_t> shape, const void* data) {
+  if (name.empty()) throw rf::InvalidInput("SafetensorsWriter: a tensor needs a non-empty name");
+  if (name == "__metadata__") throw rf::InvalidInput("SafetensorsWriter: '__metadata__' is reserved, not a tensor name");
+  for (const auto& e : entries_) {
+    if (e.name == name) throw rf::InvalidInput(rf::str("SafetensorsWriter: tensor '", name, "' added twice"));
+  }
+  size_t numel = 1;
+  for (int64_t d : shape) {
+    if (d < 0) throw rf::InvalidInput(rf::str("SafetensorsWriter: tensor '", name, "' has negative dimension ", d));
+    numel *= static_cast<size_t>(d);
+  }
+  const size_t bytes = numel * dtype_size(dtype);
+  if (bytes > 0 && data == nullptr) {
+    throw rf::InvalidInput(rf::str("SafetensorsWriter: tensor '", name, "' has ", bytes, " bytes but no data"));
+  }
+  entries_.push_back(Entry{std::move(name), dtype, std::move(shape), data, bytes});
+}
+
+void SafetensorsWriter::set_metadata(const std::string& key, std::string value) {
+  if (key == kCrcKey || key == kDigestKey) {
+    throw rf::InvalidInput(rf::str("SafetensorsWriter: metadata '", key, "' is computed by the writer"));
+  }
+  metadata_[key] = std::move(value);
+}
+
+// Wider types first (stable, so otherwise in the order added): with the data section
+// 8-byte aligned, every tensor then starts aligned to its element size, so readers (numpy,
+// torch, mmap) can view it in place.
+std::vector<const SafetensorsWriter::Entry*> SafetensorsWriter::file_order() const {
+  std::vector<const Entry*> order;
+  for (const auto& e : entries_) order.push_back(&e);
+  std::stable_sort(order.begin(), order.end(),
+                   [](const Entry* a, const Entry* b) { return dtype_size(a->dtype) > dtype_size(b->dtype); });
+  return order;
+}
+
+std::string SafetensorsWriter::state_digest() const {
+  rf::StateDigest d;
+  for (const Entry* e : file_order()) digest_tensor(d, e->name, e->dtype, e->shape, e->data, e->bytes);
+  return d.hex();
+}
+
+std::string SafetensorsWriter::header_json() const {
+  nlohmann::ordered_json h;
+  nlohmann::ordered_json meta(nlohmann::ordered_json::value_t::object);
+  for (const auto& [k, v] : metadata_) meta[k] = v;
+  nlohmann::ordered_json crcs(nlohmann::ordered_json::value_t::object);
+  for (const Entry* e : file_order()) crcs[e->name] = hex32(crc32c(e->data, e->bytes));
+  meta[kCrcKey] = crcs.dump();
+  meta[kDigestKey] = state_digest();
+  h["__metadata__"] = meta;
+  uint64_t offset = 0;
+  for (const Entry* e : file_order()) {
+    h[e->name] = {{"dtype", std::string(dtype_name(e->dtype))}, {"shape", e->shape}, {"data_offsets", {offset, offset + e->bytes}}};
+    offset += e->bytes;
+  }
+  std::string text = h.dump();
+  // Pad with spaces (valid JSON whitespace) so the data section starts 8-byte aligned.
+  text.append((8 - text.size() % 8) % 8, ' ');
+  return text;
+}
+
+std::vector<std::byte> SafetensorsWriter::to_bytes() const {
+  const std::string header = header_json();
+  size_t total = 8 + header.size();
+  for (const auto& e : entries_) total += e.bytes;
+  std::vector<std::byte> out(total);
+  put_le64(out.data(), header.size());
+  std::memcpy(out.data() + 8, header.data(), header.size());
+  size_t at = 8 + header.size();
+  for (const Entry* e : file_order()) {
+    if (e->bytes) std::memcpy(out.data() + at, e->data, e->bytes);
+    at += e->bytes;
+  }
+  return out;
+}
+
+void SafetensorsWriter::write_file(const std::string& path) const {
+  const std::string header = header_json();
+  FILE* f = std::fopen(path.c_str(), "wb");
+  if (!f) throw rf::Error(rf::str(path, ": cannot create: ", std::strerror(errno)));
+  std::byte len[8];
+  put_le64(len, header.size());
+  bool ok = std::fwrite(len, 1, 8, f) == 8 && std::fwrite(header.data(), 1, header.size(), f) == header.size();
+  for (const Entry* e : file_order()) {
+    if (ok && e->bytes) ok = std::fwrite(e->data, 1, e->bytes, f) == e->bytes;
+  }
+  const int saved = errno;
+  if (std::fclose(f) != 0 && ok) ok = false;
+  if (!ok) throw rf::Error(rf::str(path, ": write failed: ", std::strerror(saved ? saved : errno)));
+}
+
+}  // namespace rf::ckpt

@@ -1,0 +1,46 @@
+#pragma once
+// SafetensorsWriter — collects (name, dtype, shape, data pointer) entries and metadata and
+// writes one safetensors file or byte image. Entries point at the caller's memory, which
+// must stay valid and unchanged until the write: nothing is copied until then.
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "ckpt/dtype.h"
+
+namespace rf::ckpt {
+
+class SafetensorsWriter {
+ public:
+  // Throws rf::InvalidInput for an empty, reserved ("__metadata__") or duplicate name or a
+  // negative dimension.
+  void add(std::string name, DType dtype, std::vector<int64_t> shape, const void* data);
+  // Metadata values are strings, as safetensors requires. "crc32c" and "state_digest" are
+  // filled in at write time and cannot be set by hand.
+  void set_metadata(const std::string& key, std::string value);
+
+  std::vector<std::byte> to_bytes() const;
+  // Writes the file in place (no temporary name: atomic replacement is the disk
+  // checkpointer's job). Throws rf::Error naming the path when the write fails.
+  void write_file(const std::string& path) const;
+  // The digest that will be stored (rf::StateDigest over the entries, see digest_tensor).
+  std::string state_digest() const;
+
+ private:
+  struct Entry {
+    std::string name;
+    DType dtype;
+    std::vector<int64_t> shape;
+    const void* data;
+    size_t bytes;
+  };
+  std::vector<const Entry*> file_order() const;
+  std::string header_json() const;  // padded so the data section starts 8-byte aligned
+
+  std::vector<Entry> entries_;
+  std::map<std::string, std::string> metadata_;
+};
+
+}  // namespace rf::ckpt

@@ -1,0 +1,42 @@
+#pragma once
+// The __metadata__ conventions of a ringfence snapshot. safetensors metadata values are
+// strings only, so numbers are written in decimal and the optimizer's hyper-parameters as
+// a JSON object in a string:
+//
+//   format          "ringfence-snapshot"
+//   format_version  "1"
+//   model           e.g. "mlp"
+//   step            last applied step (PROTOCOL.md: -1 before the first)
+//   generation      membership epoch the state was taken in
+//   world_size      W at that generation
+//   optimizer       e.g. "sgd"
+//   optimizer_hparams  e.g. {"lr":0.05,"momentum":0.9}
+//   crc32c, state_digest   filled in by the writer, verified by the reader
+#include <cstdint>
+#include <string>
+
+#include "ckpt/safetensors_reader.h"
+#include "ckpt/safetensors_writer.h"
+
+namespace rf::ckpt {
+
+inline constexpr const char* kSnapshotFormat = "ringfence-snapshot";
+inline constexpr int64_t kSnapshotFormatVersion = 1;
+
+struct SnapshotMeta {
+  int64_t format_version = kSnapshotFormatVersion;
+  std::string model;
+  int64_t step = -1;
+  int64_t generation = 0;
+  int64_t world_size = 1;
+  std::string optimizer;
+  std::string optimizer_hparams = "{}";  // a JSON object
+};
+
+// Throws rf::InvalidInput when optimizer_hparams is not a JSON object.
+void write_snapshot_meta(SafetensorsWriter& w, const SnapshotMeta& m);
+// Throws FormatError naming the key when one is missing, not a number, out of range, or
+// of an unknown format version.
+SnapshotMeta read_snapshot_meta(const SafetensorsReader& r);
+
+}  // namespace rf::ckpt
