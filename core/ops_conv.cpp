@@ -1,0 +1,96 @@
+// conv2d (im2col + GEMM, one sample at a time so the column buffer stays in cache) and
+// max_pool2d.
+#include "core/autograd.h"
+#include "core/dispatch.h"
+#include "core/ops.h"
+#include "core/ops_check.h"
+
+namespace rf {
+
+using kernels::cpu::ConvGeometry;
+using kernels::cpu::PoolGeometry;
+
+Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, int64_t stride,
+              int64_t padding) {
+  const char* op = "conv2d";
+  detail::require_dims(op, x, 4, "input");
+  detail::require_dims(op, w, 4, "weight");
+  detail::require_same_device(op, x, w);
+  if (stride < 1 || padding < 0)
+    throw InvalidInput(str("conv2d: stride must be >= 1 and padding >= 0, got stride ", stride,
+                           " padding ", padding));
+  if (w.size(1) != x.size(1))
+    throw InvalidInput(str("conv2d: weight ", w.shape().str(), " expects ", w.size(1),
+                           " input channels, input ", x.shape().str(), " has ", x.size(1)));
+  const int64_t N = x.size(0), OC = w.size(0);
+  const ConvGeometry g{x.size(1), x.size(2), x.size(3), w.size(2), w.size(3), stride, padding};
+  if (x.size(2) + 2 * padding < g.kernel_h || x.size(3) + 2 * padding < g.kernel_w)
+    throw InvalidInput(str("conv2d: kernel ", w.shape().str(), " larger than padded input ",
+                           x.shape().str()));
+  if (bias.defined()) {
+    detail::require_dims(op, bias, 1, "bias");
+    if (bias.size(0) != OC)
+      throw InvalidInput(str("conv2d: bias ", bias.shape().str(), " for ", OC, " output channels"));
+  }
+  const int64_t OH = g.out_h(), OW = g.out_w(), P = OH * OW, CKK = g.col_rows();
+  const int64_t in_plane = g.channels * g.height * g.width;
+  const bool has_bias = bias.defined();
+
+  Tensor out = make_result({N, OC, OH, OW}, op, {x, w, bias}, [=](TensorImpl& o) {
+    const KernelTable& k = kernels_for(o.device, "conv2d");
+    const auto& X = o.inputs[0];
+    const auto& W = o.inputs[1];
+    const float* G = o.grad_data();
+    if (has_bias)
+      if (float* db = grad_of(o.inputs[2])) k.add_channel_bias_backward(N, OC, P, G, db);
+    float* dW = grad_of(W);
+    float* dX = grad_of(X);
+    if (!dW && !dX) return;
+    auto col = Storage::allocate(sizeof(float) * CKK * P, o.device);
+    for (int64_t n = 0; n < N; ++n) {
+      const float* Gn = G + n * OC * P;
+      if (dW) {  // dW[OC, CKK] += G_n[OC, P] col_n[CKK, P]^T
+        k.im2col(g, X->data() + n * in_plane, col->data());
+        k.gemm(false, true, OC, CKK, P, 1.0f, Gn, P, col->data(), P, 1.0f, dW, CKK);
+      }
+      if (dX) {  // dcol[CKK, P] = W^T G_n, then scatter-add back onto the image
+        k.gemm(true, false, CKK, P, OC, 1.0f, W->data(), CKK, Gn, P, 0.0f, col->data(), P);
+        k.col2im_add(g, col->data(), dX + n * in_plane);
+      }
+    }
+  }, x.device());
+
+  const KernelTable& k = kernels_for(x.device(), op);
+  auto col = Storage::allocate(sizeof(float) * CKK * P, x.device());
+  for (int64_t n = 0; n < N; ++n) {
+    k.im2col(g, x.data() + n * in_plane, col->data());
+    k.gemm(false, false, OC, P, CKK, 1.0f, w.data(), CKK, col->data(), P, 0.0f,
+           out.data() + n * OC * P, P);
+  }
+  if (has_bias) k.add_channel_bias(N, OC, P, out.data(), bias.data(), out.data());
+  return out;
+}
+
+Tensor max_pool2d(const Tensor& x, int64_t kernel, int64_t stride) {
+  const char* op = "max_pool2d";
+  detail::require_dims(op, x, 4, "input");
+  if (stride == 0) stride = kernel;
+  if (kernel < 1 || stride < 1)
+    throw InvalidInput(str("max_pool2d: kernel and stride must be >= 1, got ", kernel, ", ", stride));
+  if (x.size(2) < kernel || x.size(3) < kernel)
+    throw InvalidInput(str("max_pool2d: kernel ", kernel, " larger than input ", x.shape().str()));
+  const PoolGeometry g{x.size(0) * x.size(1), x.size(2), x.size(3), kernel, stride};
+  const int64_t outs = g.planes * g.out_h() * g.out_w();
+  // The winners' positions, saved for backward (cached memory, like every buffer).
+  auto argmax = Storage::allocate(sizeof(int32_t) * outs, x.device());
+  Tensor out = make_result({x.size(0), x.size(1), g.out_h(), g.out_w()}, op, {x},
+                           [g, argmax](TensorImpl& o) {
+    if (float* dx = grad_of(o.inputs[0]))
+      kernels_for(o.device, "max_pool2d")
+          .max_pool2d_backward(g, o.grad_data(), argmax->data<int32_t>(), dx);
+  }, x.device());
+  kernels_for(x.device(), op).max_pool2d(g, x.data(), out.data(), argmax->data<int32_t>());
+  return out;
+}
+
+}  // namespace rf

@@ -1,0 +1,40 @@
+#pragma once
+// Storage — a block of memory that tensors view (with an offset). Either owned (from the
+// caching allocator, returned to it on destruction) or external: a pointer into memory
+// someone else owns, e.g. the ddp layer's flat gradient bucket (a parameter's grad is a
+// view into it, so backward accumulates straight into the buffer that gets all-reduced).
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "core/device.h"
+
+namespace rf {
+
+class Storage {
+ public:
+  // Uninitialised memory for `bytes` bytes from the device's caching allocator.
+  static std::shared_ptr<Storage> allocate(size_t bytes, Device device = Device::CPU);
+  // Views external memory; the caller keeps it alive longer than every tensor using it.
+  static std::shared_ptr<Storage> wrap(void* data, size_t bytes, Device device = Device::CPU);
+
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+
+  template <typename T = float>
+  T* data() const { return static_cast<T*>(data_); }
+  size_t bytes() const { return bytes_; }
+  Device device() const { return device_; }
+  bool owned() const { return owned_; }
+
+ private:
+  Storage(void* data, size_t bytes, Device device, bool owned)
+      : data_(data), bytes_(bytes), device_(device), owned_(owned) {}
+  void* data_;
+  size_t bytes_;
+  Device device_;
+  bool owned_;
+};
+
+}  // namespace rf

@@ -1,0 +1,60 @@
+#include "kernels/cpu/elementwise.h"
+
+namespace rf::kernels::cpu {
+
+void fill(float* x, int64_t n, float value) {
+  for (int64_t i = 0; i < n; ++i) x[i] = value;
+}
+
+void axpy(int64_t n, float a, const float* x, float* y) {
+  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+void add(int64_t n, const float* a, const float* b, float* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+}
+
+void add_row_bias(int64_t rows, int64_t cols, const float* x, const float* bias, float* out) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * cols;
+    float* o = out + r * cols;
+    for (int64_t c = 0; c < cols; ++c) o[c] = xr[c] + bias[c];
+  }
+}
+
+void add_row_bias_backward(int64_t rows, int64_t cols, const float* dout, float* dbias) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* d = dout + r * cols;
+    for (int64_t c = 0; c < cols; ++c) dbias[c] += d[c];
+  }
+}
+
+void add_channel_bias(int64_t n, int64_t c, int64_t plane, const float* x, const float* bias,
+                      float* out) {
+  for (int64_t i = 0; i < n * c; ++i) {
+    const float b = bias[i % c];
+    const float* xp = x + i * plane;
+    float* o = out + i * plane;
+    for (int64_t j = 0; j < plane; ++j) o[j] = xp[j] + b;
+  }
+}
+
+void add_channel_bias_backward(int64_t n, int64_t c, int64_t plane, const float* dout,
+                               float* dbias) {
+  for (int64_t i = 0; i < n * c; ++i) {
+    const float* d = dout + i * plane;
+    float s = 0.0f;
+    for (int64_t j = 0; j < plane; ++j) s += d[j];
+    dbias[i % c] += s;
+  }
+}
+
+void relu(int64_t n, const float* x, float* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = x[i] > 0.0f ? x[i] : 0.0f;
+}
+
+void relu_backward(int64_t n, const float* out, const float* dout, float* dx) {
+  for (int64_t i = 0; i < n; ++i) dx[i] += out[i] > 0.0f ? dout[i] : 0.0f;
+}
+
+}  // namespace rf::kernels::cpu

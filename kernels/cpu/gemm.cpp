@@ -1,0 +1,57 @@
+#include "kernels/cpu/gemm.h"
+
+#include <Eigen/Core>
+
+#include "base/enforce.h"
+
+namespace rf::kernels::cpu {
+namespace {
+
+using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using CMap = Eigen::Map<const RowMat, Eigen::Unaligned, Eigen::OuterStride<>>;
+using MMap = Eigen::Map<RowMat, Eigen::Unaligned, Eigen::OuterStride<>>;
+
+// The four transpose cases are spelled out so Eigen sees a plain product expression in
+// each and picks its blocked GEMM without materialising a transposed copy.
+template <typename LA, typename LB>
+void run(const LA& a, const LB& b, float alpha, float beta, MMap& c) {
+  if (beta == 0.0f) {
+    if (alpha == 1.0f) c.noalias() = a * b;
+    else c.noalias() = alpha * (a * b);
+  } else {
+    if (beta != 1.0f) c *= beta;
+    if (alpha == 1.0f) c.noalias() += a * b;
+    else c.noalias() += alpha * (a * b);
+  }
+}
+
+}  // namespace
+
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+          const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+          int64_t ldc) {
+  RF_ENFORCE(M >= 0 && N >= 0 && K >= 0, "gemm: negative size ", M, "x", N, "x", K);
+  if (M == 0 || N == 0) return;
+  MMap c(C, M, N, Eigen::OuterStride<>(ldc));
+  if (K == 0) {
+    if (beta == 0.0f) c.setZero();
+    else if (beta != 1.0f) c *= beta;
+    return;
+  }
+  // Stored shapes: A is M x K (or K x M when transposed), B is K x N (or N x K).
+  CMap a(A, trans_a ? K : M, trans_a ? M : K, Eigen::OuterStride<>(lda));
+  CMap b(B, trans_b ? N : K, trans_b ? K : N, Eigen::OuterStride<>(ldb));
+  if (!trans_a && !trans_b) run(a, b, alpha, beta, c);
+  else if (!trans_a && trans_b) run(a, b.transpose(), alpha, beta, c);
+  else if (trans_a && !trans_b) run(a.transpose(), b, alpha, beta, c);
+  else run(a.transpose(), b.transpose(), alpha, beta, c);
+}
+
+void set_num_threads(int threads) {
+  RF_ENFORCE(threads >= 1, "threads must be >= 1, got ", threads);
+  Eigen::setNbThreads(threads);
+}
+
+int num_threads() { return Eigen::nbThreads(); }
+
+}  // namespace rf::kernels::cpu

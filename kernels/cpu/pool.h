@@ -1,0 +1,22 @@
+#pragma once
+// 2-D max pooling over NCHW planes, no padding. The forward records, for each output, the
+// index of the winning input inside its plane; backward routes the gradient there.
+// Ties go to the first element in scan order, as in PyTorch's CPU kernel.
+#include <cstdint>
+
+namespace rf::kernels::cpu {
+
+struct PoolGeometry {
+  int64_t planes;  // N * C
+  int64_t height, width;
+  int64_t kernel, stride;
+  int64_t out_h() const { return (height - kernel) / stride + 1; }
+  int64_t out_w() const { return (width - kernel) / stride + 1; }
+};
+
+void max_pool2d(const PoolGeometry& g, const float* x, float* out, int32_t* argmax);
+// dx[argmax] += dout
+void max_pool2d_backward(const PoolGeometry& g, const float* dout, const int32_t* argmax,
+                         float* dx);
+
+}  // namespace rf::kernels::cpu

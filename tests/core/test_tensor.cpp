@@ -1,0 +1,67 @@
+// Tensor basics, views, the caching allocator and the device dispatch point.
+#include <doctest/doctest.h>
+
+#include "base/error.h"
+#include "core/allocator.h"
+#include "core/dispatch.h"
+#include "core/ops.h"
+
+using namespace rf;
+
+TEST_CASE("shapes: up to 4-D, numel, clear errors") {
+  CHECK(Shape{2, 3, 4, 5}.numel() == 120);
+  CHECK(Shape{}.numel() == 1);
+  CHECK(Shape{2, 3}.str() == "[2, 3]");
+  CHECK_THROWS_AS((Shape{1, 2, 3, 4, 5}), InvalidInput);
+  CHECK_THROWS_AS((Shape{2, -1}), InvalidInput);
+  CHECK_THROWS_AS(Tensor::from({2, 2}, std::vector<float>{1, 2, 3}), InvalidInput);
+}
+
+TEST_CASE("reshape and flatten are views sharing storage") {
+  Tensor x = Tensor::zeros({2, 3, 4, 4});
+  Tensor f = flatten(x);
+  CHECK(f.shape() == Shape{2, 48});
+  CHECK(f.data() == x.data());
+  x.data()[5] = 3.0f;
+  CHECK(f.data()[5] == 3.0f);
+  CHECK_THROWS_AS(reshape(x, {5, 5}), InvalidInput);
+}
+
+TEST_CASE("shape errors name the op and both shapes") {
+  Tensor a = Tensor::zeros({2, 3}), b = Tensor::zeros({4, 5});
+  try {
+    matmul(a, b);
+    FAIL("expected an error");
+  } catch (const InvalidInput& e) {
+    const std::string m = e.what();
+    CHECK(m.find("matmul") != std::string::npos);
+    CHECK(m.find("[2, 3]") != std::string::npos);
+    CHECK(m.find("[4, 5]") != std::string::npos);
+  }
+  std::vector<int32_t> bad{0, 12};
+  CHECK_THROWS_AS(cross_entropy(Tensor::zeros({2, 10}), bad), InvalidInput);
+  std::vector<int32_t> short_labels{0};
+  CHECK_THROWS_AS(cross_entropy(Tensor::zeros({2, 10}), short_labels), InvalidInput);
+}
+
+TEST_CASE("the caching allocator reuses freed blocks: a second step faults nothing new") {
+  auto& alloc = CachingAllocator::host();
+  auto step = [] {
+    Tensor w = Tensor::full({64, 32}, 0.01f);
+    w.set_requires_grad(true);
+    Tensor x = Tensor::full({16, 32}, 1.0f);
+    std::vector<int32_t> labels(16, 3);
+    cross_entropy(relu(matmul(x, w, false, true)), labels).backward();
+  };
+  step();
+  const size_t fresh = alloc.stats().fresh_blocks;
+  for (int i = 0; i < 5; ++i) step();
+  CHECK(alloc.stats().fresh_blocks == fresh);
+  CHECK(alloc.stats().reused_blocks > 0);
+}
+
+TEST_CASE("dispatch: CUDA has no kernels yet and says so") {
+  CHECK_NOTHROW(kernels_for(Device::CPU, "matmul"));
+  CHECK_THROWS_AS(kernels_for(Device::CUDA, "matmul"), Error);
+  CHECK_THROWS_AS(Tensor::empty({2}, Device::CUDA), Error);
+}

@@ -1,0 +1,69 @@
+// im2col + GEMM against a direct convolution; col2im as the adjoint of im2col;
+// max pooling's tie rule.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "kernels/cpu/conv.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/pool.h"
+
+using namespace rf::kernels::cpu;
+
+TEST_CASE("im2col + gemm equals a direct convolution") {
+  for (int64_t stride : {1, 2})
+    for (int64_t pad : {0, 1, 2}) {
+      CAPTURE(stride);
+      CAPTURE(pad);
+      ConvGeometry g{2, 6, 7, 3, 3, stride, pad};
+      const int64_t OC = 3, OH = g.out_h(), OW = g.out_w();
+      std::vector<float> x(2 * 6 * 7), w(OC * g.col_rows()), col(g.col_rows() * g.col_cols());
+      for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(1.3f * i);
+      for (size_t i = 0; i < w.size(); ++i) w[i] = std::cos(0.4f * i);
+      std::vector<float> y(OC * OH * OW);
+      im2col(g, x.data(), col.data());
+      gemm(false, false, OC, OH * OW, g.col_rows(), 1.0f, w.data(), g.col_rows(), col.data(),
+           OH * OW, 0.0f, y.data(), OH * OW);
+      for (int64_t o = 0; o < OC; ++o)
+        for (int64_t oh = 0; oh < OH; ++oh)
+          for (int64_t ow = 0; ow < OW; ++ow) {
+            double s = 0;
+            for (int64_t c = 0; c < 2; ++c)
+              for (int64_t kh = 0; kh < 3; ++kh)
+                for (int64_t kw = 0; kw < 3; ++kw) {
+                  const int64_t ih = oh * stride - pad + kh, iw = ow * stride - pad + kw;
+                  if (ih < 0 || ih >= 6 || iw < 0 || iw >= 7) continue;
+                  s += double(x[(c * 6 + ih) * 7 + iw]) * w[((o * 2 + c) * 3 + kh) * 3 + kw];
+                }
+            CHECK(y[(o * OH + oh) * OW + ow] == doctest::Approx(s).epsilon(1e-5));
+          }
+    }
+}
+
+TEST_CASE("col2im_add is the adjoint of im2col: <im2col(x), c> == <x, col2im(c)>") {
+  ConvGeometry g{3, 5, 5, 3, 2, 2, 1};
+  std::vector<float> x(3 * 25), c(g.col_rows() * g.col_cols()), col(c.size()), back(x.size(), 0.0f);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.9f * i);
+  for (size_t i = 0; i < c.size(); ++i) c[i] = std::cos(0.2f * i);
+  im2col(g, x.data(), col.data());
+  col2im_add(g, c.data(), back.data());
+  double lhs = 0, rhs = 0;
+  for (size_t i = 0; i < c.size(); ++i) lhs += double(col[i]) * c[i];
+  for (size_t i = 0; i < x.size(); ++i) rhs += double(x[i]) * back[i];
+  CHECK(lhs == doctest::Approx(rhs).epsilon(1e-5));
+}
+
+TEST_CASE("max_pool2d picks the first maximum and routes the gradient there") {
+  PoolGeometry g{1, 2, 4, 2, 2};
+  std::vector<float> x{1, 5, 2, 2,
+                       5, 3, 2, 0};
+  std::vector<float> y(2);
+  std::vector<int32_t> idx(2);
+  max_pool2d(g, x.data(), y.data(), idx.data());
+  CHECK(y == std::vector<float>{5, 2});
+  CHECK(idx == std::vector<int32_t>{1, 2});
+  std::vector<float> dx(8, 0.0f), dy{1.5f, -2.0f};
+  max_pool2d_backward(g, dy.data(), idx.data(), dx.data());
+  CHECK(dx == std::vector<float>{0, 1.5f, -2.0f, 0, 0, 0, 0, 0});
+}
