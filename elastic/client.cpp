@@ -1,0 +1,305 @@
+#include "elastic/client.h"
+
+#include <cstdlib>
+
+#include "base/str.h"
+#include "elastic/frame.h"
+
+namespace rf::elastic {
+
+using nlohmann::json;
+
+namespace {
+
+std::string env_or_throw(const char* name) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) throw rf::InvalidInput(rf::str("environment variable ", name, " is not set (the launcher sets it)"));
+  return v;
+}
+
+int64_t env_int(const char* name, int64_t min, int64_t max) {
+  std::string v = env_or_throw(name);
+  char* end = nullptr;
+  long long x = std::strtoll(v.c_str(), &end, 10);
+  if (end != v.c_str() + v.size() || x < min || x > max)
+    throw rf::InvalidInput(rf::str("environment variable ", name, "='", v, "' is not an integer in [", min, ", ", max, "]"));
+  return x;
+}
+
+Duration ms(int64_t x) { return std::chrono::milliseconds(x); }
+
+Plan parse_plan(const json& j) {
+  Plan p;
+  p.generation = static_cast<uint64_t>(get_int(j, "generation", 0, int64_t{1} << 53));
+  p.target_step = get_int(j, "target_step", -1, int64_t{1} << 53);
+  p.target_digest = get_str(j, "target_digest", 128);
+  p.fresh_start = get_bool(j, "fresh_start");
+  if (!j.contains("ranks") || !j["ranks"].is_array()) throw ProtocolError("plan has no 'ranks' array");
+  for (const auto& r : j["ranks"]) {
+    PlanRank pr;
+    pr.rank = static_cast<int>(get_int(r, "rank", 0, 1'000'000));
+    pr.worker = {static_cast<int>(get_int(r, "slot", 0, 1'000'000)), get_int(r, "incarnation", 0, int64_t{1} << 53)};
+    pr.report.has_state = get_bool(r, "has_state");
+    pr.report.step = get_int(r, "step", -1, int64_t{1} << 53);
+    if (auto s = get_opt_int(r, "source_rank", 0, 1'000'000)) pr.source_rank = static_cast<int>(*s);
+    p.ranks.push_back(pr);
+  }
+  return p;
+}
+
+Answer parse_answer(const json& j) {
+  Answer a;
+  const std::string r = get_str(j, "result", 32);
+  a.kind = r == "accepted" ? Answer::Accepted
+         : r == "stale"    ? Answer::Stale
+         : r == "fenced"   ? Answer::Fenced
+         : r == "refused"  ? Answer::Refused
+                           : Answer::Stopped;
+  a.generation = static_cast<uint64_t>(get_int(j, "generation", 0, int64_t{1} << 53));
+  a.reason = j.value("reason", "");
+  return a;
+}
+
+}  // namespace
+
+ClientOptions ClientOptions::from_env() {
+  ClientOptions o;
+  std::tie(o.host, o.port) = parse_host_port(env_or_throw("RINGFENCE_COORD"));
+  o.token = env_or_throw("RINGFENCE_TOKEN");
+  o.slot = static_cast<int>(env_int("RINGFENCE_SLOT", 0, 1'000'000));
+  o.incarnation = env_int("RINGFENCE_INCARNATION", 0, int64_t{1} << 53);
+  return o;
+}
+
+Client::Client(ClientOptions options) : opt_(std::move(options)) {}
+
+Client::~Client() { close(); }
+
+void Client::on_revoked(std::function<void(const Revocation&)> cb) {
+  std::lock_guard<std::mutex> l(cb_mu_);
+  on_revoked_ = std::move(cb);
+}
+void Client::on_fenced(std::function<void(const std::string&)> cb) {
+  std::lock_guard<std::mutex> l(cb_mu_);
+  on_fenced_ = std::move(cb);
+}
+
+std::string Client::fence_reason() const {
+  std::lock_guard<std::mutex> l(cb_mu_);
+  return fence_reason_;
+}
+
+json Client::base(const char* type) const { return json{{"type", type}}; }
+
+JoinInfo Client::join() {
+  stop_heartbeats();
+  member_.close();
+  caller_.close();
+  const TimePoint deadline = Clock::now() + opt_.connect_timeout;
+  member_.connect(opt_.host, opt_.port, deadline);
+  json hello = {{"type", "hello"}, {"token", opt_.token}, {"role", "member"}, {"slot", opt_.slot},
+                {"incarnation", opt_.incarnation}};
+  json w = member_.call(hello, deadline);
+  JoinInfo info;
+  info.generation = static_cast<uint64_t>(get_int(w, "generation", 0, int64_t{1} << 53));
+  info.phase = get_str(w, "phase", 32);
+  info.target_world = static_cast<int>(get_int(w, "target_world", 1, 1'000'000));
+  opt_.heartbeat = ms(get_int(w, "heartbeat_ms", 1, 3'600'000));
+  opt_.lease = ms(get_int(w, "lease_ms", 1, 3'600'000));
+  caller_.connect(opt_.host, opt_.port, deadline);
+  hello["role"] = "caller";
+  caller_.call(hello, deadline);
+  fenced_ = false;
+  active_ = 0;
+  notified_ = 0;
+  seen_ = info.generation;
+  {
+    std::lock_guard<std::mutex> l(hb_mu_);
+    hb_stop_ = false;
+  }
+  hb_thread_ = std::thread([this] { heartbeat_loop(); });
+  return info;
+}
+
+void Client::heartbeat_loop() {
+  TimePoint last_ok = Clock::now();
+  while (true) {
+    {
+      std::unique_lock<std::mutex> l(hb_mu_);
+      if (hb_cv_.wait_for(l, opt_.heartbeat, [&] { return hb_stop_; })) return;
+    }
+    json reply;
+    try {
+      // D4: a renewal that cannot complete within one lease of the last one fences us.
+      reply = member_.call({{"type", "heartbeat"}, {"generation", active_.load()}, {"step", step_.load()}},
+                           last_ok + opt_.lease);
+      last_ok = Clock::now();
+    } catch (const rf::Error& e) {
+      fence(rf::str("could not renew the lease: ", e.what()));
+      return;
+    }
+    if (reply.value("fenced", false)) {
+      fence("the coordinator evicted this worker");
+      return;
+    }
+    const uint64_t g = reply.value("generation", uint64_t{0});
+    seen_ = g;
+    reconfigure_ = reply.value("reconfigure", false);
+    stop_ = reply.value("stop", false);
+    const uint64_t active = active_.load();
+    if (active != 0 && g > active && g > notified_.load()) {
+      notified_ = g;
+      Revocation r{g, reply.value("planned", false), reply.value("cause", "")};
+      std::lock_guard<std::mutex> l(cb_mu_);
+      if (on_revoked_) on_revoked_(r);
+    }
+  }
+}
+
+void Client::fence(const std::string& why) {
+  fenced_ = true;
+  member_.close();  // the coordinator must not count us as alive any more
+  std::function<void(const std::string&)> cb;
+  {
+    std::lock_guard<std::mutex> l(cb_mu_);
+    fence_reason_ = why;
+    cb = on_fenced_;
+  }
+  if (cb) cb(why);
+}
+
+void Client::stop_heartbeats() {
+  {
+    std::lock_guard<std::mutex> l(hb_mu_);
+    hb_stop_ = true;
+  }
+  hb_cv_.notify_all();
+  if (hb_thread_.joinable() && hb_thread_.get_id() != std::this_thread::get_id()) hb_thread_.join();
+}
+
+void Client::close() {
+  stop_heartbeats();
+  member_.close();
+  caller_.close();
+}
+
+json Client::call(const json& req, Duration timeout) {
+  std::lock_guard<std::mutex> l(call_mu_);
+  return caller_.call(req, Clock::now() + timeout);
+}
+
+Answer Client::report(uint64_t round, const StateReport& s) {
+  return parse_answer(call({{"type", "report"}, {"round", round}, {"has_state", s.has_state},
+                            {"step", s.has_state ? s.step : -1}, {"digest", s.has_state ? s.digest : ""}},
+                           opt_.call_timeout));
+}
+
+PlanQuery Client::wait_plan(uint64_t round, Duration timeout) {
+  const int64_t t = std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count();
+  json r = call({{"type", "plan"}, {"round", round}, {"timeout_ms", t}}, timeout + opt_.call_timeout);
+  PlanQuery q;
+  const std::string st = get_str(r, "status", 32);
+  q.generation = static_cast<uint64_t>(get_int(r, "generation", 0, int64_t{1} << 53));
+  q.error = r.value("error", "");
+  if (st == "plan") q.kind = PlanQuery::Ready, q.plan = parse_plan(r.at("plan"));
+  else if (st == "revoked") q.kind = PlanQuery::Revoked;
+  else if (st == "fenced") q.kind = PlanQuery::Fenced;
+  else if (st == "stopped") q.kind = PlanQuery::Stopped;
+  else if (st == "done") q.kind = PlanQuery::Done;
+  else q.kind = PlanQuery::Pending;
+  return q;
+}
+
+Plan Client::next_plan(const std::function<StateReport()>& state, Duration timeout) {
+  const TimePoint deadline = Clock::now() + timeout;
+  const uint64_t active = active_.load();
+  uint64_t round = active == 0 ? 0 : (seen_.load() > active ? seen_.load() : active + 1);
+  for (int attempt = 0; attempt < 1000 && Clock::now() < deadline; ++attempt) {
+    Answer a = report(round, state());
+    if (a.kind == Answer::Fenced) throw Refused(rf::str("slot ", opt_.slot, " is fenced: join again"));
+    if (a.kind == Answer::Stopped) {
+      if (a.reason == "the job has finished") throw JobFinished(a.reason);
+      throw JobStopped(rf::str("the coordinator stopped the job: ", a.reason));
+    }
+    if (a.kind != Answer::Accepted) {  // stale or not open: follow the coordinator's number
+      round = active == 0 ? 0 : (a.generation == active ? active + 1 : a.generation);
+      continue;
+    }
+    while (Clock::now() < deadline) {
+      PlanQuery q = wait_plan(a.generation, std::min<Duration>(deadline - Clock::now(), std::chrono::seconds(5)));
+      switch (q.kind) {
+        case PlanQuery::Ready:
+          active_ = q.plan.generation;
+          notified_ = std::max(notified_.load(), q.plan.generation);
+          return q.plan;
+        case PlanQuery::Revoked: round = q.generation; break;
+        case PlanQuery::Fenced: throw Refused(rf::str("slot ", opt_.slot, " is fenced: join again"));
+        case PlanQuery::Stopped: throw JobStopped(rf::str("the coordinator stopped the job: ", q.error));
+        case PlanQuery::Done: throw JobFinished("the job has finished");
+        case PlanQuery::Pending: continue;  // still forming (or standby): keep waiting
+      }
+      break;  // revoked: report again for the new round
+    }
+  }
+  throw CallTimeout(rf::str("slot ", opt_.slot, " got no plan within ",
+                            std::chrono::duration<double>(timeout).count(), " s"));
+}
+
+ReadyQuery Client::ready(uint64_t generation, Duration timeout) {
+  const int64_t t = std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count();
+  json r = call({{"type", "ready"}, {"generation", generation}, {"timeout_ms", t}}, timeout + opt_.call_timeout);
+  ReadyQuery q;
+  const std::string st = get_str(r, "status", 32);
+  q.generation = static_cast<uint64_t>(get_int(r, "generation", 0, int64_t{1} << 53));
+  q.error = r.value("reason", "");
+  if (st == "running") q.kind = ReadyQuery::Running, active_ = generation;
+  else if (st == "revoked" || st == "stale") q.kind = ReadyQuery::Revoked;
+  else if (st == "fenced") q.kind = ReadyQuery::Fenced;
+  else if (st == "stopped") q.kind = ReadyQuery::Stopped;
+  else if (st == "done") q.kind = ReadyQuery::Done;
+  else q.kind = ReadyQuery::Pending;
+  return q;
+}
+
+void Client::kv_set(uint64_t g, const std::string& key, const std::string& value) {
+  call({{"type", "kv_set"}, {"generation", g}, {"key", key}, {"value", hex_encode(value)}}, opt_.call_timeout);
+}
+
+std::optional<std::string> Client::kv_get(uint64_t g, const std::string& key) {
+  json r = call({{"type", "kv_get"}, {"generation", g}, {"key", key}}, opt_.call_timeout);
+  if (!r.value("found", false)) return std::nullopt;
+  return hex_decode(get_str(r, "value", kMaxFrameBytes));
+}
+
+std::string Client::kv_wait(uint64_t g, const std::string& key, Duration timeout) {
+  const int64_t t = std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count();
+  json r = call({{"type", "kv_wait"}, {"generation", g}, {"key", key}, {"timeout_ms", t}}, timeout + opt_.call_timeout);
+  if (!r.value("found", false))
+    throw CallTimeout(rf::str("key '", key, "' of generation ", g, " did not appear within ",
+                              std::chrono::duration<double>(timeout).count(), " s"));
+  return hex_decode(get_str(r, "value", kMaxFrameBytes));
+}
+
+bool Client::kv_cas(uint64_t g, const std::string& key, const std::optional<std::string>& expected,
+                    const std::string& desired) {
+  json req = {{"type", "kv_cas"}, {"generation", g}, {"key", key}, {"desired", hex_encode(desired)}};
+  req["expected"] = expected ? json(hex_encode(*expected)) : json(nullptr);
+  return call(req, opt_.call_timeout).value("swapped", false);
+}
+
+Answer Client::failure_report(uint64_t g, int64_t step, std::optional<int> peer, const std::string& cause) {
+  json req = {{"type", "failure"}, {"generation", g}, {"step", step}, {"cause", cause}};
+  req["peer_slot"] = peer ? json(*peer) : json(nullptr);
+  return parse_answer(call(req, opt_.call_timeout));
+}
+
+void Client::phase_timing(uint64_t g, const std::string& phase, double ms_) {
+  call({{"type", "phase"}, {"generation", g}, {"phase", phase}, {"ms", ms_}}, opt_.call_timeout);
+}
+
+void Client::leave() {
+  call({{"type", "leave"}}, opt_.call_timeout);
+  close();
+}
+
+}  // namespace rf::elastic

@@ -1,0 +1,139 @@
+#pragma once
+// Client — the coordinator as seen from inside a worker (issue 4).
+//
+// Two connections: the *member* connection carries join (in its hello) and the heartbeat
+// thread; its closing is how the coordinator sees this process die (D1). The *caller*
+// connection carries the blocking calls of the training thread (report, plan, ready,
+// store, failure report), so a long wait for a plan never delays a heartbeat.
+//
+// The heartbeat thread renews the lease every `heartbeat` and carries the current step.
+// When a reply shows a generation newer than the one this worker works in, it calls
+// on_revoked once for that generation (the communicator's abort; PROTOCOL.md step 1).
+// When it cannot renew for one `lease`, or the coordinator says this worker was evicted,
+// it self-fences (D4): calls on_fenced, stops heartbeating, and the worker must stop
+// applying steps and join() again (it comes back as a new member).
+// Callbacks run on the heartbeat thread and must not call back into the Client.
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "base/clock.h"
+#include "elastic/membership_types.h"
+#include "elastic/errors.h"
+#include "elastic/wire.h"
+
+namespace rf::elastic {
+
+struct ClientOptions {
+  std::string host = "127.0.0.1";
+  int port = 0;
+  std::string token;
+  int slot = 0;
+  int64_t incarnation = 0;
+  Duration connect_timeout = std::chrono::seconds(10);
+  Duration call_timeout = std::chrono::seconds(30);  // report, store, failure report
+  // Heartbeat and lease come from the coordinator's welcome; these are only fallbacks.
+  Duration heartbeat = std::chrono::milliseconds(100);
+  Duration lease = std::chrono::seconds(1);
+
+  // From RINGFENCE_COORD (host:port), RINGFENCE_TOKEN, RINGFENCE_SLOT,
+  // RINGFENCE_INCARNATION. Throws rf::InvalidInput naming a missing or bad variable.
+  static ClientOptions from_env();
+};
+
+struct Revocation {
+  uint64_t generation = 0;  // the new generation
+  bool planned = false;     // a planned change (grow/replace) rather than a failure
+  std::string cause;
+};
+
+struct JoinInfo {
+  uint64_t generation = 0;
+  std::string phase;
+  int target_world = 0;
+};
+
+// The job ended normally (every member left) while this worker waited, e.g. a spare.
+class JobFinished : public rf::Error {
+ public:
+  using rf::Error::Error;
+};
+
+class Client {
+ public:
+  explicit Client(ClientOptions options);
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  void on_revoked(std::function<void(const Revocation&)> cb);
+  void on_fenced(std::function<void(const std::string& why)> cb);
+
+  // Connects both connections, joins (slot, incarnation), starts the heartbeat thread.
+  // Throws Refused (wrong token, stale incarnation, job over) or ConnectionLost.
+  // After a self-fence, join() again to come back as a new member.
+  JoinInfo join();
+
+  void set_step(int64_t step) { step_.store(step); }
+  uint64_t generation() const { return active_.load(); }  // the generation this worker works in
+  uint64_t seen_generation() const { return seen_.load(); }
+  bool reconfigure_requested() const { return reconfigure_.load(); }
+  bool stop_requested() const { return stop_.load(); }
+  bool fenced() const { return fenced_.load(); }
+  std::string fence_reason() const;
+
+  // --- recovery, PROTOCOL.md steps 2-4 and 7 --------------------------------------------
+  Answer report(uint64_t round, const StateReport& state);
+  PlanQuery wait_plan(uint64_t round, Duration timeout);
+  // Reports `state()` for the round this worker must join (the open one, or g+1 after
+  // a planned change, or "the next" for a new worker) and waits for its plan, reporting
+  // again whenever the round is revoked. Throws JobStopped, JobFinished, Refused
+  // (fenced) or CallTimeout.
+  Plan next_plan(const std::function<StateReport()>& state, Duration timeout);
+  // Step 7: ready(g), then wait until g runs (Running) or was revoked (Revoked).
+  ReadyQuery ready(uint64_t generation, Duration timeout);
+
+  // --- store: values are bytes (hex on the wire) --------------------------------------
+  void kv_set(uint64_t generation, const std::string& key, const std::string& value);
+  std::optional<std::string> kv_get(uint64_t generation, const std::string& key);
+  // Waits until the key exists; throws CallTimeout naming the key at the deadline.
+  std::string kv_wait(uint64_t generation, const std::string& key, Duration timeout);
+  // Sets desired if the value is `expected` (nullopt: absent); returns whether it did.
+  bool kv_cas(uint64_t generation, const std::string& key, const std::optional<std::string>& expected,
+              const std::string& desired);
+
+  Answer failure_report(uint64_t generation, int64_t step, std::optional<int> peer_slot, const std::string& cause);
+  // The trainer's timings of recovery phases connect/transfer/verify, for the summary.
+  void phase_timing(uint64_t generation, const std::string& phase, double ms);
+  // Graceful exit (after the last step or on stop): the connection closing is then no failure.
+  void leave();
+  void close();
+
+ private:
+  nlohmann::json call(const nlohmann::json& req, Duration timeout);
+  nlohmann::json base(const char* type) const;
+  void heartbeat_loop();
+  void fence(const std::string& why);
+  void stop_heartbeats();
+
+  ClientOptions opt_;
+  Connection member_, caller_;
+  std::mutex call_mu_;  // one caller request at a time
+  std::thread hb_thread_;
+  std::mutex hb_mu_;
+  std::condition_variable hb_cv_;
+  bool hb_stop_ = false;
+  std::atomic<int64_t> step_{-1};
+  std::atomic<uint64_t> active_{0}, seen_{0}, notified_{0};
+  std::atomic<bool> reconfigure_{false}, stop_{false}, fenced_{false};
+  std::string fence_reason_;
+  mutable std::mutex cb_mu_;
+  std::function<void(const Revocation&)> on_revoked_;
+  std::function<void(const std::string&)> on_fenced_;
+};
+
+}  // namespace rf::elastic

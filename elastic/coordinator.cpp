@@ -1,0 +1,507 @@
+#include "elastic/coordinator.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <list>
+#include <optional>
+
+#include "base/clock.h"
+#include "base/str.h"
+#include "elastic/event_log.h"
+#include "elastic/frame.h"
+#include "elastic/kv_store.h"
+#include "elastic/membership.h"
+#include "elastic/messages.h"
+#include "elastic/token.h"
+
+namespace rf::elastic {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr size_t kMaxOutBytes = 8u << 20;  // a client that stops reading is cut off
+
+void set_nonblocking(int fd) {
+  int fl = fcntl(fd, F_GETFL, 0);
+  fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+}
+
+json worker_json(WorkerId w) {
+  if (w.slot < 0) return nullptr;
+  return json{{"slot", w.slot}, {"incarnation", w.incarnation}};
+}
+
+const char* answer_name(Answer::Kind k) {
+  switch (k) {
+    case Answer::Accepted: return "accepted";
+    case Answer::Stale: return "stale";
+    case Answer::Fenced: return "fenced";
+    case Answer::Refused: return "refused";
+    case Answer::Stopped: return "stopped";
+  }
+  return "?";
+}
+
+json plan_json(const Plan& p) {
+  json ranks = json::array();
+  for (const auto& r : p.ranks)
+    ranks.push_back({{"rank", r.rank},
+                     {"slot", r.worker.slot},
+                     {"incarnation", r.worker.incarnation},
+                     {"has_state", r.report.has_state},
+                     {"step", r.report.step},
+                     {"source_rank", r.source_rank ? json(*r.source_rank) : json(nullptr)}});
+  return {{"generation", p.generation},
+          {"target_step", p.target_step},
+          {"target_digest", p.target_digest},
+          {"fresh_start", p.fresh_start},
+          {"ranks", ranks}};
+}
+
+}  // namespace
+
+struct Coordinator::Impl {
+  struct Pending {
+    Request req;
+    TimePoint deadline;
+  };
+  struct Conn {
+    int fd = -1;
+    std::string peer;
+    FrameReader reader;
+    std::string out;
+    bool hello = false;
+    Role role = Role::Caller;
+    WorkerId worker;
+    bool closing = false;  // flush `out`, then close
+    bool dead = false;
+    std::optional<Pending> pending;
+  };
+
+  CoordinatorOptions opt;
+  int listen_fd = -1;
+  int wake[2] = {-1, -1};
+  int bound_port = 0;
+  std::atomic<bool> stopping{false};
+  Membership membership;
+  KvStore kv;
+  EventLog log;
+  std::list<Conn> conns;
+  int64_t wall_offset_us;
+  uint64_t last_generation = 0;
+  std::vector<json> evictions;  // history, for launchers
+  Coordinator* owner;
+
+  Impl(CoordinatorOptions o, Coordinator* self)
+      : opt(std::move(o)), membership(opt.membership, Clock::now()), log(opt.event_log), owner(self) {
+    wall_offset_us = rf::wall_us() - std::chrono::duration_cast<std::chrono::microseconds>(
+                                         Clock::now().time_since_epoch()).count();
+    if (opt.token.empty()) throw rf::InvalidInput("the coordinator needs a job token");
+    listen_fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (listen_fd < 0) throw rf::Error(rf::str("socket: ", std::strerror(errno)));
+    int one = 1;
+    setsockopt(listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(opt.port));
+    if (inet_pton(AF_INET, opt.host.c_str(), &addr.sin_addr) != 1)
+      throw rf::InvalidInput(rf::str("coordinator host '", opt.host, "' is not an IPv4 address"));
+    if (::bind(listen_fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::listen(listen_fd, 512) != 0) {
+      std::string e = std::strerror(errno);
+      ::close(listen_fd);
+      throw rf::Error(rf::str("cannot listen on ", opt.host, ":", opt.port, ": ", e));
+    }
+    socklen_t len = sizeof addr;
+    getsockname(listen_fd, reinterpret_cast<sockaddr*>(&addr), &len);
+    bound_port = ntohs(addr.sin_port);
+    set_nonblocking(listen_fd);
+    if (::pipe2(wake, O_CLOEXEC | O_NONBLOCK) != 0) throw rf::Error("pipe2 failed");
+    last_generation = membership.generation();
+    log.write({{"ts_us", rf::wall_us()}, {"event", "listening"}, {"host", opt.host}, {"port", bound_port},
+               {"target_world", opt.membership.target_world}, {"min_world", opt.membership.min_world}});
+  }
+
+  ~Impl() {
+    for (auto& c : conns) ::close(c.fd);
+    if (listen_fd >= 0) ::close(listen_fd);
+    for (int fd : wake)
+      if (fd >= 0) ::close(fd);
+  }
+
+  int64_t wall(TimePoint t) const {
+    return std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch()).count() + wall_offset_us;
+  }
+
+  void send(Conn& c, json reply) {
+    if (c.dead) return;
+    c.out += encode_frame(std::move(reply));
+    if (c.out.size() > kMaxOutBytes) c.dead = true;
+  }
+  void send_error(Conn& c, const std::string& what) {
+    send(c, {{"type", "error"}, {"error", what}});
+    c.closing = true;
+  }
+
+  // --- the loop ------------------------------------------------------------------------
+  void run() {
+    std::vector<pollfd> fds;
+    while (!stopping.load()) {
+      fds.clear();
+      fds.push_back({wake[0], POLLIN, 0});
+      fds.push_back({listen_fd, POLLIN, 0});
+      for (auto& c : conns)
+        fds.push_back({c.fd, static_cast<short>(POLLIN | (c.out.empty() ? 0 : POLLOUT)), 0});
+      const int timeout_ms = std::max(1, static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(opt.tick).count()));
+      int n = ::poll(fds.data(), fds.size(), timeout_ms);
+      if (n < 0 && errno != EINTR) throw rf::Error(rf::str("poll: ", std::strerror(errno)));
+      if (fds[0].revents & POLLIN) {
+        char buf[64];
+        while (::read(wake[0], buf, sizeof buf) > 0) {
+        }
+      }
+      if (fds[1].revents & POLLIN) accept_all();
+      size_t i = 2;
+      for (auto& c : conns) {
+        if (i >= fds.size()) break;  // accepted in this iteration: polled next time
+        const short re = fds[i++].revents;
+        if (re & (POLLIN | POLLHUP | POLLERR)) read_from(c);
+        if (!c.dead && !c.out.empty()) write_to(c);
+      }
+      const TimePoint now = Clock::now();
+      membership.tick(now);
+      after_events(now);
+    }
+  }
+
+  void accept_all() {
+    while (true) {
+      sockaddr_in addr{};
+      socklen_t len = sizeof addr;
+      int fd = ::accept4(listen_fd, reinterpret_cast<sockaddr*>(&addr), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd < 0) return;
+      if (conns.size() >= opt.max_connections) {
+        ::close(fd);
+        continue;
+      }
+      int one = 1;
+      setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+      Conn c;
+      c.fd = fd;
+      char ip[INET_ADDRSTRLEN] = "?";
+      inet_ntop(AF_INET, &addr.sin_addr, ip, sizeof ip);
+      c.peer = rf::str(ip, ":", ntohs(addr.sin_port));
+      conns.push_back(std::move(c));
+    }
+  }
+
+  void read_from(Conn& c) {
+    char buf[65536];
+    while (!c.dead) {
+      ssize_t n = ::recv(c.fd, buf, sizeof buf, 0);
+      if (n > 0) {
+        c.reader.feed(buf, static_cast<size_t>(n));
+        process_frames(c);
+        if (c.closing) return;  // ignore whatever else it sent
+        continue;
+      }
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+      if (n < 0 && errno == EINTR) continue;
+      c.dead = true;  // EOF or error
+    }
+  }
+
+  void write_to(Conn& c) {
+    while (!c.out.empty()) {
+      ssize_t n = ::send(c.fd, c.out.data(), c.out.size(), MSG_NOSIGNAL);
+      if (n > 0) {
+        c.out.erase(0, static_cast<size_t>(n));
+        continue;
+      }
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+      if (n < 0 && errno == EINTR) continue;
+      c.dead = true;
+      return;
+    }
+  }
+
+  void process_frames(Conn& c) {
+    const TimePoint now = Clock::now();
+    try {
+      while (auto payload = c.reader.next()) {
+        json m = parse_message(*payload);
+        Request req = decode_request(m);
+        if (c.pending) throw ProtocolError(rf::str("request '", request_name(req), "' sent while another is pending"));
+        handle(c, req, now);
+        if (c.closing) return;
+      }
+    } catch (const ProtocolError& e) {
+      log.write({{"ts_us", rf::wall_us()}, {"event", "protocol_error"}, {"peer", c.peer}, {"error", e.what()}});
+      send_error(c, e.what());
+    }
+    // after_events() runs once per loop iteration, not here: it may erase connections
+    // while the loop is iterating over them.
+  }
+
+  // --- requests ------------------------------------------------------------------------
+  void handle(Conn& c, const Request& req, TimePoint now) {
+    if (const auto* h = std::get_if<Hello>(&req)) return handle_hello(c, *h, now);
+    if (!c.hello) throw ProtocolError(rf::str("request '", request_name(req), "' before hello"));
+    const bool launcher = c.role == Role::Launcher;
+    const bool launcher_only = std::holds_alternative<Status>(req) || std::holds_alternative<Exited>(req) ||
+                               std::holds_alternative<StopJob>(req) || std::holds_alternative<Summary>(req);
+    const bool kv_req = std::holds_alternative<KvSet>(req) || std::holds_alternative<KvGet>(req) ||
+                    std::holds_alternative<KvWait>(req) || std::holds_alternative<KvCas>(req);
+    if (launcher && !launcher_only && !kv_req)
+      throw ProtocolError(rf::str("request '", request_name(req), "' is not allowed for a launcher"));
+    if (!launcher && launcher_only)
+      throw ProtocolError(rf::str("request '", request_name(req), "' is only allowed for a launcher"));
+    if (std::holds_alternative<Heartbeat>(req) && c.role != Role::Member)
+      throw ProtocolError("heartbeats go on the member connection");
+
+    std::visit(
+        [&](const auto& r) {
+          using T = std::decay_t<decltype(r)>;
+          if constexpr (std::is_same_v<T, Heartbeat>) {
+            HeartbeatResult h = membership.heartbeat(c.worker, r.generation, r.step, now);
+            send(c, {{"type", "heartbeat_reply"}, {"fenced", h.fenced}, {"generation", h.generation},
+                     {"phase", to_string(h.phase)}, {"reconfigure", h.reconfigure}, {"stop", h.stop},
+                     {"planned", h.planned}, {"cause", h.cause}});
+          } else if constexpr (std::is_same_v<T, Report>) {
+            Answer a = membership.report(c.worker, r.round, StateReport{r.has_state, r.step, r.digest}, now);
+            send(c, answer_json("report_reply", a));
+          } else if constexpr (std::is_same_v<T, PlanRequest> || std::is_same_v<T, Ready> ||
+                               std::is_same_v<T, KvWait>) {
+            if constexpr (std::is_same_v<T, Ready>) {
+              Answer a = membership.ready(c.worker, r.generation, now);
+              if (!a.ok()) {
+                send(c, {{"type", "ready_reply"}, {"status", answer_name(a.kind)}, {"generation", a.generation},
+                         {"reason", a.reason}});
+                return;
+              }
+            }
+            c.pending = Pending{req, now + std::chrono::milliseconds(r.timeout_ms)};
+          } else if constexpr (std::is_same_v<T, KvSet>) {
+            try {
+              kv.set(r.generation, r.key, r.value);
+            } catch (const rf::InvalidInput& e) {
+              throw ProtocolError(e.what());
+            }
+            send(c, {{"type", "kv_set_reply"}});
+          } else if constexpr (std::is_same_v<T, KvGet>) {
+            auto v = kv.get(r.generation, r.key);
+            send(c, {{"type", "kv_get_reply"}, {"found", v.has_value()}, {"value", v ? json(*v) : json(nullptr)}});
+          } else if constexpr (std::is_same_v<T, KvCas>) {
+            std::pair<bool, std::optional<std::string>> res;
+            try {
+              res = kv.compare_and_set(r.generation, r.key, r.expected, r.desired);
+            } catch (const rf::InvalidInput& e) {
+              throw ProtocolError(e.what());
+            }
+            send(c, {{"type", "kv_cas_reply"}, {"swapped", res.first},
+                     {"value", res.second ? json(*res.second) : json(nullptr)}});
+          } else if constexpr (std::is_same_v<T, FailureReport>) {
+            Answer a = membership.failure_report(c.worker, r.generation, r.step, r.peer_slot, r.cause, now);
+            send(c, answer_json("failure_reply", a));
+          } else if constexpr (std::is_same_v<T, PhaseTiming>) {
+            membership.phase_timing(c.worker, r.generation, r.phase, r.ms);
+            send(c, {{"type", "phase_reply"}});
+          } else if constexpr (std::is_same_v<T, Leave>) {
+            Answer a = membership.leave(c.worker, now);
+            send(c, answer_json("leave_reply", a));
+          } else if constexpr (std::is_same_v<T, Status>) {
+            send(c, status_json());
+          } else if constexpr (std::is_same_v<T, Exited>) {
+            const TimePoint exited_at = now - std::chrono::microseconds(std::max<int64_t>(0, rf::wall_us() - r.exited_wall_us));
+            membership.process_exited({r.slot, r.incarnation}, r.status, exited_at, now);
+            send(c, {{"type", "exited_reply"}});
+          } else if constexpr (std::is_same_v<T, StopJob>) {
+            membership.request_stop(now);
+            send(c, {{"type", "stop_reply"}});
+          } else if constexpr (std::is_same_v<T, Summary>) {
+            send(c, summary_json());
+          }
+        },
+        req);
+  }
+
+  static json answer_json(const char* type, const Answer& a) {
+    return {{"type", type}, {"result", answer_name(a.kind)}, {"generation", a.generation}, {"reason", a.reason}};
+  }
+
+  void handle_hello(Conn& c, const Hello& h, TimePoint now) {
+    if (c.hello) throw ProtocolError("hello sent twice");
+    if (!token_equal(h.token, opt.token)) {
+      log.write({{"ts_us", rf::wall_us()}, {"event", "refused"}, {"cause", "wrong_token"}, {"peer", c.peer}});
+      send_error(c, "wrong job token");
+      return;
+    }
+    c.role = h.role;
+    c.worker = {h.slot, h.incarnation};
+    if (h.role == Role::Member) {
+      JoinResult j = membership.join(c.worker, now);
+      if (!j.ok()) {
+        send_error(c, rf::str("join refused: ", j.reason));
+        return;
+      }
+      send(c, {{"type", "welcome"}, {"generation", j.generation}, {"phase", to_string(j.phase)},
+               {"target_world", opt.membership.target_world},
+               {"heartbeat_ms", std::chrono::duration_cast<std::chrono::milliseconds>(opt.membership.heartbeat).count()},
+               {"lease_ms", std::chrono::duration_cast<std::chrono::milliseconds>(opt.membership.lease).count()}});
+    } else {
+      if (h.role == Role::Launcher) ++owner->launchers_;
+      send(c, {{"type", "welcome"}, {"generation", membership.generation()}, {"phase", to_string(membership.phase())},
+               {"target_world", opt.membership.target_world}});
+    }
+    c.hello = true;
+  }
+
+  // A parked request: its reply, or nullopt while it must keep waiting.
+  std::optional<json> try_pending(Conn& c, TimePoint now) {
+    const Pending& p = *c.pending;
+    const bool expired = now >= p.deadline;
+    if (const auto* r = std::get_if<PlanRequest>(&p.req)) {
+      PlanQuery q = membership.plan_for(c.worker, r->round);
+      static const char* names[] = {"pending", "plan", "revoked", "fenced", "stopped", "done"};
+      if (q.kind == PlanQuery::Pending && !expired) return std::nullopt;
+      json j = {{"type", "plan_reply"}, {"status", q.kind == PlanQuery::Pending ? "timeout" : names[q.kind]},
+                {"generation", q.generation}, {"error", q.error}};
+      if (q.kind == PlanQuery::Ready) j["plan"] = plan_json(q.plan);
+      return j;
+    }
+    if (const auto* r = std::get_if<Ready>(&p.req)) {
+      ReadyQuery q = membership.ready_state(c.worker, r->generation);
+      static const char* names[] = {"pending", "running", "revoked", "fenced", "stopped", "done"};
+      if (q.kind == ReadyQuery::Pending && !expired) return std::nullopt;
+      return json{{"type", "ready_reply"}, {"status", q.kind == ReadyQuery::Pending ? "timeout" : names[q.kind]},
+                  {"generation", q.generation}, {"reason", q.error}};
+    }
+    const auto& w = std::get<KvWait>(p.req);
+    auto v = kv.get(w.generation, w.key);
+    if (!v && !expired) return std::nullopt;
+    return json{{"type", "kv_wait_reply"}, {"found", v.has_value()}, {"value", v ? json(*v) : json(nullptr)}};
+  }
+
+  void after_events(TimePoint now) {
+    for (auto& c : conns)
+      if (c.pending && !c.dead)
+        if (auto reply = try_pending(c, now)) {
+          c.pending.reset();
+          send(c, std::move(*reply));
+        }
+    // Close what is finished; a member connection closing is D1.
+    for (auto it = conns.begin(); it != conns.end();) {
+      Conn& c = *it;
+      if (c.closing && !c.dead && !c.out.empty()) write_to(c);
+      if (c.dead || (c.closing && c.out.empty())) {
+        if (c.hello && c.role == Role::Member) membership.connection_lost(c.worker, now);
+        if (c.hello && c.role == Role::Launcher) --owner->launchers_;
+        ::close(c.fd);
+        it = conns.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    for (const auto& t : membership.take_transitions()) {
+      json line = {{"ts_us", wall(t.at)}, {"event", t.event}, {"cause", t.cause}, {"worker", worker_json(t.worker)},
+                   {"g", t.generation}, {"s", t.step}};
+      if (t.first_seen) {
+        line["since_failure_ms"] = std::chrono::duration<double, std::milli>(t.at - *t.first_seen).count();
+        line["first_seen_us"] = wall(*t.first_seen);
+      }
+      if (!t.detail.empty()) line["detail"] = t.detail;
+      log.write(line);
+    }
+    for (const auto& w : membership.take_evictions())
+      evictions.push_back({{"slot", w.slot}, {"incarnation", w.incarnation}});
+    if (membership.generation() != last_generation) {
+      last_generation = membership.generation();
+      if (last_generation >= 2) kv.drop_generations_below(last_generation - 1);
+    }
+    owner->phase_.store(static_cast<int>(membership.phase()));
+  }
+
+  json status_json() const {
+    json members = json::array();
+    for (size_t r = 0; r < membership.members().size(); ++r)
+      members.push_back({{"rank", r}, {"slot", membership.members()[r].slot},
+                         {"incarnation", membership.members()[r].incarnation}});
+    int finished = 0;
+    for (const auto& rec : membership.recoveries()) finished += rec.finished;
+    return {{"type", "status_reply"},
+            {"phase", to_string(membership.phase())},
+            {"generation", membership.generation()},
+            {"members", members},
+            {"world", membership.members().size()},
+            {"target_world", opt.membership.target_world},
+            {"live_workers", membership.live_workers()},
+            {"step", membership.max_member_step()},
+            {"recoveries", finished},
+            {"reconfigure", membership.reconfigure_flag()},
+            {"stop", membership.stop_flag()},
+            {"error", membership.error()},
+            {"evicted", evictions}};
+  }
+
+  json summary_json() const {
+    json recs = json::array();
+    auto ms = [](TimePoint a, TimePoint b) { return std::chrono::duration<double, std::milli>(b - a).count(); };
+    for (const auto& r : membership.recoveries()) {
+      json phases = {{"detect", ms(r.first_seen, r.revoked)},
+                     {"agree", r.planned_at > r.revoked ? json(ms(r.revoked, r.planned_at)) : json(nullptr)}};
+      for (const char* p : {"connect", "transfer", "verify"}) {
+        auto it = r.worker_phase_ms.find(p);
+        phases[p] = it == r.worker_phase_ms.end() ? json(nullptr) : json(it->second);
+      }
+      recs.push_back({{"cause", r.cause},
+                      {"worker", worker_json(r.worker)},
+                      {"planned", r.planned},
+                      {"from_generation", r.from_generation},
+                      {"generation", r.finished ? json(r.generation) : json(nullptr)},
+                      {"rounds", r.rounds},
+                      {"target_step", r.target_step},
+                      {"world", r.world},
+                      {"finished", r.finished},
+                      {"first_seen_us", wall(r.first_seen)},
+                      {"detect_ms", ms(r.first_seen, r.revoked)},
+                      {"total_ms", r.finished ? json(ms(r.first_seen, r.running_at)) : json(nullptr)},
+                      {"phases", phases}});
+    }
+    return {{"type", "summary_reply"},
+            {"phase", to_string(membership.phase())},
+            {"generation", membership.generation()},
+            {"error", membership.error()},
+            {"recoveries", recs}};
+  }
+};
+
+Coordinator::Coordinator(CoordinatorOptions options) : impl_(std::make_unique<Impl>(std::move(options), this)) {}
+
+Coordinator::~Coordinator() {
+  stop();
+  if (thread_.joinable()) thread_.join();
+}
+
+int Coordinator::port() const { return impl_->bound_port; }
+
+void Coordinator::start() {
+  thread_ = std::thread([this] { impl_->run(); });
+}
+
+void Coordinator::run() { impl_->run(); }
+
+void Coordinator::stop() {
+  impl_->stopping.store(true);
+  char b = 1;
+  [[maybe_unused]] ssize_t n = ::write(impl_->wake[1], &b, 1);
+}
+
+}  // namespace rf::elastic

@@ -1,0 +1,150 @@
+#include "elastic/fault_spec.h"
+
+#include <charconv>
+#include <cmath>
+#include <set>
+
+#include "base/error.h"
+#include "base/str.h"
+
+namespace rf::elastic {
+namespace {
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (true) {
+    size_t pos = s.find(sep, start);
+    out.push_back(s.substr(start, pos == std::string::npos ? std::string::npos : pos - start));
+    if (pos == std::string::npos) break;
+    start = pos + 1;
+  }
+  return out;
+}
+
+[[noreturn]] void bad(const std::string& spec, const std::string& why) {
+  throw rf::InvalidInput(rf::str("fault spec '", spec, "': ", why,
+                                 " (expected KIND:rank=R:step=S[:phase=P][:after_chunks=K] or "
+                                 "KIND:rank=R:at=SECONDS, KIND in kill|stop|hang|exit|drop|slow)"));
+}
+
+int64_t parse_int(const std::string& spec, const std::string& key, const std::string& v,
+                  int64_t min) {
+  int64_t x = 0;
+  auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+  if (v.empty() || ec != std::errc() || p != v.data() + v.size())
+    bad(spec, rf::str(key, "='", v, "' is not an integer"));
+  if (x < min) bad(spec, rf::str(key, "=", x, " must be >= ", min));
+  return x;
+}
+
+}  // namespace
+
+const char* to_string(FaultKind k) {
+  switch (k) {
+    case FaultKind::Kill: return "kill";
+    case FaultKind::Stop: return "stop";
+    case FaultKind::Hang: return "hang";
+    case FaultKind::Exit: return "exit";
+    case FaultKind::Drop: return "drop";
+    case FaultKind::Slow: return "slow";
+  }
+  return "?";
+}
+
+const char* to_string(FaultPhase p) {
+  switch (p) {
+    case FaultPhase::Forward: return "forward";
+    case FaultPhase::Backward: return "backward";
+    case FaultPhase::Allreduce: return "allreduce";
+    case FaultPhase::Optimizer: return "optimizer";
+    case FaultPhase::Transfer: return "transfer";
+    case FaultPhase::Recovery: return "recovery";
+  }
+  return "?";
+}
+
+FaultSpec parse_fault_spec(const std::string& text) {
+  auto parts = split(text, ':');
+  FaultSpec f;
+  static const std::pair<const char*, FaultKind> kinds[] = {
+      {"kill", FaultKind::Kill}, {"stop", FaultKind::Stop}, {"hang", FaultKind::Hang},
+      {"exit", FaultKind::Exit}, {"drop", FaultKind::Drop}, {"slow", FaultKind::Slow}};
+  bool kind_ok = false;
+  for (auto& [name, k] : kinds)
+    if (parts[0] == name) f.kind = k, kind_ok = true;
+  if (!kind_ok) bad(text, rf::str("unknown kind '", parts[0], "'"));
+
+  std::set<std::string> seen;
+  bool have_rank = false;
+  for (size_t i = 1; i < parts.size(); ++i) {
+    const std::string& kv = parts[i];
+    auto eq = kv.find('=');
+    if (eq == std::string::npos) bad(text, rf::str("'", kv, "' is not key=value"));
+    std::string key = kv.substr(0, eq), v = kv.substr(eq + 1);
+    if (!seen.insert(key).second) bad(text, rf::str("'", key, "' given twice"));
+    if (key == "rank") {
+      f.rank = static_cast<int>(parse_int(text, key, v, 0));
+      if (f.rank > 1'000'000) bad(text, "rank is too large");
+      have_rank = true;
+    } else if (key == "step") {
+      f.step = parse_int(text, key, v, 0);
+    } else if (key == "after_chunks") {
+      f.after_chunks = parse_int(text, key, v, 0);
+    } else if (key == "at") {
+      char* end = nullptr;
+      double x = std::strtod(v.c_str(), &end);
+      if (v.empty() || end != v.c_str() + v.size() || !std::isfinite(x) || x < 0 || x > 1e7)
+        bad(text, rf::str("at='", v, "' is not a time in seconds >= 0"));
+      f.at_seconds = x;
+    } else if (key == "phase") {
+      static const std::pair<const char*, FaultPhase> phases[] = {
+          {"forward", FaultPhase::Forward},     {"backward", FaultPhase::Backward},
+          {"allreduce", FaultPhase::Allreduce}, {"optimizer", FaultPhase::Optimizer},
+          {"transfer", FaultPhase::Transfer},   {"recovery", FaultPhase::Recovery}};
+      for (auto& [name, p] : phases)
+        if (v == name) f.phase = p;
+      if (!f.phase) bad(text, rf::str("unknown phase '", v, "'"));
+    } else {
+      bad(text, rf::str("unknown key '", key, "'"));
+    }
+  }
+  if (!have_rank) bad(text, "rank= is required");
+  if (f.step && f.at_seconds) bad(text, "give either step= or at=, not both");
+  if (!f.step && !f.at_seconds) bad(text, "one of step= or at= is required");
+  if (f.at_seconds && (f.phase || f.after_chunks))
+    bad(text, "phase= and after_chunks= only go with step=");
+  if (f.at_seconds && f.kind != FaultKind::Kill && f.kind != FaultKind::Stop)
+    bad(text, "the launcher can only kill or stop at a time (kind kill or stop with at=)");
+  return f;
+}
+
+std::vector<FaultSpec> parse_fault_specs(const std::string& text) {
+  std::vector<FaultSpec> out;
+  if (text.empty()) return out;
+  for (auto& part : split(text, ';')) {
+    if (part.empty()) throw rf::InvalidInput(rf::str("fault spec list '", text, "' has an empty entry"));
+    out.push_back(parse_fault_spec(part));
+  }
+  return out;
+}
+
+std::string FaultSpec::to_string() const {
+  std::string s = rf::str(elastic::to_string(kind), ":rank=", rank);
+  if (step) s += rf::str(":step=", *step);
+  if (phase) s += rf::str(":phase=", elastic::to_string(*phase));
+  if (after_chunks) s += rf::str(":after_chunks=", *after_chunks);
+  if (at_seconds) s += rf::str(":at=", *at_seconds);
+  return s;
+}
+
+std::string join_fault_specs(const std::vector<FaultSpec>& specs) {
+  std::string s;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    if (i) s.push_back(';');
+    s.append(specs[i].to_string());
+  }
+  return s;
+}
+
+}  // namespace rf::elastic

@@ -1,0 +1,41 @@
+#pragma once
+// Fault specifications: one grammar for the launcher's --inject and the trainer's
+// injection points (issue 4):
+//   KIND:rank=R:step=S[:phase=P][:after_chunks=K]     executed inside the worker
+//   KIND:rank=R:at=SECONDS                              executed by the launcher
+// KIND is kill|stop|hang|exit|drop|slow; P is forward|backward|allreduce|optimizer|
+// transfer|recovery. Several specs travel in RINGFENCE_INJECT separated by ';'.
+// A malformed spec throws rf::InvalidInput naming the spec and what is wrong, so the
+// launcher can refuse it before anything starts.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace rf::elastic {
+
+enum class FaultKind { Kill, Stop, Hang, Exit, Drop, Slow };
+enum class FaultPhase { Forward, Backward, Allreduce, Optimizer, Transfer, Recovery };
+
+struct FaultSpec {
+  FaultKind kind = FaultKind::Kill;
+  int rank = 0;
+  std::optional<int64_t> step;          // worker-side trigger
+  std::optional<FaultPhase> phase;      // only with step
+  std::optional<int64_t> after_chunks;  // only with step
+  std::optional<double> at_seconds;     // launcher-side trigger
+
+  bool launcher_side() const { return at_seconds.has_value(); }
+  std::string to_string() const;  // canonical text; parse(to_string()) == *this
+  bool operator==(const FaultSpec&) const = default;
+};
+
+FaultSpec parse_fault_spec(const std::string& text);
+// Parses a ';'-separated list (empty parts are not allowed, an empty string is no specs).
+std::vector<FaultSpec> parse_fault_specs(const std::string& text);
+std::string join_fault_specs(const std::vector<FaultSpec>& specs);
+
+const char* to_string(FaultKind k);
+const char* to_string(FaultPhase p);
+
+}  // namespace rf::elastic

@@ -1,0 +1,495 @@
+#include "elastic/membership.h"
+
+#include <algorithm>
+
+#include "base/error.h"
+#include "base/str.h"
+
+namespace rf::elastic {
+
+const char* to_string(Phase p) {
+  switch (p) {
+    case Phase::Forming: return "FORMING";
+    case Phase::Running: return "RUNNING";
+    case Phase::Recovering: return "RECOVERING";
+    case Phase::Stopped: return "STOPPED";
+    case Phase::Done: return "DONE";
+  }
+  return "?";
+}
+
+Membership::Membership(MembershipOptions options, TimePoint now) : opt_(options) {
+  if (opt_.target_world < 1) throw rf::InvalidInput(rf::str("target world size ", opt_.target_world, " must be >= 1"));
+  if (opt_.min_world < 1 || opt_.min_world > opt_.target_world)
+    throw rf::InvalidInput(rf::str("minimum world size ", opt_.min_world, " must be in [1, ", opt_.target_world, "]"));
+  if (opt_.lease <= Duration::zero() || opt_.heartbeat <= Duration::zero() || opt_.heartbeat >= opt_.lease)
+    throw rf::InvalidInput("the heartbeat must be positive and shorter than the lease");
+  round_.started = now;
+  round_.forming = true;
+  episode_started_ = now;
+}
+
+Membership::Worker* Membership::live_worker(WorkerId w) {
+  auto it = workers_.find(w.slot);
+  if (it == workers_.end() || it->second.id != w || !it->second.live) return nullptr;
+  return &it->second;
+}
+const Membership::Worker* Membership::live_worker(WorkerId w) const {
+  return const_cast<Membership*>(this)->live_worker(w);
+}
+
+bool Membership::in_round(int slot) const {
+  return round_.expected.count(slot) || (round_plan_ && round_plan_->find(slot));
+}
+
+bool Membership::reconfigure_flag() const {
+  // R5: raised while RUNNING below the target world and some joiner waits for a round.
+  if (phase_ != Phase::Running || static_cast<int>(members_.size()) >= opt_.target_world) return false;
+  for (const auto& [slot, w] : workers_)
+    if (w.live && !w.left && w.report_round == 0u) return true;
+  return false;
+}
+
+int64_t Membership::max_member_step() const {
+  int64_t s = -1;
+  for (const auto& m : members_)
+    if (auto* w = live_worker(m)) s = std::max(s, w->step);
+  return s;
+}
+
+int Membership::live_workers() const {
+  int n = 0;
+  for (const auto& [slot, w] : workers_) n += (w.live && !w.left);
+  return n;
+}
+
+// ---------------------------------------------------------------------------------------
+
+JoinResult Membership::join(WorkerId w, TimePoint now) {
+  JoinResult r;
+  r.generation = generation_;
+  r.phase = phase_;
+  if (phase_ == Phase::Stopped || phase_ == Phase::Done) {
+    r.kind = Answer::Stopped;
+    r.reason = phase_ == Phase::Done ? "the job has finished" : error_;
+    return r;
+  }
+  if (w.slot < 0 || w.incarnation < 0) {
+    r.kind = Answer::Refused;
+    r.reason = "slot and incarnation must be >= 0";
+    return r;
+  }
+  auto it = workers_.find(w.slot);
+  if (it != workers_.end()) {
+    Worker& old = it->second;
+    if (old.id.incarnation > w.incarnation) {
+      r.kind = Answer::Refused;
+      r.reason = rf::str("stale incarnation ", w.incarnation, " of slot ", w.slot, " (incarnation ",
+                         old.id.incarnation, " exists)");
+      log({"refused", "stale_incarnation", w, generation_, -1, now, std::nullopt, r.reason});
+      return r;
+    }
+    if (old.id.incarnation == w.incarnation && old.live && !old.left) {
+      r.kind = Answer::Refused;
+      r.reason = rf::str("slot ", w.slot, " incarnation ", w.incarnation, " has already joined");
+      log({"refused", "duplicate", w, generation_, -1, now, std::nullopt, r.reason});
+      return r;
+    }
+    if (old.id.incarnation < w.incarnation && old.live && !old.left) {
+      // The launcher restarted the slot, so the old process is gone (D1): fail it first.
+      fail(old, "replaced", now, now, rf::str("slot ", w.slot, " rejoined as incarnation ", w.incarnation));
+    }
+  }
+  Worker nw;
+  nw.id = w;
+  nw.lease_expiry = now + opt_.lease;
+  nw.last_heartbeat = now;
+  nw.join_order = join_counter_++;
+  workers_[w.slot] = nw;
+  r.generation = generation_;
+  r.phase = phase_;
+  log({"join", "", w, generation_, -1, now, std::nullopt, ""});
+  return r;
+}
+
+HeartbeatResult Membership::heartbeat(WorkerId w, uint64_t worker_generation, int64_t step, TimePoint now) {
+  HeartbeatResult r;
+  r.generation = generation_;
+  r.phase = phase_;
+  Worker* wk = live_worker(w);
+  if (!wk) {
+    r.fenced = true;
+    log({"heartbeat_stale", "unknown_or_evicted", w, worker_generation, step, now, std::nullopt, ""});
+    return r;
+  }
+  wk->lease_expiry = now + opt_.lease;
+  wk->last_heartbeat = now;
+  wk->step = step;
+  wk->seen_generation = std::min(worker_generation, generation_);
+  r.reconfigure = reconfigure_flag();
+  r.stop = stop_flag_;
+  r.planned = last_revoke_planned_;
+  r.cause = last_revoke_cause_;
+  return r;
+}
+
+ReportResult Membership::report(WorkerId w, uint64_t round, const StateReport& state, TimePoint now) {
+  ReportResult r;
+  r.generation = generation_;
+  if (phase_ == Phase::Stopped || phase_ == Phase::Done) {
+    r.kind = Answer::Stopped;
+    r.reason = phase_ == Phase::Done ? "the job has finished" : error_;
+    return r;
+  }
+  Worker* wk = live_worker(w);
+  if (!wk) {
+    r.kind = Answer::Fenced;
+    r.reason = "unknown or evicted worker: join again";
+    return r;
+  }
+  if (round > generation_ + 1 || (round == generation_ + 1 && phase_ != Phase::Running)) {
+    r.kind = Answer::Refused;
+    r.reason = rf::str("round ", round, " is not open (generation ", generation_, ")");
+    return r;
+  }
+  if (phase_ == Phase::Running) {
+    const bool member = std::find(members_.begin(), members_.end(), w) != members_.end();
+    if (round == 0 && !member) {  // a joiner: waits for the next round (R5 flag below)
+      const bool was_flagged = reconfigure_flag();
+      wk->report = state;
+      wk->report_round = 0;
+      log({"report", "joiner", w, generation_, state.step, now, std::nullopt, "waits for the next round"});
+      if (!was_flagged && reconfigure_flag())
+        log({"reconfigure_requested", "joiner", w, generation_, max_member_step(), now, std::nullopt, ""});
+      return r;
+    }
+    if (round == generation_ + 1 && member) {
+      // A member left g: after the step the control block agreed on (planned), or on its
+      // own (treated like a failure report, so nobody waits on a silent round).
+      const bool planned = reconfigure_flag();
+      revoke(planned ? "reconfigure" : "member_left_generation", w, state.step, now, now, planned,
+             planned ? "grow: joiners waiting" : "a member reported for the next generation");
+      // fall through: accepted into the new round below
+    } else {
+      r.kind = Answer::Stale;
+      r.reason = rf::str("report for round ", round, " while generation ", generation_, " runs");
+      log({"stale", "report", w, round, state.step, now, std::nullopt, r.reason});
+      return r;
+    }
+  } else if (round != 0 && round < generation_) {
+    r.kind = Answer::Stale;
+    r.reason = rf::str("report for round ", round, ", the open round is ", generation_);
+    log({"stale", "report", w, round, state.step, now, std::nullopt, r.reason});
+    return r;
+  }
+  r.generation = generation_;
+  wk->report = state;
+  // A report arriving after the plan was made waits for the next round.
+  wk->report_round = round_plan_ ? 0 : generation_;
+  log({"report", state.has_state ? "state" : "no_state", w, generation_, state.step, now, std::nullopt,
+       state.digest});
+  try_close_round(now);
+  return r;
+}
+
+PlanQuery Membership::plan_for(WorkerId w, uint64_t round) const {
+  PlanQuery q;
+  q.generation = generation_;
+  if (phase_ == Phase::Stopped) return q.kind = PlanQuery::Stopped, q.error = error_, q;
+  if (phase_ == Phase::Done) return q.kind = PlanQuery::Done, q;
+  const Worker* wk = live_worker(w);
+  if (!wk) return q.kind = PlanQuery::Fenced, q;
+  if (phase_ == Phase::Running && round == generation_ && running_plan_ && running_plan_->find(w.slot) &&
+      running_plan_->find(w.slot)->worker == w)
+    return q.kind = PlanQuery::Ready, q.plan = *running_plan_, q;
+  if (wk->report_round == 0u) return q;  // waiting (joiner or standby)
+  if (wk->report_round == generation_ && phase_ != Phase::Running) {
+    if (round_plan_) {
+      if (const PlanRank* pr = round_plan_->find(w.slot); pr && pr->worker == w)
+        return q.kind = PlanQuery::Ready, q.plan = *round_plan_, q;
+    }
+    return q;
+  }
+  return q.kind = PlanQuery::Revoked, q;  // its report belongs to a revoked round: report again
+}
+
+Answer Membership::ready(WorkerId w, uint64_t generation, TimePoint now) {
+  Answer a;
+  a.generation = generation_;
+  if (phase_ == Phase::Stopped || phase_ == Phase::Done) return a.kind = Answer::Stopped, a.reason = error_, a;
+  if (!live_worker(w)) return a.kind = Answer::Fenced, a;
+  const PlanRank* pr = round_plan_ ? round_plan_->find(w.slot) : nullptr;
+  if (phase_ == Phase::Running || generation != generation_ || !pr || !(pr->worker == w)) {
+    a.kind = Answer::Stale;
+    a.reason = rf::str("ready for generation ", generation, " does not match the open round ", generation_);
+    log({"stale", "ready", w, generation, -1, now, std::nullopt, a.reason});
+    return a;
+  }
+  round_.ready.insert(w.slot);
+  log({"ready", "", w, generation_, round_plan_->target_step, now, std::nullopt, ""});
+  if (round_.ready.size() == round_plan_->ranks.size()) become_running(now);
+  return a;
+}
+
+ReadyQuery Membership::ready_state(WorkerId w, uint64_t generation) const {
+  ReadyQuery q;
+  q.generation = generation_;
+  if (phase_ == Phase::Stopped) return q.kind = ReadyQuery::Stopped, q.error = error_, q;
+  if (phase_ == Phase::Done) return q.kind = ReadyQuery::Done, q;
+  if (!live_worker(w)) return q.kind = ReadyQuery::Fenced, q;
+  if (generation < generation_) return q.kind = ReadyQuery::Revoked, q;
+  if (phase_ == Phase::Running && generation == generation_) return q.kind = ReadyQuery::Running, q;
+  return q;
+}
+
+Answer Membership::failure_report(WorkerId reporter, uint64_t generation, int64_t step, std::optional<int> peer_slot,
+                                  const std::string& cause, TimePoint now) {
+  Answer a;
+  a.generation = generation_;
+  if (phase_ == Phase::Stopped || phase_ == Phase::Done) return a.kind = Answer::Stopped, a;
+  if (!live_worker(reporter)) return a.kind = Answer::Fenced, a;
+  const std::string detail = rf::str("reported by slot ", reporter.slot, ": ", cause);
+  if (generation != generation_) {
+    // A failure of an older generation is already handled; acting on it would revoke
+    // the new generation for nothing.
+    a.kind = Answer::Stale;
+    a.reason = rf::str("failure report for generation ", generation, ", current is ", generation_);
+    log({"stale", "failure_report", reporter, generation, step, now, std::nullopt, detail});
+    return a;
+  }
+  WorkerId who = reporter;
+  if (peer_slot) {
+    auto it = workers_.find(*peer_slot);
+    who = it != workers_.end() ? it->second.id : WorkerId{*peer_slot, -1};
+  }
+  if (phase_ == Phase::Running || in_round(reporter.slot) || (peer_slot && in_round(*peer_slot)))
+    revoke("failure_report", who, step, now, now, false, detail);
+  return a;
+}
+
+void Membership::connection_lost(WorkerId w, TimePoint now) {
+  Worker* wk = live_worker(w);
+  if (!wk) return;
+  if (wk->left) {
+    wk->live = false;
+    return;
+  }
+  fail(*wk, "connection_closed", now, now, "");
+}
+
+void Membership::process_exited(WorkerId w, int status, TimePoint exited_at, TimePoint now) {
+  Worker* wk = live_worker(w);
+  if (!wk || wk->left) return;  // already handled (its connection closed first) or left
+  fail(*wk, "process_exited", now, exited_at, rf::str("exit status ", status));
+}
+
+Answer Membership::leave(WorkerId w, TimePoint now) {
+  Answer a;
+  a.generation = generation_;
+  Worker* wk = live_worker(w);
+  if (!wk) return a.kind = Answer::Fenced, a;
+  if (!stop_flag_ && phase_ != Phase::Running && in_round(w.slot)) {
+    // Leaving in the middle of a round is a failure of that round.
+    fail(*wk, "left_during_recovery", now, now, "");
+    return a;
+  }
+  wk->left = true;
+  log({"leave", stop_flag_ ? "stop" : "finished", w, generation_, wk->step, now, std::nullopt, ""});
+  check_done(now);
+  return a;
+}
+
+void Membership::phase_timing(WorkerId w, uint64_t generation, const std::string& phase, double ms) {
+  if (!live_worker(w)) return;
+  for (auto it = recoveries_.rbegin(); it != recoveries_.rend(); ++it)
+    if (it->generation == generation) {
+      double& slot = it->worker_phase_ms[phase];
+      slot = std::max(slot, ms);
+      return;
+    }
+}
+
+void Membership::request_stop(TimePoint now) {
+  if (stop_flag_) return;
+  stop_flag_ = true;
+  log({"stop_requested", "launcher", {}, generation_, max_member_step(), now, std::nullopt, ""});
+  check_done(now);
+}
+
+void Membership::tick(TimePoint now) {
+  if (phase_ == Phase::Stopped || phase_ == Phase::Done) return;
+  for (auto& [slot, w] : workers_) {
+    if (!w.live || w.left || now < w.lease_expiry) continue;
+    evictions_.push_back(w.id);
+    // The first heartbeat that did not come is when the hang could first have been seen.
+    fail(w, "lease_expired", now, w.last_heartbeat + opt_.heartbeat, "");
+    if (phase_ == Phase::Stopped) return;
+  }
+  try_close_round(now);
+  if (round_plan_ && phase_ != Phase::Running && now >= round_.planned_at + opt_.ready_timeout) {
+    const std::vector<PlanRank> ranks = round_plan_->ranks;  // fail() may reset the plan
+    for (const auto& pr : ranks)
+      if (!round_.ready.count(pr.worker.slot))
+        if (Worker* wk = live_worker(pr.worker)) {
+          evictions_.push_back(wk->id);
+          fail(*wk, "ready_timeout", now, round_.planned_at + opt_.ready_timeout, "");
+          if (!round_plan_) break;  // the first eviction revoked the round
+        }
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+
+void Membership::fail(Worker& w, const std::string& cause, TimePoint now, TimePoint first_seen,
+                      const std::string& detail) {
+  w.live = false;
+  w.report.reset();
+  w.report_round.reset();
+  log({cause == "lease_expired" || cause == "ready_timeout" ? "evict" : "fail", cause, w.id, generation_, w.step,
+       now, first_seen, detail});
+  if (phase_ == Phase::Stopped || phase_ == Phase::Done) return;
+  const bool member = std::find(members_.begin(), members_.end(), w.id) != members_.end();
+  if (phase_ == Phase::Running) {
+    if (member) revoke(cause, w.id, w.step, now, first_seen, false, detail);
+    else check_done(now);
+    return;
+  }
+  // FORMING / RECOVERING: a participant of the round failing revokes it (g+1 -> g+2);
+  // a joiner that was not yet placed just drops out.
+  if (in_round(w.id.slot)) revoke(cause, w.id, w.step, now, first_seen, false, detail);
+}
+
+void Membership::revoke(const std::string& cause, WorkerId who, int64_t step, TimePoint now, TimePoint first_seen,
+                        bool planned, const std::string& detail) {
+  std::set<int> expected;
+  if (phase_ == Phase::Running) {
+    for (const auto& m : members_)
+      if (auto* wk = live_worker(m); wk && !wk->left) expected.insert(m.slot);
+  } else {
+    for (int slot : round_.expected)
+      if (auto it = workers_.find(slot); it != workers_.end() && it->second.live) expected.insert(slot);
+    if (round_plan_)
+      for (const auto& pr : round_plan_->ranks)
+        if (live_worker(pr.worker)) expected.insert(pr.worker.slot);
+  }
+  const uint64_t from = phase_ == Phase::Running ? generation_ : generation_ - 1;
+  const bool forming = phase_ != Phase::Running && round_.forming;
+  if (!in_episode_ && !forming) {  // the first round is not a recovery
+    in_episode_ = true;
+    episode_started_ = now;
+    RecoveryRecord rec;
+    rec.cause = cause;
+    rec.worker = who;
+    rec.planned = planned;
+    rec.from_generation = from;
+    rec.first_seen = first_seen;
+    rec.revoked = now;
+    recoveries_.push_back(rec);
+  }
+  if (in_episode_) recoveries_.back().rounds++;
+  ++generation_;  // generations only grow; a number is never reused
+  phase_ = Phase::Recovering;
+  round_ = Round{};
+  round_.expected = std::move(expected);
+  round_.started = now;
+  round_.forming = forming;
+  round_plan_.reset();
+  last_revoke_planned_ = planned;
+  last_revoke_cause_ = cause;
+  // Every report of the revoked round is void (a receiver may have swapped in new state);
+  // joiners still waiting keep their report, since they have not changed.
+  for (auto& [slot, w] : workers_)
+    if (w.report_round && *w.report_round != 0) w.report_round.reset(), w.report.reset();
+  for (auto& [slot, w] : workers_)
+    if (w.live && w.report_round == 0u) w.report_round = generation_;
+  log({"revoke", cause, who, generation_, step, now, first_seen, detail});
+}
+
+void Membership::try_close_round(TimePoint now) {
+  if ((phase_ != Phase::Forming && phase_ != Phase::Recovering) || round_plan_) return;
+  std::vector<Reporter> reporters;
+  for (const auto& [slot, w] : workers_)
+    if (w.live && !w.left && w.report_round == generation_) reporters.push_back({w.id, *w.report, w.join_order});
+  for (int slot : round_.expected) {
+    auto it = workers_.find(slot);
+    if (it != workers_.end() && it->second.live && it->second.report_round != generation_) return;
+  }
+  const int count = static_cast<int>(reporters.size());
+  const Duration window = round_.forming ? opt_.form_timeout : opt_.join_window;
+  const bool window_passed = now >= round_.started + window;
+  if (!(count >= opt_.target_world || (window_passed && count >= opt_.min_world))) {
+    if (now >= episode_started_ + window + opt_.min_world_timeout)
+      stop_job("below_min_world",
+               rf::str("only ", count, " worker(s) reported for generation ", generation_,
+                       ", fewer than the minimum world size ", opt_.min_world, ", after waiting ",
+                       std::chrono::duration<double>(now - episode_started_).count(), " s"),
+               now);
+    return;
+  }
+  std::vector<int> prev = round_.forming ? std::vector<int>{} : prev_slots_;
+  PlanOutcome out = make_plan(generation_, prev, reporters, opt_.target_world);
+  if (!out.plan) {
+    stop_job("digest_mismatch", out.error, now);
+    return;
+  }
+  round_plan_ = std::move(out.plan);
+  round_.planned_at = now;
+  for (auto& [slot, w] : workers_)  // reporters left out stay standby for the next round
+    if (w.report_round == generation_ && !round_plan_->find(slot)) w.report_round = 0;
+  if (in_episode_) recoveries_.back().planned_at = now;
+  log({"plan", round_.forming ? "forming" : "recovery", {}, generation_, round_plan_->target_step, now, std::nullopt,
+       rf::str("world ", round_plan_->world(), ", T ", round_plan_->target_step)});
+}
+
+void Membership::become_running(TimePoint now) {
+  phase_ = Phase::Running;
+  members_.clear();
+  prev_slots_.clear();
+  for (const auto& pr : round_plan_->ranks) {
+    members_.push_back(pr.worker);
+    prev_slots_.push_back(pr.worker.slot);
+    if (Worker* wk = live_worker(pr.worker)) {
+      wk->report.reset();
+      wk->report_round.reset();
+      wk->step = round_plan_->target_step;
+    }
+  }
+  if (in_episode_) {
+    RecoveryRecord& rec = recoveries_.back();
+    rec.generation = generation_;
+    rec.running_at = now;
+    rec.finished = true;
+    rec.target_step = round_plan_->target_step;
+    rec.world = round_plan_->world();
+    in_episode_ = false;
+  }
+  running_plan_ = std::move(round_plan_);
+  round_plan_.reset();
+  log({"running", "", {}, generation_, running_plan_->target_step, now, std::nullopt,
+       rf::str("world ", running_plan_->world())});
+  check_done(now);
+}
+
+void Membership::stop_job(const std::string& cause, const std::string& error, TimePoint now) {
+  phase_ = Phase::Stopped;
+  error_ = error;
+  log({"stop", cause, {}, generation_, -1, now, std::nullopt, error});
+}
+
+void Membership::check_done(TimePoint now) {
+  if (phase_ != Phase::Running || members_.empty()) return;
+  for (const auto& m : members_) {
+    auto it = workers_.find(m.slot);
+    if (it != workers_.end() && it->second.id == m && it->second.live && !it->second.left) return;
+  }
+  // Every member left; done only if they left on purpose (the failure path revokes
+  // before we get here, so a member that crashed never counts).
+  bool any_left = false;
+  for (const auto& m : members_)
+    if (auto it = workers_.find(m.slot); it != workers_.end() && it->second.id == m && it->second.left) any_left = true;
+  if (!any_left) return;
+  phase_ = Phase::Done;
+  log({"done", stop_flag_ ? "stop" : "finished", {}, generation_, -1, now, std::nullopt, ""});
+}
+
+}  // namespace rf::elastic

@@ -1,0 +1,121 @@
+#pragma once
+// Membership — the generation state machine of PROTOCOL.md, as a pure class: no sockets,
+// no threads, no clock of its own (every method takes `now`). The coordinator's server
+// feeds it events (join, heartbeat, report, ready, failure, connection lost, process
+// exited, leave) and timer ticks, and turns its answers into replies; the same calls in a
+// unit test replay any interleaving exactly (STYLE.md, torchft's quorum_compute).
+//
+// Phases: FORMING (round for generation 1) -> RUNNING -> RECOVERING (round for g+1) ->
+// RUNNING ... and the ends STOPPED (an error) and DONE (every member left after finishing).
+// Generations only grow; a failure during a round revokes it into the next number.
+#include <map>
+#include <optional>
+#include <set>
+#include <utility>
+#include <string>
+#include <vector>
+
+#include "base/clock.h"
+#include "elastic/membership_types.h"
+
+namespace rf::elastic {
+
+class Membership {
+ public:
+  explicit Membership(MembershipOptions options, TimePoint now);
+
+  // --- events --------------------------------------------------------------------------
+  JoinResult join(WorkerId w, TimePoint now);
+  HeartbeatResult heartbeat(WorkerId w, uint64_t worker_generation, int64_t step, TimePoint now);
+  // Step 2. round = the generation being formed as the worker knows it (from a heartbeat
+  // reply); 0 = "the next round that will include me" (new and restarted workers).
+  ReportResult report(WorkerId w, uint64_t round, const StateReport& state, TimePoint now);
+  PlanQuery plan_for(WorkerId w, uint64_t round) const;
+  Answer ready(WorkerId w, uint64_t generation, TimePoint now);
+  ReadyQuery ready_state(WorkerId w, uint64_t generation) const;
+  // A worker saw a peer fail (transport error, D3 stall). Stale generations are ignored.
+  Answer failure_report(WorkerId reporter, uint64_t generation, int64_t step, std::optional<int> peer_slot,
+                        const std::string& cause, TimePoint now);
+  void connection_lost(WorkerId w, TimePoint now);                                  // D1
+  void process_exited(WorkerId w, int status, TimePoint exited_at, TimePoint now);  // D1, by the launcher
+  Answer leave(WorkerId w, TimePoint now);
+  void phase_timing(WorkerId w, uint64_t generation, const std::string& phase, double ms);
+  void request_stop(TimePoint now);
+  // Leases (D2), round closing, the minimum-world deadline and the ready timeout.
+  void tick(TimePoint now);
+
+  // --- state ---------------------------------------------------------------------------
+  Phase phase() const { return phase_; }
+  uint64_t generation() const { return generation_; }
+  const std::vector<WorkerId>& members() const { return members_; }  // rank order, RUNNING
+  const std::optional<Plan>& plan() const { return round_plan_; }    // of the open round
+  const std::optional<Plan>& running_plan() const { return running_plan_; }
+  bool reconfigure_flag() const;
+  bool stop_flag() const { return stop_flag_; }
+  const std::string& error() const { return error_; }
+  int64_t max_member_step() const;
+  const std::vector<RecoveryRecord>& recoveries() const { return recoveries_; }
+  int live_workers() const;
+
+  // Drained by the server: transitions for the event log, workers evicted as hung (the
+  // launcher SIGKILLs them before replacing them).
+  std::vector<Transition> take_transitions() { return std::exchange(transitions_, {}); }
+  std::vector<WorkerId> take_evictions() { return std::exchange(evictions_, {}); }
+
+ private:
+  struct Worker {
+    WorkerId id;
+    bool live = true;
+    bool left = false;
+    TimePoint lease_expiry;
+    TimePoint last_heartbeat;
+    int64_t step = -1;
+    uint64_t seen_generation = 0;
+    std::optional<StateReport> report;
+    std::optional<uint64_t> report_round;  // 0 = waiting for the next round
+    uint64_t join_order = 0;
+  };
+  struct Round {
+    std::set<int> expected;  // slots of live members of the previous generation
+    TimePoint started;
+    TimePoint planned_at;
+    std::set<int> ready;
+    bool forming = false;
+  };
+
+  Worker* live_worker(WorkerId w);
+  const Worker* live_worker(WorkerId w) const;
+  bool in_round(int slot) const;
+  void fail(Worker& w, const std::string& cause, TimePoint now, TimePoint first_seen, const std::string& detail);
+  void revoke(const std::string& cause, WorkerId who, int64_t step, TimePoint now, TimePoint first_seen,
+              bool planned, const std::string& detail);
+  void try_close_round(TimePoint now);
+  void become_running(TimePoint now);
+  void stop_job(const std::string& cause, const std::string& error, TimePoint now);
+  void check_done(TimePoint now);
+  void log(Transition t) { transitions_.push_back(std::move(t)); }
+
+  MembershipOptions opt_;
+  Phase phase_ = Phase::Forming;
+  uint64_t generation_ = 1;  // FORMING builds generation 1
+  std::map<int, Worker> workers_;  // by slot; only the newest incarnation of a slot
+  std::vector<WorkerId> members_;
+  std::vector<int> prev_slots_;
+  Round round_;
+  std::optional<Plan> round_plan_;
+  std::optional<Plan> running_plan_;
+  bool in_episode_ = false;
+  TimePoint episode_started_;
+  bool last_revoke_planned_ = false;
+  std::string last_revoke_cause_;
+  bool stop_flag_ = false;
+  std::string error_;
+  uint64_t join_counter_ = 0;
+  std::vector<RecoveryRecord> recoveries_;
+  std::vector<Transition> transitions_;
+  std::vector<WorkerId> evictions_;
+};
+
+const char* to_string(Phase p);
+
+}  // namespace rf::elastic

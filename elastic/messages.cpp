@@ -1,0 +1,102 @@
+#include "elastic/messages.h"
+
+#include "base/str.h"
+#include "elastic/frame.h"
+
+namespace rf::elastic {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr int64_t kMaxGen = int64_t{1} << 53;
+constexpr int64_t kMaxStep = int64_t{1} << 53;
+
+uint64_t gen(const json& m, const char* key = "generation") {
+  return static_cast<uint64_t>(get_int(m, key, 0, kMaxGen));
+}
+
+Request decode(const json& m, const std::string& type) {
+  if (type == "hello") {
+    Hello h;
+    h.token = get_str(m, "token", 256);
+    const std::string role = get_str(m, "role", 32);
+    if (role == "member") h.role = Role::Member;
+    else if (role == "caller") h.role = Role::Caller;
+    else if (role == "launcher") h.role = Role::Launcher;
+    else throw ProtocolError(rf::str("field 'role' = '", role, "' is not member, caller or launcher"));
+    if (h.role != Role::Launcher) {
+      h.slot = static_cast<int>(get_int(m, "slot", 0, kMaxSlot));
+      h.incarnation = get_int(m, "incarnation", 0, kMaxGen);
+    }
+    return h;
+  }
+  if (type == "heartbeat") return Heartbeat{gen(m), get_int(m, "step", -1, kMaxStep)};
+  if (type == "report") {
+    Report r;
+    r.round = gen(m, "round");
+    r.has_state = get_bool(m, "has_state");
+    r.step = get_int(m, "step", -1, kMaxStep);
+    r.digest = get_str(m, "digest", 128);
+    if (!r.has_state && (r.step != -1 || !r.digest.empty()))
+      throw ProtocolError("a report without state must have step -1 and an empty digest");
+    return r;
+  }
+  if (type == "plan") return PlanRequest{gen(m, "round"), get_int(m, "timeout_ms", 0, kMaxWaitMs)};
+  if (type == "ready") return Ready{gen(m), get_int(m, "timeout_ms", 0, kMaxWaitMs)};
+  if (type == "kv_set") return KvSet{gen(m), get_str(m, "key", kMaxKeyBytes), get_str(m, "value", kMaxValueBytes)};
+  if (type == "kv_get") return KvGet{gen(m), get_str(m, "key", kMaxKeyBytes)};
+  if (type == "kv_wait")
+    return KvWait{gen(m), get_str(m, "key", kMaxKeyBytes), get_int(m, "timeout_ms", 0, kMaxWaitMs)};
+  if (type == "kv_cas")
+    return KvCas{gen(m), get_str(m, "key", kMaxKeyBytes), get_opt_str(m, "expected", kMaxValueBytes),
+                 get_str(m, "desired", kMaxValueBytes)};
+  if (type == "failure") {
+    FailureReport f;
+    f.generation = gen(m);
+    f.step = get_int(m, "step", -1, kMaxStep);
+    if (auto p = get_opt_int(m, "peer_slot", 0, kMaxSlot)) f.peer_slot = static_cast<int>(*p);
+    f.cause = get_str(m, "cause", kMaxTextBytes);
+    return f;
+  }
+  if (type == "phase") {
+    PhaseTiming p;
+    p.generation = gen(m);
+    p.phase = get_str(m, "phase", 32);
+    if (p.phase != "connect" && p.phase != "transfer" && p.phase != "verify")
+      throw ProtocolError(rf::str("field 'phase' = '", p.phase, "' is not connect, transfer or verify"));
+    auto it = m.find("ms");
+    if (it == m.end() || !it->is_number()) throw ProtocolError("field 'ms' must be a number");
+    p.ms = it->get<double>();
+    if (!(p.ms >= 0 && p.ms < 1e9)) throw ProtocolError("field 'ms' is outside [0, 1e9)");
+    return p;
+  }
+  if (type == "leave") return Leave{};
+  if (type == "status") return Status{};
+  if (type == "exited")
+    return Exited{static_cast<int>(get_int(m, "slot", 0, kMaxSlot)), get_int(m, "incarnation", 0, kMaxGen),
+                  static_cast<int>(get_int(m, "status", -1'000'000, 1'000'000)),
+                  get_int(m, "exited_wall_us", 0, INT64_MAX)};
+  if (type == "stop") return StopJob{};
+  if (type == "summary") return Summary{};
+  throw ProtocolError(rf::str("unknown request type '", type, "'"));
+}
+
+}  // namespace
+
+Request decode_request(const json& m) {
+  const std::string type = m.at("type").get<std::string>();
+  try {
+    return decode(m, type);
+  } catch (const ProtocolError& e) {
+    throw ProtocolError(rf::str("request '", type, "': ", e.what()));
+  }
+}
+
+const char* request_name(const Request& r) {
+  static const char* names[] = {"hello", "heartbeat", "report", "plan", "ready", "kv_set", "kv_get", "kv_wait",
+                                "kv_cas", "failure", "phase", "leave", "status", "exited", "stop", "summary"};
+  return names[r.index()];
+}
+
+}  // namespace rf::elastic

@@ -1,0 +1,51 @@
+#pragma once
+// The requests of the coordinator protocol as typed structs, decoded from a checked frame
+// (frame.h) in one place: every field is validated and typed here, so the server's
+// handlers never touch raw JSON. Replies are plain JSON objects built by the server
+// ({"type": "<request>_reply" or "error", ...}); docs/elastic.md lists them all.
+// A connection says hello first (token + role), then sends one request at a time and
+// waits for its reply (plan, ready and kv_wait may be held until their deadline).
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <variant>
+
+#include <nlohmann/json.hpp>
+
+namespace rf::elastic {
+
+inline constexpr size_t kMaxKeyBytes = 256;
+inline constexpr size_t kMaxValueBytes = 512u << 10;  // hex of a 256 KiB blob
+inline constexpr size_t kMaxTextBytes = 4096;
+inline constexpr int64_t kMaxSlot = 1'000'000;
+inline constexpr int64_t kMaxWaitMs = 3'600'000;
+
+enum class Role { Member, Caller, Launcher };
+
+struct Hello { std::string token; Role role; int slot = -1; int64_t incarnation = 0; };
+struct Heartbeat { uint64_t generation = 0; int64_t step = -1; };
+struct Report { uint64_t round = 0; bool has_state = false; int64_t step = -1; std::string digest; };
+struct PlanRequest { uint64_t round = 0; int64_t timeout_ms = 0; };
+struct Ready { uint64_t generation = 0; int64_t timeout_ms = 0; };
+struct KvSet { uint64_t generation = 0; std::string key, value; };
+struct KvGet { uint64_t generation = 0; std::string key; };
+struct KvWait { uint64_t generation = 0; std::string key; int64_t timeout_ms = 0; };
+struct KvCas { uint64_t generation = 0; std::string key; std::optional<std::string> expected; std::string desired; };
+struct FailureReport { uint64_t generation = 0; int64_t step = -1; std::optional<int> peer_slot; std::string cause; };
+struct PhaseTiming { uint64_t generation = 0; std::string phase; double ms = 0; };
+struct Leave {};
+struct Status {};
+struct Exited { int slot = -1; int64_t incarnation = 0; int status = 0; int64_t exited_wall_us = 0; };
+struct StopJob {};
+struct Summary {};
+
+using Request = std::variant<Hello, Heartbeat, Report, PlanRequest, Ready, KvSet, KvGet, KvWait, KvCas,
+                             FailureReport, PhaseTiming, Leave, Status, Exited, StopJob, Summary>;
+
+// Decodes a message already checked by parse_message(). Throws ProtocolError naming
+// the request type and the field at fault.
+Request decode_request(const nlohmann::json& m);
+
+const char* request_name(const Request& r);
+
+}  // namespace rf::elastic

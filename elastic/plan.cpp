@@ -1,0 +1,100 @@
+#include "elastic/plan.h"
+
+#include <algorithm>
+#include <map>
+
+#include "base/str.h"
+
+namespace rf::elastic {
+
+const PlanRank* Plan::find(int slot) const {
+  for (const auto& r : ranks)
+    if (r.worker.slot == slot) return &r;
+  return nullptr;
+}
+
+PlanOutcome make_plan(uint64_t generation, const std::vector<int>& prev_slots,
+                      const std::vector<Reporter>& reporters, int target_world) {
+  PlanOutcome out;
+  Plan plan;
+  plan.generation = generation;
+
+  bool any_state = false;
+  for (const auto& r : reporters)
+    if (r.report.has_state) {
+      plan.target_step = any_state ? std::max(plan.target_step, r.report.step) : r.report.step;
+      any_state = true;
+    }
+  plan.fresh_start = !any_state;
+  auto holds_t = [&](const Reporter& r) {
+    return any_state && r.report.has_state && r.report.step == plan.target_step;
+  };
+
+  // Step 4: all holders of T must agree, or we refuse to go on.
+  if (any_state) {
+    std::map<std::string, std::vector<const Reporter*>> by_digest;
+    for (const auto& r : reporters)
+      if (holds_t(r)) by_digest[r.report.digest].push_back(&r);
+    if (by_digest.size() > 1) {
+      std::string msg = rf::str("digest mismatch at step ", plan.target_step, " in the round for generation ",
+                                generation, ": replicas diverged, the job stops (PROTOCOL.md step 4):");
+      for (const auto& [digest, rs] : by_digest)
+        for (const Reporter* r : rs)
+          msg += rf::str(" slot ", r->worker.slot, " incarnation ", r->worker.incarnation, " digest '",
+                         digest, "';");
+      msg.pop_back();
+      out.error = msg;
+      return out;
+    }
+    plan.target_digest = by_digest.begin()->first;
+  }
+
+  // Ranks. Holes left by lost workers are filled first by holders of T (no transfer
+  // needed), then by earlier joiners.
+  std::vector<const Reporter*> unassigned;
+  for (const auto& r : reporters) unassigned.push_back(&r);
+  std::stable_sort(unassigned.begin(), unassigned.end(), [&](const Reporter* a, const Reporter* b) {
+    if (prev_slots.empty()) return a->worker.slot < b->worker.slot;  // forming: by slot
+    if (holds_t(*a) != holds_t(*b)) return holds_t(*a);
+    return a->join_order < b->join_order;
+  });
+  auto take_slot = [&](int slot) -> const Reporter* {
+    for (auto it = unassigned.begin(); it != unassigned.end(); ++it)
+      if ((*it)->worker.slot == slot) {
+        const Reporter* r = *it;
+        unassigned.erase(it);
+        return r;
+      }
+    return nullptr;
+  };
+  std::vector<const Reporter*> order(prev_slots.size(), nullptr);
+  for (size_t i = 0; i < prev_slots.size(); ++i) order[i] = take_slot(prev_slots[i]);
+  for (auto& pos : order)
+    if (!pos && !unassigned.empty()) {
+      pos = unassigned.front();
+      unassigned.erase(unassigned.begin());
+    }
+  std::erase(order, nullptr);  // holes nobody fills: the group shrinks, order kept
+  for (const Reporter* r : unassigned) order.push_back(r);
+  if (static_cast<int>(order.size()) > target_world) order.resize(static_cast<size_t>(target_world));
+
+  std::vector<int> holder_ranks;
+  for (size_t i = 0; i < order.size(); ++i) {
+    plan.ranks.push_back(PlanRank{static_cast<int>(i), order[i]->worker, order[i]->report, std::nullopt});
+    if (holds_t(*order[i])) holder_ranks.push_back(static_cast<int>(i));
+  }
+  if (any_state && holder_ranks.empty()) {
+    // Every holder of T was left standby: cannot happen with holders sorted first, but
+    // a plan without a source would lose state, so say so rather than guess.
+    out.error = rf::str("no worker holding step ", plan.target_step, " fits in the world of ", target_world);
+    return out;
+  }
+  size_t next = 0;
+  for (auto& pr : plan.ranks)
+    if (any_state && !(pr.report.has_state && pr.report.step == plan.target_step))
+      pr.source_rank = holder_ranks[next++ % holder_ranks.size()];
+  out.plan = std::move(plan);
+  return out;
+}
+
+}  // namespace rf::elastic
