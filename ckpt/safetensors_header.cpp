@@ -4,6 +4,7 @@
 #include <set>
 
 #include "base/str.h"
+#include "ckpt/crc32c.h"
 #include "ckpt/format_error.h"
 #include "ckpt/safetensors_header.h"
 
@@ -113,6 +114,14 @@ Header parse_header(std::span<const std::byte> file, const std::string& source) 
                                           " bytes that follow: truncated file or wrong header length"));
   }
   const char* text = reinterpret_cast<const char*>(file.data() + 8);
+  // JSON never contains a NUL byte, but nlohmann stops reading at one and accepts what came
+  // before: a header length that is too long (running into zero bytes) must not pass.
+  for (uint64_t i = 0; i < n; ++i) {
+    if (text[i] == '\0') {
+      throw FormatError(source, "", rf::str("header (bytes 8-", 8 + n, ") has a NUL byte at byte ", 8 + i,
+                                            ": wrong header length or damaged header"));
+    }
+  }
 
   ParseWatch w;
   json::parser_callback_t cb = [&w](int depth, json::parse_event_t ev, json& parsed) {
@@ -187,6 +196,19 @@ Header parse_header(std::span<const std::byte> file, const std::string& source) 
                                           expect < data_size ? " (trailing bytes)" : ""));
   }
   return out;
+}
+
+uint32_t metadata_crc(const std::map<std::string, std::string>& metadata) {
+  uint32_t crc = 0;
+  const char nul = 0;
+  for (const auto& [k, v] : metadata) {
+    if (k == kCrcKey || k == kDigestKey || k == kMetaCrcKey) continue;
+    crc = crc32c(k.data(), k.size(), crc);
+    crc = crc32c(&nul, 1, crc);
+    crc = crc32c(v.data(), v.size(), crc);
+    crc = crc32c(&nul, 1, crc);
+  }
+  return crc;
 }
 
 void digest_tensor(rf::StateDigest& d, const std::string& name, DType dtype, std::span<const int64_t> shape,

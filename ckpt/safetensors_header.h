@@ -17,6 +17,7 @@ constexpr uint64_t kMaxHeaderBytes = 100'000'000;
 // Metadata keys the writer fills in and the reader verifies.
 inline constexpr const char* kCrcKey = "crc32c";              // JSON object string: name -> 8 hex digits
 inline constexpr const char* kDigestKey = "state_digest";     // 32 hex digits (rf::StateDigest)
+inline constexpr const char* kMetaCrcKey = "metadata_crc32c";  // 8 hex digits over the other metadata
 
 struct TensorInfo {
   std::string name;
@@ -45,5 +46,9 @@ Header parse_header(std::span<const std::byte> file, const std::string& source);
 // and bytes are fed to rf::StateDigest. Writer and reader call this same function.
 void digest_tensor(rf::StateDigest& d, const std::string& name, DType dtype, std::span<const int64_t> shape,
                    const void* data, size_t bytes);
+
+// CRC32C over every metadata entry except the three integrity keys, in key order, each
+// framed as key NUL value NUL: a flipped byte in "step" is caught like one in a tensor.
+uint32_t metadata_crc(const std::map<std::string, std::string>& metadata);
 
 }  // namespace rf::ckpt

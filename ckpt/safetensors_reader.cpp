@@ -61,13 +61,18 @@ SafetensorsReader::SafetensorsReader(std::vector<std::byte> bytes, std::string s
   header_ = parse_header(bytes_, source_);
   for (size_t i = 0; i < header_.tensors.size(); ++i) index_[header_.tensors[i].name] = i;
   if (opts.require_integrity && !has_integrity()) {
-    throw FormatError(source_, "", rf::str("has no '", kCrcKey, "' and '", kDigestKey,
+    throw FormatError(source_, "", rf::str("has no '", kCrcKey, "', '", kDigestKey, "' and '", kMetaCrcKey,
                                            "' metadata (not a ringfence snapshot?)"));
   }
-  if (opts.verify_integrity && (metadata().count(kCrcKey) || metadata().count(kDigestKey))) verify_integrity();
+  if (opts.verify_integrity &&
+      (metadata().count(kCrcKey) || metadata().count(kDigestKey) || metadata().count(kMetaCrcKey))) {
+    verify_integrity();
+  }
 }
 
-bool SafetensorsReader::has_integrity() const { return metadata().count(kCrcKey) && metadata().count(kDigestKey); }
+bool SafetensorsReader::has_integrity() const {
+  return metadata().count(kCrcKey) && metadata().count(kDigestKey) && metadata().count(kMetaCrcKey);
+}
 
 const TensorInfo* SafetensorsReader::find(const std::string& name) const {
   auto it = index_.find(name);
@@ -126,6 +131,13 @@ void SafetensorsReader::verify_integrity() const {
       throw ChecksumError(source_, t.name, rf::str("corrupted: crc32c of its ", b.size(), " bytes is ", actual,
                                                    ", the file recorded ", it->get_ref<const std::string&>()));
     }
+  }
+  auto mcrc = metadata().find(kMetaCrcKey);
+  if (mcrc == metadata().end()) throw ChecksumError(source_, "", rf::str("no '", kMetaCrcKey, "' metadata"));
+  const std::string mactual = hex32(metadata_crc(metadata()));
+  if (mactual != mcrc->second) {
+    throw ChecksumError(source_, "", rf::str("metadata corrupted: crc32c of the metadata is ", mactual,
+                                             ", the file recorded ", mcrc->second));
   }
   auto dig = metadata().find(kDigestKey);
   if (dig == metadata().end()) throw ChecksumError(source_, "", rf::str("no '", kDigestKey, "' metadata"));

@@ -26,7 +26,7 @@ class SafetensorsReader {
   const std::string& source() const { return source_; }
   const std::vector<TensorInfo>& tensors() const { return header_.tensors; }  // data order
   const std::map<std::string, std::string>& metadata() const { return header_.metadata; }
-  bool has_integrity() const;  // carries crc32c and state_digest metadata
+  bool has_integrity() const;  // carries crc32c, state_digest and metadata_crc32c
 
   const TensorInfo* find(const std::string& name) const;  // nullptr when absent
   const TensorInfo& at(const std::string& name) const;    // FormatError when absent
@@ -39,7 +39,8 @@ class SafetensorsReader {
     copy_to(name, dtype, std::span<const int64_t>(shape.begin(), shape.size()), dst);
   }
 
-  // Recomputes the CRC of every tensor and the state digest (ChecksumError on damage).
+  // Recomputes the CRC of every tensor and of the metadata, and the state digest
+  // (ChecksumError on damage).
   void verify_integrity() const;
   std::string state_digest() const;  // recomputed from the data, 32 hex digits
 

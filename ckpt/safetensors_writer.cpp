@@ -46,7 +46,7 @@ void SafetensorsWriter::add(std::string name, DType dtype, std::vector<int64_t> 
 }
 
 void SafetensorsWriter::set_metadata(const std::string& key, std::string value) {
-  if (key == kCrcKey || key == kDigestKey) {
+  if (key == kCrcKey || key == kDigestKey || key == kMetaCrcKey) {
     throw rf::InvalidInput(rf::str("SafetensorsWriter: metadata '", key, "' is computed by the writer"));
   }
   metadata_[key] = std::move(value);
@@ -77,6 +77,7 @@ std::string SafetensorsWriter::header_json() const {
   for (const Entry* e : file_order()) crcs[e->name] = hex32(crc32c(e->data, e->bytes));
   meta[kCrcKey] = crcs.dump();
   meta[kDigestKey] = state_digest();
+  meta[kMetaCrcKey] = hex32(metadata_crc(metadata_));
   h["__metadata__"] = meta;
   uint64_t offset = 0;
   for (const Entry* e : file_order()) {

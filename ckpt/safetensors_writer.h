@@ -17,8 +17,8 @@ class SafetensorsWriter {
   // Throws rf::InvalidInput for an empty, reserved ("__metadata__") or duplicate name or a
   // negative dimension.
   void add(std::string name, DType dtype, std::vector<int64_t> shape, const void* data);
-  // Metadata values are strings, as safetensors requires. "crc32c" and "state_digest" are
-  // filled in at write time and cannot be set by hand.
+  // Metadata values are strings, as safetensors requires. "crc32c", "state_digest" and
+  // "metadata_crc32c" are filled in at write time and cannot be set by hand.
   void set_metadata(const std::string& key, std::string value);
 
   std::vector<std::byte> to_bytes() const;

@@ -11,7 +11,7 @@
 //   world_size      W at that generation
 //   optimizer       e.g. "sgd"
 //   optimizer_hparams  e.g. {"lr":0.05,"momentum":0.9}
-//   crc32c, state_digest   filled in by the writer, verified by the reader
+//   crc32c, state_digest, metadata_crc32c   filled in by the writer, verified by the reader
 #include <cstdint>
 #include <string>
 
