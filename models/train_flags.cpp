@@ -1,0 +1,107 @@
+#include "models/train_flags.h"
+
+#include <charconv>
+#include <cmath>
+#include <functional>
+#include <map>
+
+#include "base/str.h"
+
+namespace rf::models {
+namespace {
+
+int64_t parse_int(const std::string& flag, const std::string& v, int64_t min) {
+  int64_t out = 0;
+  auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
+  if (ec != std::errc() || p != v.data() + v.size() || v.empty())
+    throw FlagError(str(flag, ": '", v, "' is not an integer"));
+  if (out < min) throw FlagError(str(flag, ": ", out, " is below the minimum ", min));
+  return out;
+}
+
+float parse_float(const std::string& flag, const std::string& v) {
+  size_t used = 0;
+  double d = 0;
+  try {
+    d = std::stod(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != v.size() || v.empty() || !std::isfinite(d) || d < 0)
+    throw FlagError(str(flag, ": '", v, "' is not a non-negative number"));
+  return static_cast<float>(d);
+}
+
+}  // namespace
+
+std::string train_usage(ModelKind kind) {
+  const std::string name = std::string("train_") + model_name(kind);
+  return name + " — train the reference " + model_name(kind) +
+         " on Fashion-MNIST (one process, CPU)\n"
+         "usage: " + name + " [flags]\n"
+         "  --epochs N         epochs over the training set (default 1)\n"
+         "  --batch N          global batch size (default 128)\n"
+         "  --lr X             SGD learning rate (default 0.05)\n"
+         "  --momentum X       SGD momentum (default 0.9)\n"
+         "  --seed N           model init and batch order (default 0)\n"
+         "  --data-dir DIR     Fashion-MNIST IDX files (default /usr/share/datasets/fashion-mnist)\n"
+         "  --threads N        GEMM threads (default 1)\n"
+         "  --log-interval N   print step, loss, samples/s every N steps (default 50, 0 = quiet)\n"
+         "  --max-steps N      stop after N steps\n"
+         "  --synthetic N      train on N synthetic samples instead of Fashion-MNIST\n"
+         "  --init FILE        initial parameters from safetensors (PyTorch names)\n"
+         "  --metrics FILE     write a JSON summary (test_accuracy, final_loss, steps,\n"
+         "                     samples_per_sec, state_digest, ...)\n"
+         "  --loss-log FILE    JSON lines {\"step\":s,\"loss\":x} (mean over the global batch)\n"
+         "  --batch-log FILE   JSON lines {\"step\":s,\"indices\":[...]} (global batch samples)\n"
+         "  --help             this text\n";
+}
+
+ParsedFlags parse_train_flags(const std::vector<std::string>& args, ModelKind kind) {
+  ParsedFlags out;
+  TrainOptions& o = out.options;
+  o.model = kind;
+  using Setter = std::function<void(const std::string& flag, const std::string& v)>;
+  const std::map<std::string, Setter> setters = {
+      {"--epochs", [&](auto& f, auto& v) { o.epochs = parse_int(f, v, 1); }},
+      {"--batch", [&](auto& f, auto& v) { o.batch = parse_int(f, v, 1); }},
+      {"--lr", [&](auto& f, auto& v) { o.lr = parse_float(f, v); }},
+      {"--momentum", [&](auto& f, auto& v) { o.momentum = parse_float(f, v); }},
+      {"--seed", [&](auto& f, auto& v) { o.seed = static_cast<uint64_t>(parse_int(f, v, 0)); }},
+      {"--data-dir", [&](auto&, auto& v) { o.data_dir = v; }},
+      {"--threads", [&](auto& f, auto& v) { o.threads = static_cast<int>(parse_int(f, v, 1)); }},
+      {"--log-interval", [&](auto& f, auto& v) { o.log_interval = parse_int(f, v, 0); }},
+      {"--max-steps", [&](auto& f, auto& v) { o.max_steps = parse_int(f, v, 0); }},
+      {"--synthetic", [&](auto& f, auto& v) { o.synthetic = parse_int(f, v, 1); }},
+      {"--init", [&](auto&, auto& v) { o.init_file = v; }},
+      {"--metrics", [&](auto&, auto& v) { o.metrics_file = v; }},
+      {"--loss-log", [&](auto&, auto& v) { o.loss_log = v; }},
+      {"--batch-log", [&](auto&, auto& v) { o.batch_log = v; }},
+  };
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string flag = args[i], value;
+    if (flag == "--help" || flag == "-h") {
+      out.help = true;
+      continue;
+    }
+    const size_t eq = flag.find('=');
+    bool inline_value = false;
+    if (flag.rfind("--", 0) == 0 && eq != std::string::npos) {
+      value = flag.substr(eq + 1);
+      flag = flag.substr(0, eq);
+      inline_value = true;
+    }
+    auto it = setters.find(flag);
+    if (it == setters.end()) throw FlagError(str("unknown flag '", args[i], "' (see --help)"));
+    if (!inline_value) {
+      if (i + 1 >= args.size()) throw FlagError(str(flag, ": missing value"));
+      value = args[++i];
+    }
+    if (value.empty()) throw FlagError(str(flag, ": empty value"));
+    it->second(flag, value);
+  }
+  if (o.threads > 1024) throw FlagError(str("--threads: ", o.threads, " is too many"));
+  return out;
+}
+
+}  // namespace rf::models

@@ -1,0 +1,146 @@
+#include "models/train_loop.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <ostream>
+
+#include "base/clock.h"
+#include "base/error.h"
+#include "base/str.h"
+#include "core/data/data.h"
+#include "core/ops.h"
+#include "core/optim/sgd.h"
+#include "core/state_digest.h"
+#include "kernels/cpu/gemm.h"
+#include "models/evaluate.h"
+#include "models/init_file.h"
+
+namespace rf::models {
+namespace {
+
+// Synthetic mode: one stream of n + n_test samples split in two, so the test samples are
+// fresh draws of the same class patterns.
+void make_synthetic_split(int64_t n, uint64_t seed, data::Dataset& train, data::Dataset& test) {
+  const int64_t n_test = std::clamp<int64_t>(n / 5, 1, 10000);
+  data::Dataset all = data::make_synthetic(n + n_test, 1, 28, 28, 10, seed);
+  const int64_t d = all.sample_size();
+  train = all;
+  train.n = n;
+  train.images.resize(n * d);
+  train.labels.resize(n);
+  test = all;
+  test.n = n_test;
+  test.images.assign(all.images.begin() + n * d, all.images.end());
+  test.labels.assign(all.labels.begin() + n, all.labels.end());
+}
+
+std::ofstream open_log(const std::string& path, const char* flag) {
+  std::ofstream f(path, std::ios::trunc);
+  if (!f) throw InvalidInput(str(flag, " ", path, ": cannot open for writing"));
+  return f;
+}
+
+}  // namespace
+
+TrainResult train(const TrainOptions& opt, std::ostream& log) {
+  kernels::cpu::set_num_threads(opt.threads);
+  data::Dataset train_set, test_set;
+  if (opt.synthetic > 0) {
+    make_synthetic_split(opt.synthetic, opt.seed, train_set, test_set);
+  } else {
+    train_set = data::load_fashion_mnist(opt.data_dir, data::Split::Train);
+    test_set = data::load_fashion_mnist(opt.data_dir, data::Split::Test);
+  }
+
+  auto model = make_model(opt.model, opt.seed);
+  if (!opt.init_file.empty()) load_parameters(*model, opt.init_file);
+  optim::SGD sgd(model->named_parameters(), {.lr = opt.lr, .momentum = opt.momentum});
+  data::Sampler sampler(train_set.n, opt.batch, opt.seed);
+
+  std::ofstream loss_log, batch_log;
+  if (!opt.loss_log.empty()) loss_log = open_log(opt.loss_log, "--loss-log");
+  if (!opt.batch_log.empty()) batch_log = open_log(opt.batch_log, "--batch-log");
+
+  int64_t total_steps = opt.epochs * sampler.steps_per_epoch();
+  if (opt.max_steps >= 0) total_steps = std::min(total_steps, opt.max_steps);
+  log << "== train_" << model_name(opt.model) << ": " << model->num_parameters()
+      << " parameters, " << train_set.n << " training samples, batch " << opt.batch << ", "
+      << total_steps << " steps, " << opt.threads << " thread(s)\n";
+
+  TrainResult r;
+  std::vector<int32_t> labels;
+  const TimePoint t0 = Clock::now();
+  TimePoint window_t = t0;
+  int64_t window_samples = 0;
+  for (int64_t step = 0; step < total_steps; ++step) {
+    const std::vector<int64_t> idx = sampler.global_batch(step);
+    const int64_t b = static_cast<int64_t>(idx.size());
+    // Tensors come from the caching allocator: the same sizes every step, no page faults.
+    Tensor x = Tensor::empty({b, train_set.c, train_set.h, train_set.w});
+    labels.resize(b);
+    data::gather_batch(train_set, idx, x.data(), labels.data());
+
+    sgd.zero_grad();
+    Tensor loss = cross_entropy((*model)(x), labels, Reduction::Mean);
+    const float loss_value = loss.item();
+    loss.backward();
+    sgd.step();
+
+    r.final_loss = loss_value;
+    r.samples += b;
+    window_samples += b;
+    if (loss_log.is_open()) loss_log << "{\"step\":" << step << ",\"loss\":" << nlohmann::json(loss_value).dump() << "}\n";
+    if (batch_log.is_open()) batch_log << "{\"step\":" << step << ",\"indices\":" << nlohmann::json(idx).dump() << "}\n";
+    if (opt.log_interval > 0 && ((step + 1) % opt.log_interval == 0 || step + 1 == total_steps)) {
+      const double dt = seconds_since(window_t);
+      char line[160];
+      std::snprintf(line, sizeof line, "step %6lld/%lld  epoch %lld  loss %.4f  %.0f samples/s\n",
+                    static_cast<long long>(step + 1), static_cast<long long>(total_steps),
+                    static_cast<long long>(step / sampler.steps_per_epoch()), loss_value,
+                    dt > 0 ? window_samples / dt : 0.0);
+      log << line << std::flush;
+      window_t = Clock::now();
+      window_samples = 0;
+    }
+  }
+  r.train_seconds = seconds_since(t0);
+  r.steps = total_steps;
+  r.samples_per_sec = r.train_seconds > 0 ? r.samples / r.train_seconds : 0.0;
+  r.state_digest = state_digest(*model, sgd);
+
+  const EvalResult ev = evaluate(*model, test_set);
+  r.test_accuracy = ev.accuracy();
+  r.test_loss = ev.mean_loss;
+  char line[200];
+  std::snprintf(line, sizeof line,
+                "== test accuracy %.2f%% (%lld/%lld), test loss %.4f, final loss %.4f, "
+                "%.0f samples/s, state %s\n",
+                100.0 * r.test_accuracy, static_cast<long long>(ev.correct),
+                static_cast<long long>(ev.total), r.test_loss, r.final_loss, r.samples_per_sec,
+                r.state_digest.c_str());
+  log << line << std::flush;
+  if (!opt.metrics_file.empty()) write_metrics(opt.metrics_file, opt, r);
+  return r;
+}
+
+void write_metrics(const std::string& path, const TrainOptions& opt, const TrainResult& r) {
+  nlohmann::json j = {{"model", model_name(opt.model)},
+                      {"test_accuracy", r.test_accuracy},
+                      {"test_loss", r.test_loss},
+                      {"final_loss", r.final_loss},
+                      {"steps", r.steps},
+                      {"samples", r.samples},
+                      {"train_seconds", r.train_seconds},
+                      {"samples_per_sec", r.samples_per_sec},
+                      {"state_digest", r.state_digest},
+                      {"batch", opt.batch},
+                      {"threads", opt.threads},
+                      {"seed", opt.seed}};
+  std::ofstream f = open_log(path, "--metrics");
+  f << j.dump(2) << "\n";
+  if (!f) throw Error(str("--metrics ", path, ": write failed"));
+}
+
+}  // namespace rf::models

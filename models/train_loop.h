@@ -1,0 +1,49 @@
+#pragma once
+// The single-process training loop of the reference models: the global batch of step s
+// comes from the sampler (a pure function of (seed, s), PROTOCOL.md R3), loss =
+// cross-entropy averaged over the batch, SGD with momentum. It prints step, loss and
+// samples/s every log interval and the test accuracy at the end.
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+
+#include "models/reference.h"
+
+namespace rf::models {
+
+struct TrainOptions {
+  ModelKind model = ModelKind::MLP;
+  int64_t epochs = 1;
+  int64_t batch = 128;       // global batch
+  float lr = 0.05f;
+  float momentum = 0.9f;
+  uint64_t seed = 0;         // model init and batch order
+  std::string data_dir = "/usr/share/datasets/fashion-mnist";
+  int threads = 1;
+  int64_t log_interval = 50; // steps; 0 = quiet
+  int64_t max_steps = -1;    // stop after this many steps (-1: all epochs)
+  int64_t synthetic = 0;     // > 0: train on this many synthetic samples instead
+  std::string init_file;     // safetensors with PyTorch names
+  std::string metrics_file;  // JSON summary
+  std::string loss_log;      // JSON lines {"step":s,"loss":x}
+  std::string batch_log;     // JSON lines {"step":s,"indices":[...]}
+};
+
+struct TrainResult {
+  double test_accuracy = 0.0;  // fraction in [0, 1]
+  double test_loss = 0.0;
+  double final_loss = 0.0;     // loss of the last step
+  int64_t steps = 0;
+  int64_t samples = 0;
+  double train_seconds = 0.0;  // the training loop only (no data loading, no evaluation)
+  double samples_per_sec = 0.0;
+  std::string state_digest;    // parameters + optimizer state, 32 hex
+};
+
+TrainResult train(const TrainOptions& opt, std::ostream& log);
+
+// Writes the --metrics JSON (keys test_accuracy, final_loss, steps, samples_per_sec,
+// state_digest, plus model, test_loss, samples, train_seconds, batch, threads).
+void write_metrics(const std::string& path, const TrainOptions& opt, const TrainResult& r);
+
+}  // namespace rf::models

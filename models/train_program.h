@@ -1,0 +1,10 @@
+#pragma once
+// main() of train_mlp / train_cnn: flags, training, exit codes (0 ok, 1 failure such as
+// missing data or a bad --init file, 2 bad flags).
+#include "models/reference.h"
+
+namespace rf::models {
+
+int train_program_main(int argc, char** argv, ModelKind kind);
+
+}  // namespace rf::models
