@@ -1,0 +1,645 @@
+// The generation state machine, driven with an injected clock: every transition of
+// PROTOCOL.md (forming, D1, D2, rounds, join window, minimum world size, digest mismatch,
+// g+1 revoked into g+2, stale messages, planned grow and stop).
+#include <doctest/doctest.h>
+
+#include <algorithm>
+
+#include "base/error.h"
+#include "elastic/membership.h"
+
+using namespace rf::elastic;
+using namespace std::chrono_literals;
+
+namespace {
+
+struct Sim {
+  rf::TimePoint now = rf::TimePoint{} + 1000s;
+  MembershipOptions opt;
+  Membership m;
+  std::vector<Transition> log;
+
+  static MembershipOptions make(int w, int min) {
+    MembershipOptions o;
+    o.target_world = w;
+    o.min_world = min;
+    o.heartbeat = 100ms;
+    o.lease = 1s;
+    o.join_window = 2s;
+    o.form_timeout = 10s;
+    o.min_world_timeout = 5s;
+    o.ready_timeout = 20s;
+    return o;
+  }
+  explicit Sim(int w, int min = 1) : opt(make(w, min)), m(opt, now) {}
+
+  void drain() {
+    for (auto& t : m.take_transitions()) log.push_back(t);
+  }
+  void advance(rf::Duration d) {
+    now += d;
+    m.tick(now);
+    drain();
+  }
+  // Heartbeats from the given slots (incarnation as registered) at their steps.
+  void beat(const std::vector<WorkerId>& ws, int64_t step, uint64_t g) {
+    for (auto w : ws) m.heartbeat(w, g, step, now);
+  }
+  // Lets time pass in 100 ms steps while the given workers keep heartbeating.
+  void run_for(rf::Duration d, const std::vector<WorkerId>& ws, int64_t step) {
+    for (rf::Duration t{}; t < d; t += 100ms) {
+      beat(ws, step, m.generation());
+      advance(100ms);
+    }
+  }
+  void join(WorkerId w) {
+    REQUIRE(m.join(w, now).ok());
+    drain();
+  }
+  Answer report(WorkerId w, uint64_t round, int64_t step, const std::string& digest = "d") {
+    auto a = m.report(w, round, StateReport{true, step, digest}, now);
+    drain();
+    return a;
+  }
+  Answer report_new(WorkerId w, uint64_t round = 0) {
+    auto a = m.report(w, round, StateReport{}, now);
+    drain();
+    return a;
+  }
+  void ready_all() {
+    REQUIRE(m.plan());
+    const Plan p = *m.plan();
+    for (const auto& r : p.ranks) REQUIRE(m.ready(r.worker, p.generation, now).ok());
+    drain();
+  }
+  // Forms generation 1 with slots 0..n-1, all at step -1 with the same initial digest.
+  std::vector<WorkerId> form(int n) {
+    std::vector<WorkerId> ws;
+    for (int i = 0; i < n; ++i) ws.push_back({i, 0});
+    for (auto w : ws) join(w);
+    for (auto w : ws) REQUIRE(report(w, 0, -1, "init").ok());
+    REQUIRE(m.plan());
+    ready_all();
+    REQUIRE(m.phase() == Phase::Running);
+    return ws;
+  }
+  int count(const std::string& event, const std::string& cause = "") const {
+    return static_cast<int>(std::count_if(log.begin(), log.end(), [&](const Transition& t) {
+      return t.event == event && (cause.empty() || t.cause == cause);
+    }));
+  }
+  const Transition& last(const std::string& event) const {
+    for (auto it = log.rbegin(); it != log.rend(); ++it)
+      if (it->event == event) return *it;
+    FAIL("no event ", event);
+    return log.front();
+  }
+};
+
+std::vector<int> slots_of(const Plan& p) {
+  std::vector<int> s;
+  for (auto& r : p.ranks) s.push_back(r.worker.slot);
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("forming: generation 1 forms when all W have reported, ranks by slot") {
+  Sim s(3);
+  CHECK(s.m.phase() == Phase::Forming);
+  CHECK(s.m.generation() == 1);
+  s.join({2, 0});
+  s.join({0, 0});
+  s.join({1, 0});
+  s.report({2, 0}, 0, -1, "init");
+  s.report({0, 0}, 0, -1, "init");
+  CHECK_FALSE(s.m.plan());  // 2 of 3, window not passed
+  s.report({1, 0}, 0, -1, "init");
+  REQUIRE(s.m.plan());
+  CHECK(slots_of(*s.m.plan()) == std::vector<int>{0, 1, 2});
+  CHECK(s.m.plan()->target_step == -1);
+  for (auto& r : s.m.plan()->ranks) CHECK_FALSE(r.source_rank);
+  CHECK(s.m.plan_for({0, 0}, 0).kind == PlanQuery::Ready);
+  // Not running until every rank is ready (step 7).
+  s.m.ready({0, 0}, 1, s.now);
+  s.m.ready({1, 0}, 1, s.now);
+  CHECK(s.m.phase() == Phase::Forming);
+  CHECK(s.m.ready_state({0, 0}, 1).kind == ReadyQuery::Pending);
+  s.m.ready({2, 0}, 1, s.now);
+  s.drain();
+  CHECK(s.m.phase() == Phase::Running);
+  CHECK(s.m.ready_state({0, 0}, 1).kind == ReadyQuery::Running);
+  CHECK(s.m.members().size() == 3);
+  CHECK(s.count("running") == 1);
+  CHECK(s.m.recoveries().empty());  // forming is not a recovery
+}
+
+TEST_CASE("forming: after the form timeout it starts with at least min_world, else stops") {
+  SUBCASE("enough") {
+    Sim s(3, 2);
+    s.join({0, 0});
+    s.join({1, 0});
+    s.report({0, 0}, 0, -1, "init");
+    s.report({1, 0}, 0, -1, "init");
+    for (int i = 0; i < 99; ++i) {  // 9.9 s of heartbeats
+      s.beat({{0, 0}, {1, 0}}, -1, 0);
+      s.advance(100ms);
+    }
+    CHECK_FALSE(s.m.plan());
+    s.beat({{0, 0}, {1, 0}}, -1, 0);
+    s.advance(100ms);
+    REQUIRE(s.m.plan());
+    CHECK(s.m.plan()->world() == 2);
+  }
+  SUBCASE("too few") {
+    Sim s(3, 2);
+    s.join({0, 0});
+    s.report({0, 0}, 0, -1, "init");
+    for (int i = 0; i < 160 && s.m.phase() != Phase::Stopped; ++i) {
+      s.beat({{0, 0}}, -1, 0);
+      s.advance(100ms);
+    }
+    CHECK(s.m.phase() == Phase::Stopped);
+    CHECK(s.m.error().find("minimum world size 2") != std::string::npos);
+    CHECK(s.count("stop", "below_min_world") == 1);
+    CHECK(s.m.join({5, 0}, s.now).kind == Answer::Stopped);
+  }
+}
+
+TEST_CASE("D1: a member's connection closing revokes g at once") {
+  Sim s(3);
+  auto ws = s.form(3);
+  s.beat(ws, 10, 1);
+  s.advance(50ms);
+  s.m.connection_lost({1, 0}, s.now);
+  s.drain();
+  CHECK(s.m.phase() == Phase::Recovering);
+  CHECK(s.m.generation() == 2);
+  const Transition& r = s.last("revoke");
+  CHECK(r.cause == "connection_closed");
+  CHECK(r.worker == WorkerId{1, 0});
+  CHECK(r.generation == 2);
+  CHECK(r.step == 10);
+  REQUIRE(r.first_seen);
+  CHECK(*r.first_seen == s.now);
+  // Survivors learn it in their next heartbeat reply.
+  auto h = s.m.heartbeat({0, 0}, 1, 10, s.now);
+  CHECK(h.generation == 2);
+  CHECK(h.phase == Phase::Recovering);
+  CHECK_FALSE(h.fenced);
+  CHECK_FALSE(h.planned);
+  CHECK(h.cause == "connection_closed");
+  // The dead worker is fenced if it ever speaks again.
+  CHECK(s.m.heartbeat({1, 0}, 1, 10, s.now).fenced);
+  // The launcher's exit report for the same death does not revoke twice.
+  s.m.process_exited({1, 0}, 9, s.now, s.now);
+  s.drain();
+  CHECK(s.m.generation() == 2);
+  CHECK(s.count("revoke") == 1);
+}
+
+TEST_CASE("D1 by the launcher: process exit revokes with the time since the exit") {
+  Sim s(2);
+  auto ws = s.form(2);
+  const auto exited_at = s.now;
+  s.now += 30ms;
+  s.m.process_exited({0, 0}, 137, exited_at, s.now);
+  s.drain();
+  const Transition& r = s.last("revoke");
+  CHECK(r.cause == "process_exited");
+  CHECK(s.now - *r.first_seen == 30ms);
+}
+
+TEST_CASE("D2: a worker that stops heartbeating is evicted after one lease") {
+  Sim s(3);
+  auto ws = s.form(3);
+  rf::TimePoint last_beat_1 = s.now;
+  for (int i = 0; i < 9; ++i) {
+    s.beat({{0, 0}, {1, 0}, {2, 0}}, 5, 1);
+    last_beat_1 = s.now;
+    s.advance(100ms);
+  }
+  // From here slot 1 is silent (SIGSTOP): nothing happens before its lease runs out.
+  int ticks = 0;
+  while (s.m.generation() == 1 && ticks < 100) {
+    s.beat({{0, 0}, {2, 0}}, 5, 1);
+    s.advance(10ms);
+    ++ticks;
+  }
+  CHECK(s.m.generation() == 2);
+  const auto waited = s.now - last_beat_1;
+  CHECK(waited >= 1s);
+  CHECK(waited <= 1s + 20ms);
+  const Transition& r = s.last("revoke");
+  CHECK(r.cause == "lease_expired");
+  CHECK(r.worker == WorkerId{1, 0});
+  REQUIRE(r.first_seen);
+  CHECK(*r.first_seen == last_beat_1 + 100ms);  // the first heartbeat that did not come
+  CHECK(s.count("evict", "lease_expired") == 1);
+  auto ev = s.m.take_evictions();
+  REQUIRE(ev.size() == 1);
+  CHECK(ev[0] == WorkerId{1, 0});
+}
+
+TEST_CASE("recovery: a replacement joining within the join window keeps W and the rank") {
+  Sim s(3);
+  auto ws = s.form(3);
+  s.m.connection_lost({1, 0}, s.now);
+  s.drain();
+  REQUIRE(s.m.generation() == 2);
+  // Survivors report: slot 0 applied step 10, slot 2 was one behind (R2).
+  CHECK(s.report({0, 0}, 2, 10, "d10").ok());
+  CHECK(s.report({2, 0}, 2, 9, "d9").ok());
+  s.advance(300ms);
+  CHECK_FALSE(s.m.plan());  // W not reached, window open
+  s.join({1, 1});           // restarted by the launcher
+  CHECK(s.report_new({1, 1}).ok());
+  REQUIRE(s.m.plan());
+  const Plan p = *s.m.plan();
+  CHECK(p.generation == 2);
+  CHECK(p.target_step == 10);
+  CHECK(p.target_digest == "d10");
+  CHECK(slots_of(p) == std::vector<int>{0, 1, 2});
+  CHECK(p.ranks[1].worker == WorkerId{1, 1});
+  CHECK_FALSE(p.ranks[0].source_rank);
+  CHECK(p.ranks[1].source_rank == 0);
+  CHECK(p.ranks[2].source_rank == 0);
+  s.ready_all();
+  CHECK(s.m.phase() == Phase::Running);
+  CHECK(s.m.generation() == 2);
+  REQUIRE(s.m.recoveries().size() == 1);
+  const auto& rec = s.m.recoveries()[0];
+  CHECK(rec.finished);
+  CHECK(rec.cause == "connection_closed");
+  CHECK(rec.world == 3);
+  CHECK(rec.rounds == 1);
+  CHECK(rec.target_step == 10);
+}
+
+TEST_CASE("recovery: no replacement -> the group shrinks after the join window, order kept") {
+  Sim s(3);
+  auto ws = s.form(3);
+  s.m.connection_lost({1, 0}, s.now);
+  s.drain();
+  s.report({0, 0}, 2, 4, "x");
+  s.report({2, 0}, 2, 4, "x");
+  for (int i = 0; i < 19; ++i) {
+    s.beat({{0, 0}, {2, 0}}, 4, 1);
+    s.advance(100ms);
+  }
+  CHECK_FALSE(s.m.plan());
+  s.beat({{0, 0}, {2, 0}}, 4, 1);
+  s.advance(100ms);  // 2 s: the join window has passed
+  REQUIRE(s.m.plan());
+  CHECK(slots_of(*s.m.plan()) == std::vector<int>{0, 2});
+  for (auto& r : s.m.plan()->ranks) CHECK_FALSE(r.source_rank);
+  s.ready_all();
+  CHECK(s.m.members().size() == 2);
+}
+
+TEST_CASE("recovery: the round waits for every live member of g before closing") {
+  Sim s(3);
+  auto ws = s.form(3);
+  s.m.connection_lost({2, 0}, s.now);
+  s.drain();
+  s.report({0, 0}, 2, 4, "x");
+  s.join({2, 1});
+  s.report_new({2, 1});
+  CHECK_FALSE(s.m.plan());  // W reached, but slot 1 (alive) has not reported
+  s.report({1, 0}, 2, 4, "x");
+  CHECK(s.m.plan());
+}
+
+TEST_CASE("a failure during recovery revokes g+1 into g+2; old reports are stale") {
+  Sim s(3);
+  auto ws = s.form(3);
+  s.m.connection_lost({2, 0}, s.now);
+  s.drain();
+  REQUIRE(s.m.generation() == 2);
+  s.report({0, 0}, 2, 7, "a");
+  s.report({1, 0}, 2, 7, "a");
+  SUBCASE("before the plan") {
+    s.m.connection_lost({1, 0}, s.now);
+    s.drain();
+    CHECK(s.m.generation() == 3);
+    CHECK(s.m.phase() == Phase::Recovering);
+    CHECK(s.m.plan_for({0, 0}, 2).kind == PlanQuery::Revoked);
+    // A report for the revoked round is stale and ignored (and logged).
+    CHECK(s.report({0, 0}, 2, 7, "a").kind == Answer::Stale);
+    CHECK(s.count("stale", "report") == 1);
+    CHECK(s.report({0, 0}, 3, 7, "a").ok());
+    s.run_for(2100ms, {{0, 0}}, 7);
+    REQUIRE(s.m.plan());
+    CHECK(s.m.plan()->generation == 3);
+    CHECK(slots_of(*s.m.plan()) == std::vector<int>{0});
+  }
+  SUBCASE("after the plan, before ready") {
+    s.join({2, 1});
+    s.report_new({2, 1});
+    REQUIRE(s.m.plan());
+    s.m.ready({0, 0}, 2, s.now);
+    s.advance(10ms);
+    s.m.connection_lost({2, 1}, s.now);  // the replacement dies during transfer
+    s.drain();
+    CHECK(s.m.generation() == 3);
+    CHECK_FALSE(s.m.plan());
+    CHECK(s.m.ready_state({0, 0}, 2).kind == ReadyQuery::Revoked);
+    CHECK(s.m.ready({0, 0}, 2, s.now).kind == Answer::Stale);  // stale ready
+    s.report({0, 0}, 3, 7, "a");
+    s.report({1, 0}, 3, 7, "a");
+    s.join({2, 2});
+    s.report_new({2, 2});
+    REQUIRE(s.m.plan());
+    s.ready_all();
+    CHECK(s.m.phase() == Phase::Running);
+    CHECK(s.m.generation() == 3);
+    REQUIRE(s.m.recoveries().size() == 1);
+    CHECK(s.m.recoveries()[0].rounds == 2);
+    CHECK(s.m.recoveries()[0].from_generation == 1);
+    CHECK(s.m.recoveries()[0].generation == 3);
+  }
+}
+
+TEST_CASE("a digest mismatch at T stops the job with an error naming workers and digests") {
+  Sim s(3);
+  auto ws = s.form(3);
+  s.m.connection_lost({0, 0}, s.now);
+  s.drain();
+  s.report({1, 0}, 2, 12, "aaaa");
+  s.report({2, 0}, 2, 12, "bbbb");
+  s.join({0, 1});
+  s.report_new({0, 1});
+  CHECK(s.m.phase() == Phase::Stopped);
+  const std::string e = s.m.error();
+  CHECK(e.find("digest mismatch at step 12") != std::string::npos);
+  CHECK(e.find("slot 1 incarnation 0 digest 'aaaa'") != std::string::npos);
+  CHECK(e.find("slot 2 incarnation 0 digest 'bbbb'") != std::string::npos);
+  CHECK(s.count("stop", "digest_mismatch") == 1);
+  CHECK(s.m.plan_for({1, 0}, 2).kind == PlanQuery::Stopped);
+}
+
+TEST_CASE("a worker one step behind T does not take part in the digest check") {
+  Sim s(2);
+  auto ws = s.form(2);
+  s.m.connection_lost({0, 0}, s.now);
+  s.drain();
+  s.report({1, 0}, 2, 11, "old");
+  s.join({0, 1});
+  s.report({0, 1}, 0, 12, "new");  // e.g. restored elsewhere, at T
+  REQUIRE(s.m.plan());
+  CHECK(s.m.plan()->target_step == 12);
+  CHECK(s.m.plan()->ranks[1].source_rank == 0);
+}
+
+TEST_CASE("stale messages from an old generation are ignored and logged") {
+  Sim s(3);
+  auto ws = s.form(3);
+  s.m.connection_lost({2, 0}, s.now);
+  s.drain();
+  s.report({0, 0}, 2, 3, "z");
+  s.report({1, 0}, 2, 3, "z");
+  s.run_for(2100ms, {{0, 0}, {1, 0}}, 3);
+  s.ready_all();
+  REQUIRE(s.m.generation() == 2);
+  REQUIRE(s.m.phase() == Phase::Running);
+  // A late failure report about generation 1 must not revoke generation 2.
+  auto a = s.m.failure_report({0, 0}, 1, 3, 2, "peer failed", s.now);
+  s.drain();
+  CHECK(a.kind == Answer::Stale);
+  CHECK(s.m.generation() == 2);
+  CHECK(s.m.phase() == Phase::Running);
+  CHECK(s.count("stale", "failure_report") == 1);
+  // A report for an old round while g runs: stale.
+  CHECK(s.report({0, 0}, 1, 3, "z").kind == Answer::Stale);
+  // A stale incarnation cannot join.
+  s.join({2, 1});
+  auto j = s.m.join({2, 0}, s.now);
+  CHECK(j.kind == Answer::Refused);
+  CHECK(j.reason.find("stale incarnation") != std::string::npos);
+  // A current failure report does revoke.
+  s.m.failure_report({0, 0}, 2, 3, 1, "transport error", s.now);
+  s.drain();
+  CHECK(s.m.generation() == 3);
+  CHECK(s.last("revoke").cause == "failure_report");
+  CHECK(s.last("revoke").worker == WorkerId{1, 0});
+}
+
+TEST_CASE("planned grow: a joiner while RUNNING raises reconfigure; members leave g after the same step") {
+  Sim s(3);
+  auto ws = s.form(3);
+  s.m.connection_lost({2, 0}, s.now);
+  s.drain();
+  s.report({0, 0}, 2, 5, "p");
+  s.report({1, 0}, 2, 5, "p");
+  s.run_for(2100ms, {{0, 0}, {1, 0}}, 5);
+  s.ready_all();
+  REQUIRE(s.m.members().size() == 2);
+  CHECK_FALSE(s.m.heartbeat({0, 0}, 2, 8, s.now).reconfigure);
+  // The restarted worker comes back late, after the shrink.
+  s.join({2, 1});
+  CHECK(s.report_new({2, 1}).ok());
+  CHECK(s.m.phase() == Phase::Running);
+  CHECK(s.m.plan_for({2, 1}, 0).kind == PlanQuery::Pending);
+  CHECK(s.count("reconfigure_requested") == 1);
+  auto h = s.m.heartbeat({0, 0}, 2, 8, s.now);
+  CHECK(h.reconfigure);
+  // R5: both members leave g after step 9 and report for g+1.
+  CHECK(s.report({1, 0}, 3, 9, "q").ok());
+  CHECK(s.m.generation() == 3);
+  CHECK(s.last("revoke").cause == "reconfigure");
+  auto h2 = s.m.heartbeat({0, 0}, 2, 9, s.now);
+  CHECK(h2.generation == 3);
+  CHECK(h2.planned);
+  CHECK(s.report({0, 0}, 3, 9, "q").ok());
+  REQUIRE(s.m.plan());
+  const Plan p = *s.m.plan();
+  CHECK(p.target_step == 9);
+  CHECK(slots_of(p) == std::vector<int>{0, 1, 2});
+  CHECK_FALSE(p.ranks[0].source_rank);
+  CHECK_FALSE(p.ranks[1].source_rank);
+  CHECK(p.ranks[2].source_rank.has_value());  // only the joiner receives state
+  s.ready_all();
+  CHECK(s.m.members().size() == 3);
+  REQUIRE(s.m.recoveries().size() == 2);
+  CHECK(s.m.recoveries()[1].planned);
+  CHECK_FALSE(s.m.heartbeat({0, 0}, 3, 9, s.now).reconfigure);
+}
+
+TEST_CASE("spares: a joiner at full W waits without reconfigure and fills the next hole") {
+  Sim s(2);
+  auto ws = s.form(2);
+  s.join({5, 0});
+  s.report_new({5, 0});
+  CHECK_FALSE(s.m.reconfigure_flag());
+  CHECK(s.m.plan_for({5, 0}, 0).kind == PlanQuery::Pending);
+  s.m.connection_lost({0, 0}, s.now);
+  s.drain();
+  s.report({1, 0}, 2, 3, "k");
+  REQUIRE(s.m.plan());  // the spare's report was carried into the round: W reached at once
+  CHECK(slots_of(*s.m.plan()) == std::vector<int>{5, 1});
+  CHECK(s.m.plan()->ranks[0].source_rank == 1);
+}
+
+TEST_CASE("minimum world size during recovery: wait until the deadline, then stop with a clear error") {
+  Sim s(3, 3);
+  auto ws = s.form(3);
+  s.m.connection_lost({1, 0}, s.now);
+  s.drain();
+  s.report({0, 0}, 2, 1, "m");
+  s.report({2, 0}, 2, 1, "m");
+  for (int i = 0; i < 69; ++i) {  // window 2 s + min_world_timeout 5 s
+    s.beat({{0, 0}, {2, 0}}, 1, 1);
+    s.advance(100ms);
+  }
+  CHECK(s.m.phase() == Phase::Recovering);
+  s.beat({{0, 0}, {2, 0}}, 1, 1);
+  s.advance(100ms);
+  CHECK(s.m.phase() == Phase::Stopped);
+  CHECK(s.m.error().find("fewer than the minimum world size 3") != std::string::npos);
+}
+
+TEST_CASE("minimum world size: a late joiner before the deadline saves the round") {
+  Sim s(3, 3);
+  auto ws = s.form(3);
+  s.m.connection_lost({1, 0}, s.now);
+  s.drain();
+  s.report({0, 0}, 2, 1, "m");
+  s.report({2, 0}, 2, 1, "m");
+  for (int i = 0; i < 40; ++i) {
+    s.beat({{0, 0}, {2, 0}}, 1, 1);
+    s.advance(100ms);
+  }
+  s.join({1, 1});
+  s.report_new({1, 1});
+  REQUIRE(s.m.plan());
+  CHECK(s.m.plan()->world() == 3);
+}
+
+TEST_CASE("replacement: a new incarnation joining while the old one looks alive fails the old one") {
+  Sim s(2);
+  auto ws = s.form(2);
+  s.join({1, 1});
+  CHECK(s.m.generation() == 2);
+  CHECK(s.last("revoke").cause == "replaced");
+  CHECK(s.m.heartbeat({1, 0}, 1, 0, s.now).fenced);
+  auto dup = s.m.join({1, 1}, s.now);
+  CHECK(dup.kind == Answer::Refused);
+}
+
+TEST_CASE("ready timeout: a rank that never becomes ready is evicted and the round revoked") {
+  Sim s(2);
+  auto ws = s.form(2);
+  s.m.connection_lost({1, 0}, s.now);
+  s.drain();
+  s.report({0, 0}, 2, 1, "m");
+  s.join({1, 1});
+  s.report_new({1, 1});
+  REQUIRE(s.m.plan());
+  s.m.ready({0, 0}, 2, s.now);
+  for (int i = 0; i < 250 && s.m.generation() == 2; ++i) {
+    s.beat({{0, 0}, {1, 1}}, 1, 2);
+    s.advance(100ms);
+  }
+  CHECK(s.m.generation() == 3);
+  CHECK(s.count("evict", "ready_timeout") == 1);
+  auto ev = s.m.take_evictions();
+  REQUIRE(ev.size() == 1);
+  CHECK(ev[0] == WorkerId{1, 1});
+}
+
+TEST_CASE("graceful stop: the flag reaches every member, then everybody leaves -> DONE") {
+  Sim s(2);
+  auto ws = s.form(2);
+  CHECK_FALSE(s.m.heartbeat({0, 0}, 1, 3, s.now).stop);
+  s.m.request_stop(s.now);
+  s.drain();
+  CHECK(s.m.heartbeat({0, 0}, 1, 3, s.now).stop);
+  CHECK(s.m.heartbeat({1, 0}, 1, 3, s.now).stop);
+  s.m.leave({0, 0}, s.now);
+  s.m.connection_lost({0, 0}, s.now);  // closing after leave is no failure
+  s.drain();
+  CHECK(s.m.phase() == Phase::Running);
+  CHECK(s.count("revoke") == 0);
+  s.m.leave({1, 0}, s.now);
+  s.drain();
+  CHECK(s.m.phase() == Phase::Done);
+  CHECK(s.count("done") == 1);
+  CHECK(s.m.plan_for({1, 0}, 1).kind == PlanQuery::Done);
+}
+
+TEST_CASE("leaving in the middle of a round without a stop is a failure of the round") {
+  Sim s(2);
+  auto ws = s.form(2);
+  s.m.connection_lost({1, 0}, s.now);
+  s.drain();
+  s.m.leave({0, 0}, s.now);
+  s.drain();
+  CHECK(s.m.generation() == 3);
+  CHECK(s.last("revoke").cause == "left_during_recovery");
+}
+
+TEST_CASE("generations only grow, whatever the sequence of events (random replay)") {
+  Sim s(3, 2);
+  auto ws = s.form(3);
+  std::vector<int64_t> inc = {0, 0, 0};
+  std::vector<bool> alive = {true, true, true};
+  uint64_t lcg = 12345;
+  auto rnd = [&](uint64_t n) {
+    lcg = lcg * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (lcg >> 33) % n;
+  };
+  uint64_t last = s.m.generation();
+  for (int i = 0; i < 3000 && s.m.phase() != Phase::Stopped; ++i) {
+    const int slot = static_cast<int>(rnd(3));
+    const WorkerId w{slot, inc[slot]};
+    switch (rnd(7)) {
+      case 0:
+        if (alive[slot]) s.m.connection_lost(w, s.now), alive[slot] = false;
+        break;
+      case 1:
+        if (!alive[slot]) {
+          ++inc[slot];
+          alive[slot] = s.m.join({slot, inc[slot]}, s.now).ok();
+          if (alive[slot]) s.m.report({slot, inc[slot]}, 0, StateReport{}, s.now);
+        }
+        break;
+      case 2:
+        if (alive[slot]) s.m.report(w, s.m.generation(), StateReport{true, 4, "same"}, s.now);
+        break;
+      case 3:
+        if (s.m.plan())
+          for (auto& r : s.m.plan()->ranks) s.m.ready(r.worker, s.m.plan()->generation, s.now);
+        break;
+      case 4:
+        if (alive[slot]) s.m.failure_report(w, s.m.generation() - rnd(2), 4, std::nullopt, "x", s.now);
+        break;
+      default:
+        for (int k = 0; k < 3; ++k)
+          if (alive[k]) s.m.heartbeat({k, inc[k]}, s.m.generation(), 4, s.now);
+        s.advance(std::chrono::milliseconds(rnd(400)));
+    }
+    s.drain();
+    REQUIRE(s.m.generation() >= last);
+    last = s.m.generation();
+    if (s.m.phase() == Phase::Running) {
+      CHECK(s.m.members().size() >= 2);
+      CHECK(s.m.members().size() <= 3);
+    }
+  }
+  std::vector<uint64_t> revoked;
+  for (auto& t : s.log)
+    if (t.event == "revoke") revoked.push_back(t.generation);
+  CHECK(revoked.size() > 10);
+  CHECK(std::is_sorted(revoked.begin(), revoked.end()));
+  CHECK(std::adjacent_find(revoked.begin(), revoked.end()) == revoked.end());  // never reused
+}
+
+TEST_CASE("options are validated") {
+  MembershipOptions o;
+  o.target_world = 2;
+  o.min_world = 3;
+  CHECK_THROWS_AS(Membership(o, rf::TimePoint{}), rf::InvalidInput);
+  o.min_world = 1;
+  o.heartbeat = 2s;
+  CHECK_THROWS_AS(Membership(o, rf::TimePoint{}), rf::InvalidInput);
+}

@@ -1,0 +1,54 @@
+// make_plan (PROTOCOL.md step 4) on its own: T, digest agreement, ranks and sources.
+#include <doctest/doctest.h>
+
+#include "elastic/plan.h"
+
+using namespace rf::elastic;
+
+namespace {
+Reporter rep(int slot, int64_t inc, int64_t step, const std::string& d, uint64_t order = 0) {
+  return {{slot, inc}, StateReport{true, step, d}, order};
+}
+Reporter fresh(int slot, int64_t inc, uint64_t order = 0) { return {{slot, inc}, StateReport{}, order}; }
+}  // namespace
+
+TEST_CASE("T is the largest step; those behind and new workers get a source, round-robin over holders") {
+  auto out = make_plan(5, {0, 1, 2, 3}, {rep(0, 0, 9, "a"), rep(1, 0, 9, "a"), rep(2, 0, 8, "b"), fresh(3, 2)}, 4);
+  REQUIRE(out.plan);
+  const Plan& p = *out.plan;
+  CHECK(p.target_step == 9);
+  CHECK(p.target_digest == "a");
+  CHECK_FALSE(p.fresh_start);
+  CHECK(p.ranks[2].source_rank == 0);
+  CHECK(p.ranks[3].source_rank == 1);
+  CHECK_FALSE(p.ranks[0].source_rank);
+}
+
+TEST_CASE("digest mismatch names every holder of T") {
+  auto out = make_plan(2, {0, 1, 2}, {rep(0, 0, 3, "aa"), rep(1, 4, 3, "bb"), rep(2, 0, 2, "cc")}, 3);
+  CHECK_FALSE(out.plan);
+  CHECK(out.error.find("slot 0 incarnation 0 digest 'aa'") != std::string::npos);
+  CHECK(out.error.find("slot 1 incarnation 4 digest 'bb'") != std::string::npos);
+  CHECK(out.error.find("cc") == std::string::npos);  // behind T: not part of the check
+}
+
+TEST_CASE("a spare fills the hole of a lost worker; holders of T are preferred") {
+  auto out = make_plan(3, {0, 1, 2}, {rep(0, 0, 4, "x"), rep(2, 0, 4, "x"), fresh(7, 0, 1), rep(8, 0, 4, "x", 2)}, 3);
+  REQUIRE(out.plan);
+  CHECK(out.plan->ranks[1].worker.slot == 8);  // holds T: no transfer needed
+  CHECK(out.plan->world() == 3);
+}
+
+TEST_CASE("shrink keeps the survivors' order; extra reporters beyond W stay out") {
+  auto shrink = make_plan(3, {4, 2, 0}, {rep(0, 0, 1, "x"), rep(4, 0, 1, "x")}, 3);
+  REQUIRE(shrink.plan);
+  CHECK(shrink.plan->ranks[0].worker.slot == 4);
+  CHECK(shrink.plan->ranks[1].worker.slot == 0);
+  auto cap = make_plan(1, {}, {fresh(3, 0), fresh(1, 0), fresh(2, 0)}, 2);
+  REQUIRE(cap.plan);
+  CHECK(cap.plan->world() == 2);
+  CHECK(cap.plan->ranks[0].worker.slot == 1);
+  CHECK(cap.plan->ranks[1].worker.slot == 2);
+  CHECK(cap.plan->fresh_start);
+  CHECK_FALSE(cap.plan->ranks[0].source_rank);
+}
