@@ -1,0 +1,208 @@
+// The coordinator server with in-process clients over loopback TCP: the whole handshake,
+// the store, revocation delivered by heartbeat, self-fencing (D4), wrong tokens and bad
+// frames. Short heartbeats/leases keep it fast; waits are on conditions with deadlines.
+#include <doctest/doctest.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <condition_variable>
+#include <future>
+#include <mutex>
+
+#include "elastic/admin_client.h"
+#include "elastic/client.h"
+#include "elastic/coordinator.h"
+#include "elastic/frame.h"
+#include "elastic/token.h"
+
+using namespace rf::elastic;
+using namespace std::chrono_literals;
+
+namespace {
+
+CoordinatorOptions opts(int world, const std::string& token) {
+  CoordinatorOptions o;
+  o.token = token;
+  o.membership.target_world = world;
+  o.membership.min_world = 1;
+  o.membership.heartbeat = 20ms;
+  o.membership.lease = 300ms;
+  o.membership.join_window = 500ms;
+  return o;
+}
+
+ClientOptions copts(const Coordinator& c, const std::string& token, int slot, int64_t inc = 0) {
+  ClientOptions o;
+  o.port = c.port();
+  o.token = token;
+  o.slot = slot;
+  o.incarnation = inc;
+  o.connect_timeout = 5s;
+  o.call_timeout = 5s;
+  return o;
+}
+
+StateReport at(int64_t step) { return StateReport{true, step, "digest-" + std::to_string(step)}; }
+
+// A one-shot flag with a deadline: callbacks set it, the test waits on it.
+struct Signal {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool set = false;
+  std::string text;
+  void fire(std::string t = "") {
+    std::lock_guard<std::mutex> l(mu);
+    set = true;
+    text = std::move(t);
+    cv.notify_all();
+  }
+  bool wait(rf::Duration d) {
+    std::unique_lock<std::mutex> l(mu);
+    return cv.wait_for(l, d, [&] { return set; });
+  }
+};
+
+// Raw socket: sends bytes, returns what comes back until the server closes (bounded).
+std::string raw_exchange(int port, const std::string& bytes) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  REQUIRE(::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(bytes.size()));
+  ::shutdown(fd, SHUT_WR);  // we send nothing more: the server sees EOF after the bytes
+  std::string got;
+  char buf[4096];
+  const auto deadline = rf::Clock::now() + 5s;
+  while (rf::Clock::now() < deadline) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 100) <= 0) continue;
+    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) break;  // closed by the server: what we want
+    got.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return got;
+}
+
+std::string error_text(const std::string& wire) {
+  FrameReader r;
+  r.feed(wire.data(), wire.size());
+  auto p = r.next();
+  if (!p) return "";
+  auto m = parse_message(*p);
+  return m.value("type", "") == "error" ? m.value("error", "") : "";
+}
+
+}  // namespace
+
+TEST_CASE("two workers form, run, exchange addresses, and one failure revokes the other by heartbeat") {
+  const std::string token = random_token();
+  Coordinator coord(opts(2, token));
+  coord.start();
+  Client a(copts(coord, token, 0)), b(copts(coord, token, 1));
+  Signal revoked;
+  a.on_revoked([&](const Revocation& r) { revoked.fire(r.cause + "/" + std::to_string(r.generation)); });
+  CHECK(a.join().target_world == 2);
+  b.join();
+  auto fb = std::async(std::launch::async, [&] { return b.next_plan([] { return at(-1); }, 5s); });
+  Plan pa = a.next_plan([] { return at(-1); }, 5s);
+  Plan pb = fb.get();
+  CHECK(pa.generation == 1);
+  CHECK(pa.world() == 2);
+  CHECK(pb.ranks[1].worker.slot == 1);
+  // Step 5: addresses in the store, scoped by generation.
+  a.kv_set(1, "addr/0", std::string("\x01\x02", 2));
+  CHECK(b.kv_wait(1, "addr/0", 2s) == std::string("\x01\x02", 2));
+  CHECK_FALSE(b.kv_get(2, "addr/0"));
+  CHECK_THROWS_AS(b.kv_wait(1, "addr/9", 50ms), CallTimeout);
+  CHECK(a.kv_cas(1, "leader", std::nullopt, "a"));
+  CHECK_FALSE(b.kv_cas(1, "leader", std::nullopt, "b"));
+  auto rb = std::async(std::launch::async, [&] { return b.ready(1, 5s); });
+  CHECK(a.ready(1, 5s).kind == ReadyQuery::Running);
+  CHECK(rb.get().kind == ReadyQuery::Running);
+  CHECK(a.generation() == 1);
+  a.set_step(3);
+  b.set_step(3);
+  // b dies without leaving: its member connection closes (D1).
+  const auto t0 = rf::Clock::now();
+  b.close();
+  REQUIRE(revoked.wait(2s));
+  CHECK(rf::Clock::now() - t0 < 200ms);  // within about one heartbeat
+  CHECK(revoked.text == "connection_closed/2");
+  // a reports, the window passes, the group shrinks to 1.
+  Plan p2 = a.next_plan([] { return at(3); }, 5s);
+  CHECK(p2.generation == 2);
+  CHECK(p2.world() == 1);
+  CHECK(a.ready(2, 5s).kind == ReadyQuery::Running);
+  AdminClient admin("127.0.0.1", coord.port(), token);
+  auto st = admin.status();
+  CHECK(st["phase"] == "RUNNING");
+  CHECK(st["generation"] == 2);
+  CHECK(st["recoveries"] == 1);
+  auto sum = admin.summary();
+  REQUIRE(sum["recoveries"].size() == 1);
+  CHECK(sum["recoveries"][0]["cause"] == "connection_closed");
+  CHECK(sum["recoveries"][0]["total_ms"].is_number());
+  a.leave();
+  const auto deadline = rf::Clock::now() + 2s;
+  while (!coord.finished() && rf::Clock::now() < deadline) admin.status();  // each call is a loop turn
+  CHECK(coord.phase() == Phase::Done);
+}
+
+TEST_CASE("wrong token is refused with an error reply") {
+  const std::string token = random_token();
+  Coordinator coord(opts(1, token));
+  coord.start();
+  Client bad(copts(coord, "not-the-token", 0));
+  CHECK_THROWS_WITH_AS(bad.join(), doctest::Contains("wrong job token"), Refused);
+  CHECK_THROWS_AS(AdminClient("127.0.0.1", coord.port(), token + "x"), Refused);
+  // The right token still works afterwards.
+  Client good(copts(coord, token, 0));
+  CHECK_NOTHROW(good.join());
+}
+
+TEST_CASE("malformed frames get an error reply and the connection is closed; the server keeps serving") {
+  const std::string token = random_token();
+  Coordinator coord(opts(1, token));
+  coord.start();
+  std::string big(4, '\xff');
+  CHECK(error_text(raw_exchange(coord.port(), big)).find("exceeds the limit") != std::string::npos);
+  CHECK(error_text(raw_exchange(coord.port(), std::string("\x00\x00\x00\x05hello", 9))) == "frame is not valid JSON");
+  CHECK(error_text(raw_exchange(coord.port(), encode_frame({{"type", "status"}}))).find("before hello") !=
+        std::string::npos);
+  CHECK(error_text(raw_exchange(coord.port(), encode_frame({{"type", "hello"}, {"token", token}, {"role", "member"},
+                                                            {"slot", "zero"}, {"incarnation", 0}})))
+            .find("'slot'") != std::string::npos);
+  // A truncated frame followed by a hang-up: nothing to answer, no crash.
+  CHECK(raw_exchange(coord.port(), std::string("\x00\x00\x01\x00{\"v\":", 9)).empty());
+  AdminClient admin("127.0.0.1", coord.port(), token);
+  CHECK(admin.status()["phase"] == "FORMING");
+}
+
+TEST_CASE("D4: a worker that cannot renew its lease fences itself within about one lease") {
+  const std::string token = random_token();
+  auto coord = std::make_unique<Coordinator>(opts(1, token));
+  coord->start();
+  Client a(copts(*coord, token, 0));
+  Signal fenced;
+  a.on_fenced([&](const std::string& why) { fenced.fire(why); });
+  a.join();
+  Plan p = a.next_plan([] { return at(-1); }, 5s);
+  REQUIRE(a.ready(p.generation, 5s).kind == ReadyQuery::Running);
+  // The coordinator's loop stops but its sockets stay open: heartbeats get no reply,
+  // exactly like a coordinator cut off by the network.
+  coord->stop();
+  const auto t0 = rf::Clock::now();
+  REQUIRE(fenced.wait(3s));
+  const auto waited = rf::Clock::now() - t0;
+  CHECK(waited >= 250ms);  // lease 300 ms minus at most one heartbeat
+  CHECK(waited < 1s);
+  CHECK(a.fenced());
+  CHECK(fenced.text.find("could not renew the lease") != std::string::npos);
+}
