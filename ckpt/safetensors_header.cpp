@@ -218,7 +218,9 @@ void digest_tensor(rf::StateDigest& d, const std::string& name, DType dtype, std
   d.update_u64(shape.size());
   for (int64_t x : shape) d.update_u64(static_cast<uint64_t>(x));
   d.update_u64(bytes);
-  d.update(data, bytes);
+  // A zero-sized tensor may have no storage (nullptr): memcpy(dst, nullptr, 0) inside the
+  // digest is undefined behaviour, so it is skipped.
+  if (bytes > 0) d.update(data, bytes);
 }
 
 }  // namespace rf::ckpt
