@@ -27,6 +27,22 @@ void fire_hooks(const std::shared_ptr<TensorImpl>& leaf) {
 
 bool grad_enabled() { return g_grad_enabled; }
 
+float* grad_of(const std::shared_ptr<TensorImpl>& t) {
+  if (!t->requires_grad) return nullptr;
+  if (t->grad_fresh) {
+    std::memset(t->grad_data(), 0, sizeof(float) * static_cast<size_t>(t->numel()));
+    t->grad_fresh = false;
+  }
+  return t->grad_data();
+}
+
+GradOut grad_out(const std::shared_ptr<TensorImpl>& t) {
+  if (!t->requires_grad) return {};
+  GradOut g{t->grad_data(), t->grad_fresh};
+  t->grad_fresh = false;  // the rule now owns writing every element
+  return g;
+}
+
 NoGradGuard::NoGradGuard() : prev_(g_grad_enabled) { g_grad_enabled = false; }
 NoGradGuard::~NoGradGuard() { g_grad_enabled = prev_; }
 
@@ -94,9 +110,23 @@ void run_backward(const Tensor& root_t) {
                       "' whose graph was already freed by an earlier backward()"));
     if (!node.backward)
       throw Error(str("no derivative rule for op '", node.op, "'"));
-    for (auto& in : node.inputs)
-      if (in->requires_grad) ensure_zeroed_grad(*in);
+    for (auto& in : node.inputs) {
+      if (!in->requires_grad || in->grad) continue;
+      int uses_here = 0;
+      for (auto& other : node.inputs) uses_here += other == in;
+      // A leaf's gradient accumulates across backward calls, and an input used twice by
+      // this op gets two contributions: both need real zeros. Otherwise this rule is the
+      // first writer and may overwrite (see grad_out).
+      if (in->is_leaf() || uses_here > 1) {
+        ensure_zeroed_grad(*in);
+      } else {
+        in->grad = Storage::allocate(sizeof(float) * static_cast<size_t>(in->numel()), in->device);
+        in->grad_offset = 0;
+        in->grad_fresh = true;
+      }
+    }
     node.backward(node);
+    for (auto& in : node.inputs) grad_of(in);  // a fresh gradient the rule did not touch is 0
     for (auto& in : node.inputs) {
       if (!in->requires_grad || !in->is_leaf()) continue;
       if (--pending[in.get()] == 0) fire_hooks(in);

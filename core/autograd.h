@@ -38,10 +38,24 @@ Tensor make_result(const Shape& shape, const char* op, const std::vector<Tensor>
 // Implementation of Tensor::backward.
 void run_backward(const Tensor& root);
 
-// Helpers for derivative rules: the gradient buffer of an input (allocated and zeroed by
-// the engine before the rule runs) or null when that input does not require grad.
-inline float* grad_of(const std::shared_ptr<TensorImpl>& t) {
-  return t->requires_grad ? t->grad_data() : nullptr;
-}
+// Helpers for derivative rules. Every rule accumulates into its inputs' gradients; as an
+// optimisation (a 6 MB memset per activation per step is measurable) the engine leaves a
+// new intermediate gradient uninitialised when the rule about to run is its only
+// contributor, and the rule may then write instead of add.
+//
+// grad_of: the input's gradient ready for "+=" (zeroed if it was fresh), or null when the
+// input does not require grad.
+float* grad_of(const std::shared_ptr<TensorImpl>& t);
+
+// grad_out: the gradient and whether it is fresh. A rule that gets fresh == true MUST
+// write every element (with "=") — e.g. GEMM with beta 0, or a copy instead of an axpy.
+struct GradOut {
+  float* data = nullptr;
+  bool fresh = false;
+  explicit operator bool() const { return data != nullptr; }
+  bool accumulate() const { return !fresh; }
+  float beta() const { return fresh ? 0.0f : 1.0f; }
+};
+GradOut grad_out(const std::shared_ptr<TensorImpl>& t);
 
 }  // namespace rf

@@ -15,20 +15,21 @@ struct KernelTable {
   void (*gemm)(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*,
                int64_t, float, float*, int64_t);
   void (*axpy)(int64_t, float, const float*, float*);
+  void (*copy)(int64_t, const float*, float*);
   void (*add)(int64_t, const float*, const float*, float*);
   void (*add_row_bias)(int64_t, int64_t, const float*, const float*, float*);
   void (*add_row_bias_backward)(int64_t, int64_t, const float*, float*);
   void (*add_channel_bias)(int64_t, int64_t, int64_t, const float*, const float*, float*);
   void (*add_channel_bias_backward)(int64_t, int64_t, int64_t, const float*, float*);
   void (*relu)(int64_t, const float*, float*);
-  void (*relu_backward)(int64_t, const float*, const float*, float*);
-  void (*im2col)(const kernels::cpu::ConvGeometry&, const float*, float*);
-  void (*col2im_add)(const kernels::cpu::ConvGeometry&, const float*, float*);
+  void (*relu_backward)(int64_t, const float*, const float*, float*, bool);
+  void (*im2col)(const kernels::cpu::ConvGeometry&, const float*, float*, float*);
+  void (*col2im)(const kernels::cpu::ConvGeometry&, const float*, float*, float*, bool);
   void (*max_pool2d)(const kernels::cpu::PoolGeometry&, const float*, float*, int32_t*);
   void (*max_pool2d_backward)(const kernels::cpu::PoolGeometry&, const float*, const int32_t*,
-                              float*);
+                              float*, bool);
   void (*log_softmax)(int64_t, int64_t, const float*, float*);
-  void (*log_softmax_backward)(int64_t, int64_t, const float*, const float*, float*);
+  void (*log_softmax_backward)(int64_t, int64_t, const float*, const float*, float*, bool);
   float (*nll_sum)(int64_t, int64_t, const float*, const int32_t*);
   void (*nll_backward)(int64_t, int64_t, const int32_t*, float, float*);
   void (*sgd_step)(const kernels::cpu::SgdConfig&, int64_t, float*, const float*, float*, bool);

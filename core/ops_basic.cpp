@@ -29,13 +29,14 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
     const float* G = o.grad_data();
     const KernelTable& k = kernels_for(o.device, "matmul");
     // C = op(A) op(B):  dop(A) = G op(B)^T,  dop(B) = op(A)^T G.
-    if (float* dA = grad_of(A)) {
-      if (!ta) k.gemm(false, !tb, M, K, N, 1.0f, G, N, B->data(), ldb, 1.0f, dA, K);
-      else k.gemm(tb, true, K, M, N, 1.0f, B->data(), ldb, G, N, 1.0f, dA, M);
+    // beta 1 accumulates; beta 0 when this rule is the gradient's first writer.
+    if (GradOut dA = grad_out(A)) {
+      if (!ta) k.gemm(false, !tb, M, K, N, 1.0f, G, N, B->data(), ldb, dA.beta(), dA.data, K);
+      else k.gemm(tb, true, K, M, N, 1.0f, B->data(), ldb, G, N, dA.beta(), dA.data, M);
     }
-    if (float* dB = grad_of(B)) {
-      if (!tb) k.gemm(!ta, false, K, N, M, 1.0f, A->data(), lda, G, N, 1.0f, dB, N);
-      else k.gemm(true, ta, N, K, M, 1.0f, G, N, A->data(), lda, 1.0f, dB, K);
+    if (GradOut dB = grad_out(B)) {
+      if (!tb) k.gemm(!ta, false, K, N, M, 1.0f, A->data(), lda, G, N, dB.beta(), dB.data, N);
+      else k.gemm(true, ta, N, K, M, 1.0f, G, N, A->data(), lda, dB.beta(), dB.data, K);
     }
   }, a.device());
   kernels_for(a.device(), op).gemm(ta, tb, M, N, K, 1.0f, a.data(), lda, b.data(), ldb, 0.0f,
@@ -49,8 +50,12 @@ Tensor add(const Tensor& a, const Tensor& b) {
   const int64_t n = a.numel();
   Tensor out = make_result(a.shape(), "add", {a, b}, [n](TensorImpl& o) {
     const KernelTable& k = kernels_for(o.device, "add");
-    for (const auto& in : o.inputs)
-      if (float* d = grad_of(in)) k.axpy(n, 1.0f, o.grad_data(), d);
+    for (const auto& in : o.inputs) {
+      const GradOut d = grad_out(in);
+      if (!d) continue;
+      if (d.fresh) k.copy(n, o.grad_data(), d.data);
+      else k.axpy(n, 1.0f, o.grad_data(), d.data);
+    }
   }, a.device());
   kernels_for(a.device(), "add").add(n, a.data(), b.data(), out.data());
   return out;
@@ -105,7 +110,10 @@ Tensor add_bias(const Tensor& x, const Tensor& bias) {
   Tensor out = make_result(x.shape(), op, {x, bias}, [=](TensorImpl& o) {
     const KernelTable& k = kernels_for(o.device, "add_bias");
     const float* G = o.grad_data();
-    if (float* dx = grad_of(o.inputs[0])) k.axpy(rows * cols * plane, 1.0f, G, dx);
+    if (GradOut dx = grad_out(o.inputs[0])) {
+      if (dx.fresh) k.copy(rows * cols * plane, G, dx.data);
+      else k.axpy(rows * cols * plane, 1.0f, G, dx.data);
+    }
     if (float* db = grad_of(o.inputs[1])) {
       // The gradient of a broadcast is the sum over the broadcast axes.
       if (per_channel) k.add_channel_bias_backward(rows, cols, plane, G, db);
@@ -122,8 +130,9 @@ Tensor relu(const Tensor& x) {
   detail::require_defined("relu", x, "x");
   const int64_t n = x.numel();
   Tensor out = make_result(x.shape(), "relu", {x}, [n](TensorImpl& o) {
-    if (float* dx = grad_of(o.inputs[0]))
-      kernels_for(o.device, "relu").relu_backward(n, o.data(), o.grad_data(), dx);
+    if (GradOut dx = grad_out(o.inputs[0]))
+      kernels_for(o.device, "relu").relu_backward(n, o.data(), o.grad_data(), dx.data,
+                                                  dx.accumulate());
   }, x.device());
   kernels_for(x.device(), "relu").relu(n, x.data(), out.data());
   return out;

@@ -13,9 +13,9 @@ Tensor log_softmax(const Tensor& x) {
   const int64_t rows = x.size(0), cols = x.size(1);
   if (cols == 0) throw InvalidInput("log_softmax: zero classes");
   Tensor out = make_result(x.shape(), "log_softmax", {x}, [rows, cols](TensorImpl& o) {
-    if (float* dx = grad_of(o.inputs[0]))
+    if (GradOut dx = grad_out(o.inputs[0]))
       kernels_for(o.device, "log_softmax")
-          .log_softmax_backward(rows, cols, o.data(), o.grad_data(), dx);
+          .log_softmax_backward(rows, cols, o.data(), o.grad_data(), dx.data, dx.accumulate());
   }, x.device());
   kernels_for(x.device(), "log_softmax").log_softmax(rows, cols, x.data(), out.data());
   return out;

@@ -23,7 +23,10 @@ Tensor reshape(const Tensor& x, const Shape& shape) {
     v->op = "reshape";
     v->inputs.push_back(x.impl_ptr());
     v->backward = [n](TensorImpl& o) {
-      kernels_for(o.device, "reshape").axpy(n, 1.0f, o.grad_data(), o.inputs[0]->grad_data());
+      const KernelTable& k = kernels_for(o.device, "reshape");
+      const GradOut dx = grad_out(o.inputs[0]);
+      if (dx.fresh) k.copy(n, o.grad_data(), dx.data);
+      else k.axpy(n, 1.0f, o.grad_data(), dx.data);
     };
   }
   return Tensor(std::move(v));

@@ -37,6 +37,9 @@ struct TensorImpl {
   bool requires_grad = false;
   std::shared_ptr<Storage> grad;  // null until needed
   int64_t grad_offset = 0;
+  // Set by the engine on a newly allocated intermediate gradient whose only consumer is
+  // about to run: the buffer holds garbage and that rule's first write overwrites it.
+  bool grad_fresh = false;
   // Graph (non-leaf only): the op's name, its inputs, and its derivative rule.
   const char* op = nullptr;
   std::vector<std::shared_ptr<TensorImpl>> inputs;

@@ -4,71 +4,69 @@
 
 namespace rf::kernels::cpu {
 
-// The valid output columns of one kernel tap, for one axis: ow in [lo, hi) reads input
-// ow*stride - padding + k, which is inside [0, size). Computing the range once per row
-// keeps the inner loop branch-free.
-static void valid_range(int64_t size, int64_t out, int64_t k, int64_t stride, int64_t padding,
-                        int64_t& lo, int64_t& hi) {
-  // smallest o with o*stride - padding + k >= 0
-  int64_t need = padding - k;
-  lo = need <= 0 ? 0 : (need + stride - 1) / stride;
-  // largest o with o*stride - padding + k <= size - 1
-  int64_t top = size - 1 + padding - k;
-  hi = top < 0 ? 0 : top / stride + 1;
-  if (hi > out) hi = out;
-  if (lo > hi) lo = hi;
-}
-
-void im2col(const ConvGeometry& g, const float* image, float* col) {
-  const int64_t oh_n = g.out_h(), ow_n = g.out_w();
+void im2col(const ConvGeometry& g, const float* image, float* col, float* padded) {
+  const int64_t Hp = g.height + 2 * g.padding, Wp = g.width + 2 * g.padding;
+  const int64_t OH = g.out_h(), OW = g.out_w(), s = g.stride;
+  const float* src_base = image;
+  if (g.padding > 0) {
+    std::memset(padded, 0, sizeof(float) * g.padded_size());
+    for (int64_t c = 0; c < g.channels; ++c)
+      for (int64_t h = 0; h < g.height; ++h)
+        std::memcpy(padded + (c * Hp + h + g.padding) * Wp + g.padding,
+                    image + (c * g.height + h) * g.width, sizeof(float) * g.width);
+    src_base = padded;
+  }
   for (int64_t c = 0; c < g.channels; ++c) {
-    const float* plane = image + c * g.height * g.width;
     for (int64_t kh = 0; kh < g.kernel_h; ++kh) {
-      int64_t oh_lo, oh_hi;
-      valid_range(g.height, oh_n, kh, g.stride, g.padding, oh_lo, oh_hi);
       for (int64_t kw = 0; kw < g.kernel_w; ++kw) {
-        int64_t ow_lo, ow_hi;
-        valid_range(g.width, ow_n, kw, g.stride, g.padding, ow_lo, ow_hi);
-        float* row = col + ((c * g.kernel_h + kh) * g.kernel_w + kw) * oh_n * ow_n;
-        for (int64_t oh = 0; oh < oh_n; ++oh) {
-          float* out = row + oh * ow_n;
-          if (oh < oh_lo || oh >= oh_hi) {
-            std::memset(out, 0, sizeof(float) * ow_n);
-            continue;
-          }
-          const float* in = plane + (oh * g.stride - g.padding + kh) * g.width;
-          for (int64_t ow = 0; ow < ow_lo; ++ow) out[ow] = 0.0f;
-          if (g.stride == 1) {
-            const float* src = in + (ow_lo - g.padding + kw);
-            for (int64_t ow = ow_lo; ow < ow_hi; ++ow) out[ow] = src[ow - ow_lo];
-          } else {
-            for (int64_t ow = ow_lo; ow < ow_hi; ++ow) out[ow] = in[ow * g.stride - g.padding + kw];
-          }
-          for (int64_t ow = ow_hi; ow < ow_n; ++ow) out[ow] = 0.0f;
+        float* dst = col + ((c * g.kernel_h + kh) * g.kernel_w + kw) * OH * OW;
+        const float* src = src_base + (c * Hp + kh) * Wp + kw;
+        for (int64_t oh = 0; oh < OH; ++oh, dst += OW) {
+          const float* row = src + oh * s * Wp;
+          if (s == 1) std::memcpy(dst, row, sizeof(float) * OW);
+          else
+            for (int64_t ow = 0; ow < OW; ++ow) dst[ow] = row[ow * s];
         }
       }
     }
   }
 }
 
-void col2im_add(const ConvGeometry& g, const float* col, float* image) {
-  const int64_t oh_n = g.out_h(), ow_n = g.out_w();
+void col2im(const ConvGeometry& g, const float* col, float* image, float* padded, bool accumulate) {
+  const int64_t Hp = g.height + 2 * g.padding, Wp = g.width + 2 * g.padding;
+  const int64_t OH = g.out_h(), OW = g.out_w(), s = g.stride;
+  float* acc = image;
+  if (g.padding > 0) {
+    std::memset(padded, 0, sizeof(float) * g.padded_size());
+    acc = padded;
+  } else if (!accumulate) {
+    std::memset(image, 0, sizeof(float) * g.channels * g.height * g.width);
+  }
   for (int64_t c = 0; c < g.channels; ++c) {
-    float* plane = image + c * g.height * g.width;
     for (int64_t kh = 0; kh < g.kernel_h; ++kh) {
-      int64_t oh_lo, oh_hi;
-      valid_range(g.height, oh_n, kh, g.stride, g.padding, oh_lo, oh_hi);
       for (int64_t kw = 0; kw < g.kernel_w; ++kw) {
-        int64_t ow_lo, ow_hi;
-        valid_range(g.width, ow_n, kw, g.stride, g.padding, ow_lo, ow_hi);
-        const float* row = col + ((c * g.kernel_h + kh) * g.kernel_w + kw) * oh_n * ow_n;
-        for (int64_t oh = oh_lo; oh < oh_hi; ++oh) {
-          const float* src = row + oh * ow_n;
-          float* in = plane + (oh * g.stride - g.padding + kh) * g.width;
-          for (int64_t ow = ow_lo; ow < ow_hi; ++ow) in[ow * g.stride - g.padding + kw] += src[ow];
+        const float* src = col + ((c * g.kernel_h + kh) * g.kernel_w + kw) * OH * OW;
+        float* dst = acc + (c * Hp + kh) * Wp + kw;
+        for (int64_t oh = 0; oh < OH; ++oh, src += OW) {
+          float* row = dst + oh * s * Wp;
+          if (s == 1)
+            for (int64_t ow = 0; ow < OW; ++ow) row[ow] += src[ow];
+          else
+            for (int64_t ow = 0; ow < OW; ++ow) row[ow * s] += src[ow];
         }
       }
     }
+  }
+  if (g.padding > 0) {  // the padding border received the taps that fell outside: dropped
+    for (int64_t c = 0; c < g.channels; ++c)
+      for (int64_t h = 0; h < g.height; ++h) {
+        const float* p = padded + (c * Hp + h + g.padding) * Wp + g.padding;
+        float* o = image + (c * g.height + h) * g.width;
+        if (accumulate)
+          for (int64_t w = 0; w < g.width; ++w) o[w] += p[w];
+        else
+          std::memcpy(o, p, sizeof(float) * g.width);
+      }
   }
 }
 

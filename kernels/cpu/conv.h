@@ -2,6 +2,10 @@
 // im2col / col2im for one NCHW sample: conv2d becomes a GEMM (W[OC, C*KH*KW] x col).
 // col has C*KH*KW rows (row = (c*KH + kh)*KW + kw) and OH*OW columns; taps that fall in
 // the zero padding read 0 (im2col) and are dropped (col2im).
+//
+// Both go through a zero-padded copy of the image (`padded`, padded_size() floats, owned
+// by the caller so it is allocated once): every column row is then a plain copy of OW
+// floats per output row, with no bounds logic in the inner loop.
 #include <cstdint>
 
 namespace rf::kernels::cpu {
@@ -14,10 +18,12 @@ struct ConvGeometry {
   int64_t out_w() const { return (width + 2 * padding - kernel_w) / stride + 1; }
   int64_t col_rows() const { return channels * kernel_h * kernel_w; }
   int64_t col_cols() const { return out_h() * out_w(); }
+  int64_t padded_size() const { return channels * (height + 2 * padding) * (width + 2 * padding); }
 };
 
-void im2col(const ConvGeometry& g, const float* image, float* col);
-// image += col2im(col): the adjoint of im2col (accumulates, for the input gradient).
-void col2im_add(const ConvGeometry& g, const float* col, float* image);
+void im2col(const ConvGeometry& g, const float* image, float* col, float* padded);
+// image (+)= col2im(col): the adjoint of im2col, for the input gradient; accumulate=false
+// overwrites image (every element is written).
+void col2im(const ConvGeometry& g, const float* col, float* image, float* padded, bool accumulate);
 
 }  // namespace rf::kernels::cpu

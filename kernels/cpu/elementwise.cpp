@@ -10,6 +10,10 @@ void axpy(int64_t n, float a, const float* x, float* y) {
   for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
 }
 
+void copy(int64_t n, const float* x, float* y) {
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i];
+}
+
 void add(int64_t n, const float* a, const float* b, float* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
 }
@@ -53,8 +57,11 @@ void relu(int64_t n, const float* x, float* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = x[i] > 0.0f ? x[i] : 0.0f;
 }
 
-void relu_backward(int64_t n, const float* out, const float* dout, float* dx) {
-  for (int64_t i = 0; i < n; ++i) dx[i] += out[i] > 0.0f ? dout[i] : 0.0f;
+void relu_backward(int64_t n, const float* out, const float* dout, float* dx, bool accumulate) {
+  if (accumulate)
+    for (int64_t i = 0; i < n; ++i) dx[i] += out[i] > 0.0f ? dout[i] : 0.0f;
+  else
+    for (int64_t i = 0; i < n; ++i) dx[i] = out[i] > 0.0f ? dout[i] : 0.0f;
 }
 
 }  // namespace rf::kernels::cpu

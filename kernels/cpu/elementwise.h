@@ -8,6 +8,7 @@ namespace rf::kernels::cpu {
 void fill(float* x, int64_t n, float value);
 // y += a * x
 void axpy(int64_t n, float a, const float* x, float* y);
+void copy(int64_t n, const float* x, float* y);  // y = x
 // out = a + b
 void add(int64_t n, const float* a, const float* b, float* out);
 
@@ -23,7 +24,8 @@ void add_channel_bias_backward(int64_t n, int64_t c, int64_t plane, const float*
                                float* dbias);
 
 void relu(int64_t n, const float* x, float* out);
-// dx += dout where out > 0 (PyTorch's rule: the gradient at 0 is 0).
-void relu_backward(int64_t n, const float* out, const float* dout, float* dx);
+// dx (+)= dout where out > 0 (PyTorch's rule: the gradient at 0 is 0). accumulate=false
+// overwrites dx: the autograd engine's "first writer" case (see core/autograd.h).
+void relu_backward(int64_t n, const float* out, const float* dout, float* dx, bool accumulate);
 
 }  // namespace rf::kernels::cpu

@@ -15,8 +15,9 @@ struct PoolGeometry {
 };
 
 void max_pool2d(const PoolGeometry& g, const float* x, float* out, int32_t* argmax);
-// dx[argmax] += dout
+// dx[argmax] += dout; accumulate=false first zeroes each plane (just before its scatter,
+// while it is in cache) instead of the caller zeroing the whole gradient in a pass.
 void max_pool2d_backward(const PoolGeometry& g, const float* dout, const int32_t* argmax,
-                         float* dx);
+                         float* dx, bool accumulate);
 
 }  // namespace rf::kernels::cpu

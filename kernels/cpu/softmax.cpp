@@ -18,14 +18,17 @@ void log_softmax(int64_t rows, int64_t cols, const float* x, float* y) {
 }
 
 void log_softmax_backward(int64_t rows, int64_t cols, const float* y, const float* dy,
-                          float* dx) {
+                          float* dx, bool accumulate) {
   for (int64_t r = 0; r < rows; ++r) {
     const float* yr = y + r * cols;
     const float* dyr = dy + r * cols;
     float* dxr = dx + r * cols;
     float s = 0.0f;
     for (int64_t c = 0; c < cols; ++c) s += dyr[c];
-    for (int64_t c = 0; c < cols; ++c) dxr[c] += dyr[c] - std::exp(yr[c]) * s;
+    if (accumulate)
+      for (int64_t c = 0; c < cols; ++c) dxr[c] += dyr[c] - std::exp(yr[c]) * s;
+    else
+      for (int64_t c = 0; c < cols; ++c) dxr[c] = dyr[c] - std::exp(yr[c]) * s;
   }
 }
 

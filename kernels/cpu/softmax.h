@@ -6,9 +6,9 @@
 namespace rf::kernels::cpu {
 
 void log_softmax(int64_t rows, int64_t cols, const float* x, float* y);
-// dx += dy - softmax(x) * sum(dy), with softmax(x) = exp(y)
+// dx (+)= dy - softmax(x) * sum(dy), with softmax(x) = exp(y)
 void log_softmax_backward(int64_t rows, int64_t cols, const float* y, const float* dy,
-                          float* dx);
+                          float* dx, bool accumulate);
 
 // Returns -sum_r logp[r, label[r]] (accumulated in double, then rounded once).
 float nll_sum(int64_t rows, int64_t cols, const float* logp, const int32_t* labels);

@@ -127,3 +127,24 @@ TEST_CASE("a small MLP end to end against finite differences") {
   }, {random_tensor({5, 4}, g), random_tensor({5}, g, 0.2f, 1.0f), random_tensor({3, 5}, g),
       random_tensor({3}, g)}, 1e-3f, 2e-3, 2e-2);
 }
+
+TEST_CASE("a small CNN end to end: conv, relu, pool, conv, flatten, linear") {
+  // Exercises every rule's "first writer" path (fresh intermediate gradients) in a chain.
+  Generator g(16);
+  std::vector<int32_t> labels{2, 0};
+  gradcheck([&](const std::vector<Tensor>& in) {
+    Tensor h = max_pool2d(relu(conv2d(in[0], in[1], in[2], 1, 1)), 2);
+    Tensor h2 = relu(conv2d(h, in[3], Tensor(), 1, 1));
+    return cross_entropy(matmul(flatten(h2), in[4], false, true), labels);
+  }, {random_tensor({2, 1, 6, 6}, g), random_tensor({3, 1, 3, 3}, g), random_tensor({3}, g),
+      random_tensor({2, 3, 3, 3}, g), random_tensor({3, 18}, g)}, 1e-3f, 3e-3, 3e-2);
+}
+
+TEST_CASE("an intermediate used by two different ops: overwrite, then accumulate") {
+  Generator g(17);
+  Tensor r1 = random_tensor({3, 4}, g), r2 = random_tensor({3, 4}, g);
+  gradcheck([&](const std::vector<Tensor>& in) {
+    Tensor h = matmul(in[0], in[1]);
+    return add(sum(mul(relu(h), r1)), sum(mul(reshape(h, {3, 4}), r2)));
+  }, {random_tensor({3, 5}, g), random_tensor({5, 4}, g)}, 1e-3f, 3e-3, 3e-2);
+}

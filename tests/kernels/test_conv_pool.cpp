@@ -21,8 +21,8 @@ TEST_CASE("im2col + gemm equals a direct convolution") {
       std::vector<float> x(2 * 6 * 7), w(OC * g.col_rows()), col(g.col_rows() * g.col_cols());
       for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(1.3f * i);
       for (size_t i = 0; i < w.size(); ++i) w[i] = std::cos(0.4f * i);
-      std::vector<float> y(OC * OH * OW);
-      im2col(g, x.data(), col.data());
+      std::vector<float> y(OC * OH * OW), padbuf(g.padded_size());
+      im2col(g, x.data(), col.data(), padbuf.data());
       gemm(false, false, OC, OH * OW, g.col_rows(), 1.0f, w.data(), g.col_rows(), col.data(),
            OH * OW, 0.0f, y.data(), OH * OW);
       for (int64_t o = 0; o < OC; ++o)
@@ -41,13 +41,14 @@ TEST_CASE("im2col + gemm equals a direct convolution") {
     }
 }
 
-TEST_CASE("col2im_add is the adjoint of im2col: <im2col(x), c> == <x, col2im(c)>") {
+TEST_CASE("col2im is the adjoint of im2col: <im2col(x), c> == <x, col2im(c)>") {
   ConvGeometry g{3, 5, 5, 3, 2, 2, 1};
   std::vector<float> x(3 * 25), c(g.col_rows() * g.col_cols()), col(c.size()), back(x.size(), 0.0f);
   for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.9f * i);
   for (size_t i = 0; i < c.size(); ++i) c[i] = std::cos(0.2f * i);
-  im2col(g, x.data(), col.data());
-  col2im_add(g, c.data(), back.data());
+  std::vector<float> pad(g.padded_size());
+  im2col(g, x.data(), col.data(), pad.data());
+  col2im(g, c.data(), back.data(), pad.data(), true);
   double lhs = 0, rhs = 0;
   for (size_t i = 0; i < c.size(); ++i) lhs += double(col[i]) * c[i];
   for (size_t i = 0; i < x.size(); ++i) rhs += double(x[i]) * back[i];
@@ -64,6 +65,6 @@ TEST_CASE("max_pool2d picks the first maximum and routes the gradient there") {
   CHECK(y == std::vector<float>{5, 2});
   CHECK(idx == std::vector<int32_t>{1, 2});
   std::vector<float> dx(8, 0.0f), dy{1.5f, -2.0f};
-  max_pool2d_backward(g, dy.data(), idx.data(), dx.data());
+  max_pool2d_backward(g, dy.data(), idx.data(), dx.data(), true);
   CHECK(dx == std::vector<float>{0, 1.5f, -2.0f, 0, 0, 0, 0, 0});
 }

@@ -1,0 +1,85 @@
+#!/usr/bin/env python3
+"""Side-by-side training throughput: PyTorch (CPU, OpenBLAS) vs ringfence, same model,
+batch, thread count and step (forward, cross-entropy, backward, SGD momentum update) on
+a fixed random batch, in one run. Prints both and the ratio ringfence / PyTorch.
+
+  /usr/bin/python3 bench/train/compare_torch.py [--bin build/bin] [--batch 128]
+      [--threads 1] [--models mlp,cnn] [--steps-mlp 200] [--steps-cnn 40]
+"""
+import argparse
+import os
+import re
+import subprocess
+import sys
+import time
+
+
+def torch_model(name, nn):
+    if name == "mlp":
+        return nn.Sequential(nn.Flatten(), nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512),
+                             nn.ReLU(), nn.Linear(512, 10))
+    return nn.Sequential(nn.Conv2d(1, 16, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Conv2d(16, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Flatten(), nn.Linear(1568, 128), nn.ReLU(), nn.Linear(128, 10))
+
+
+def bench_torch(name, batch, steps, warmup=5):
+    import torch
+    from torch import nn
+    torch.manual_seed(0)
+    model = torch_model(name, nn)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    x = torch.rand(batch, 1, 28, 28) * 3 - 1
+    y = torch.randint(0, 10, (batch,))
+    loss_fn = nn.CrossEntropyLoss()
+
+    def step():
+        opt.zero_grad()
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+
+    for _ in range(warmup):
+        step()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        step()
+    return steps * batch / (time.perf_counter() - t0)
+
+
+def bench_ringfence(bin_dir, name, batch, threads, steps):
+    exe = os.path.join(bin_dir, "train_bench")
+    out = subprocess.run([exe, "--model", name, "--batch", str(batch), "--threads", str(threads),
+                          "--steps", str(steps)], check=True, capture_output=True, text=True).stdout
+    m = re.search(r"([0-9.]+) samples/s", out)
+    if not m:
+        sys.exit(f"compare_torch: cannot parse train_bench output: {out!r}")
+    return float(m.group(1))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bin", default="build/bin")
+    ap.add_argument("--batch", type=int, default=128)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--models", default="mlp,cnn")
+    ap.add_argument("--steps-mlp", type=int, default=200)
+    ap.add_argument("--steps-cnn", type=int, default=40)
+    a = ap.parse_args()
+    # Thread count must be fixed before torch initialises its pools.
+    os.environ["OMP_NUM_THREADS"] = str(a.threads)
+    os.environ["OPENBLAS_NUM_THREADS"] = str(a.threads)
+    import torch
+    torch.set_num_threads(a.threads)
+    print(f"torch {torch.__version__}, BLAS: {'OpenBLAS' if 'openblas' in torch.__config__.show().lower() else 'other'}, "
+          f"mkldnn: {torch.backends.mkldnn.is_available()}, threads {a.threads}, batch {a.batch}")
+    print(f"{'model':6} {'pytorch samples/s':>18} {'ringfence samples/s':>20} {'ratio':>7}")
+    for name in a.models.split(","):
+        steps = a.steps_mlp if name == "mlp" else a.steps_cnn
+        pt = bench_torch(name, a.batch, steps)
+        rf = bench_ringfence(a.bin, name, a.batch, a.threads, steps)
+        print(f"{name:6} {pt:18.0f} {rf:20.0f} {rf / pt:7.2f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
