@@ -116,6 +116,4 @@ class Membership {
   std::vector<WorkerId> evictions_;
 };
 
-const char* to_string(Phase p);
-
 }  // namespace rf::elastic

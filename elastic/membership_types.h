@@ -15,6 +15,7 @@ namespace rf::elastic {
 using namespace std::chrono_literals;
 
 enum class Phase { Forming, Running, Recovering, Stopped, Done };
+const char* to_string(Phase p);  // FORMING, RUNNING, ...
 
 struct MembershipOptions {
   int target_world = 1;  // W

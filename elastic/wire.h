@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/clock.h"
+#include "elastic/errors.h"
 
 namespace rf::elastic {
 

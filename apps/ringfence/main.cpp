@@ -1,0 +1,120 @@
+// ringfence — the launcher.
+//   ringfence run -n N [options] -- PROGRAM ARGS...   (docs/launcher.md)
+//   ringfence coord -n W [--host H] [--port P] [--token-file F] ...
+#include <signal.h>
+#include <sys/stat.h>
+#include <poll.h>
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "apps/ringfence/supervisor.h"
+#include "base/error.h"
+#include "elastic/coordinator.h"
+#include "elastic/launch_options.h"
+#include "elastic/token.h"
+
+using namespace rf::elastic;
+
+namespace {
+
+const char* kUsage =
+    "usage:\n"
+    "  ringfence run -n N [--min-world M] [--spares K] [--max-restarts R] [--join-window T]\n"
+    "                [--heartbeat T --lease T] [--min-world-timeout T] [--inject SPEC]...\n"
+    "                [--summary FILE] [--event-log FILE] [--stop-grace T] [--quiet]\n"
+    "                [--coord HOST:PORT [--token-file F] --nnodes N --node-rank I] -- PROGRAM ARGS...\n"
+    "  ringfence coord -n W [--min-world M] [--host H] [--port P] [--token-file F] [--event-log FILE]\n"
+    "                [--join-window T] [--heartbeat T --lease T] [--min-world-timeout T]\n"
+    "SPEC: KIND:rank=R:step=S[:phase=P][:after_chunks=K] | KIND:rank=R:at=SECONDS\n"
+    "      KIND kill|stop|hang|exit|drop|slow; P forward|backward|allreduce|optimizer|transfer|recovery\n"
+    "See docs/launcher.md.\n";
+
+volatile sig_atomic_t g_stop = 0;
+void on_stop(int) { g_stop = 1; }
+
+int run_coord(const CoordOptions& o) {
+  CoordinatorOptions co;
+  co.host = o.host;
+  co.port = o.port;
+  co.event_log = o.event_log;
+  const char* env_token = std::getenv("RINGFENCE_TOKEN");
+  co.token = env_token && *env_token ? env_token : random_token();
+  co.membership.target_world = o.world;
+  co.membership.min_world = o.min_world ? o.min_world : o.world;
+  co.membership.heartbeat = o.timing.heartbeat;
+  co.membership.lease = o.timing.lease;
+  co.membership.join_window = o.timing.join_window;
+  co.membership.min_world_timeout = o.timing.min_world_timeout;
+  Coordinator coord(co);
+  if (!o.token_file.empty()) {
+    const mode_t old = umask(077);
+    std::ofstream f(o.token_file, std::ios::trunc);
+    f << co.token << "\n";
+    umask(old);
+    if (!f) throw rf::Error("cannot write the token file '" + o.token_file + "'");
+  }
+  struct sigaction sa {};
+  sa.sa_handler = on_stop;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  std::printf("ringfence coord: listening on %s:%d (world %d)\n", o.host.c_str(), coord.port(), o.world);
+  std::fflush(stdout);
+  coord.start();
+  bool had_launcher = false;
+  // Serve until Ctrl-C, or until the job is over and every launcher has disconnected.
+  while (!g_stop) {
+    had_launcher |= coord.launcher_connections() > 0;
+    if (coord.finished() && had_launcher && coord.launcher_connections() == 0) break;
+    ::poll(nullptr, 0, 50);
+  }
+  const bool ok = coord.phase() == Phase::Done;
+  std::printf("ringfence coord: job %s\n", to_string(coord.phase()));
+  return ok ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
+    std::fputs(kUsage, args.empty() ? stderr : stdout);
+    return args.empty() ? 2 : 0;
+  }
+  const std::string cmd = args[0];
+  args.erase(args.begin());
+  if (!args.empty() && (args[0] == "-h" || args[0] == "--help")) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  try {
+    if (cmd == "run") {
+      RunOptions o;
+      try {
+        o = parse_run_args(args);
+      } catch (const rf::InvalidInput& e) {
+        std::fprintf(stderr, "ringfence run: %s\n", e.what());
+        return 2;  // refused before anything starts
+      }
+      return rf::apps::run_supervisor(o);
+    }
+    if (cmd == "coord") {
+      CoordOptions o;
+      try {
+        o = parse_coord_args(args);
+      } catch (const rf::InvalidInput& e) {
+        std::fprintf(stderr, "ringfence coord: %s\n", e.what());
+        return 2;
+      }
+      return run_coord(o);
+    }
+    std::fprintf(stderr, "ringfence: unknown command '%s'\n%s", cmd.c_str(), kUsage);
+    return 2;
+  } catch (const rf::Error& e) {
+    std::fprintf(stderr, "ringfence %s: %s\n", cmd.c_str(), e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,71 @@
+#include "apps/ringfence/status_line.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "base/str.h"
+
+namespace rf::apps {
+
+using nlohmann::json;
+
+StatusLine::StatusLine(bool enabled) : enabled_(enabled), tty_(isatty(STDERR_FILENO) == 1) {}
+
+void StatusLine::clear() {
+  if (tty_ && on_line_) std::fprintf(stderr, "\r\033[K");
+  on_line_ = false;
+}
+
+void StatusLine::update(const json& st, int restarts) {
+  if (!enabled_) return;
+  const std::string line =
+      rf::str("ringfence: g ", st.value("generation", 0), " ", st.value("phase", "?"), " | members ",
+              st.value("world", 0), "/", st.value("target_world", 0), " | step ", st.value("step", -1),
+              " | recoveries ", st.value("recoveries", 0), " | restarts ", restarts,
+              st.value("reconfigure", false) ? " | reconfigure" : "", st.value("stop", false) ? " | stopping" : "");
+  const auto now = rf::Clock::now();
+  if (tty_) {
+    std::fprintf(stderr, "\r\033[K%s", line.c_str());
+    on_line_ = true;
+  } else {
+    // Plain periodic lines: when something other than the step changed, or once a second.
+    const std::string key = line.substr(0, line.find(" | step")) + line.substr(line.find(" | recoveries"));
+    if (key != last_ || now - last_print_ >= std::chrono::seconds(1)) {
+      std::fprintf(stderr, "%s\n", line.c_str());
+      last_print_ = now;
+      last_ = key;
+    }
+  }
+  std::fflush(stderr);
+}
+
+void StatusLine::note(const std::string& text) {
+  clear();
+  std::fprintf(stderr, "ringfence: %s\n", text.c_str());
+  std::fflush(stderr);
+}
+
+void StatusLine::finish(const json& s) {
+  clear();
+  std::fprintf(stderr, "ringfence: job %s (exit %d): generation %s, %d restart(s), %zu recovery(ies), %.1f s\n",
+               s.value("phase", "?").c_str(), s.value("exit_status", 1), s["generations"].dump().c_str(),
+               s.value("restarts", 0), s["recoveries"].size(), s.value("wall_s", 0.0));
+  if (!s.value("error", "").empty()) std::fprintf(stderr, "ringfence: error: %s\n", s["error"].get<std::string>().c_str());
+  int i = 0;
+  for (const auto& r : s["recoveries"]) {
+    const json& w = r["worker"];
+    std::string phases;
+    for (const char* p : {"detect", "agree", "connect", "transfer", "verify"}) {
+      const json& v = r["phases"][p];
+      phases += rf::str(" ", p, " ", v.is_number() ? rf::str(v.get<double>(), " ms") : std::string("-"));
+    }
+    std::fprintf(stderr, "  recovery %d: %s%s of slot %s -> generation %s (world %d, T %lld), total %s ms;%s\n", ++i,
+                 r.value("planned", false) ? "planned " : "", r.value("cause", "?").c_str(),
+                 w.is_object() ? w["slot"].dump().c_str() : "-", r["generation"].dump().c_str(), r.value("world", 0),
+                 static_cast<long long>(r.value("target_step", int64_t{-1})), r["total_ms"].dump().c_str(),
+                 phases.c_str());
+  }
+}
+
+}  // namespace rf::apps

@@ -1,0 +1,374 @@
+#include "apps/ringfence/supervisor.h"
+
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "apps/ringfence/status_line.h"
+#include "base/clock.h"
+#include "base/str.h"
+#include "elastic/admin_client.h"
+#include "elastic/coordinator.h"
+#include "elastic/token.h"
+#include "elastic/wire.h"
+
+extern char** environ;
+
+namespace rf::apps {
+
+using nlohmann::json;
+using namespace rf::elastic;
+
+namespace {
+
+volatile sig_atomic_t g_signals = 0;
+void on_signal(int) { g_signals = g_signals + 1; }
+
+struct WorkerProc {
+  int slot = 0;
+  bool spare = false;
+  int64_t incarnation = 0;
+  pid_t pid = -1;
+  int restarts = 0;
+  bool done = false;  // exited 0, or out of restarts: not restarted
+  std::set<int64_t> killed_as_hung;
+  json exits = json::array();
+};
+
+int exit_status_of(int st) { return WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st); }
+
+std::string read_token_file(const std::string& path) {
+  std::ifstream f(path);
+  std::string t;
+  if (!f || !(f >> t) || t.empty()) throw rf::InvalidInput(rf::str("cannot read a job token from '", path, "'"));
+  return t;
+}
+
+class Supervisor {
+ public:
+  explicit Supervisor(const RunOptions& o) : opt_(o) {}
+
+  int run() {
+    const int world = opt_.nprocs * opt_.nnodes;
+    std::string host = "127.0.0.1";
+    int port = 0;
+    if (opt_.coord.empty()) {
+      token_ = random_token();
+      CoordinatorOptions co;
+      co.token = token_;
+      co.event_log = opt_.event_log;
+      co.membership.target_world = world;
+      co.membership.min_world = opt_.min_world ? opt_.min_world : world;
+      co.membership.heartbeat = opt_.timing.heartbeat;
+      co.membership.lease = opt_.timing.lease;
+      co.membership.join_window = opt_.timing.join_window;
+      co.membership.min_world_timeout = opt_.timing.min_world_timeout;
+      coord_ = std::make_unique<Coordinator>(co);
+      coord_->start();
+      port = coord_->port();
+    } else {
+      std::tie(host, port) = parse_host_port(opt_.coord);
+      if (!opt_.token_file.empty()) token_ = read_token_file(opt_.token_file);
+      else if (const char* t = std::getenv("RINGFENCE_TOKEN"); t && *t) token_ = t;
+      else throw rf::InvalidInput("--coord needs the job token: --token-file FILE or RINGFENCE_TOKEN");
+    }
+    coord_addr_ = rf::str(host, ":", port);
+    admin_ = std::make_unique<AdminClient>(host, port, token_);
+
+    // Slots: this node's primaries, then its spares after every node's primaries.
+    for (int i = 0; i < opt_.nprocs; ++i) {
+      WorkerProc w;
+      w.slot = opt_.node_rank * opt_.nprocs + i;
+      workers_.push_back(w);
+    }
+    for (int i = 0; i < opt_.spares; ++i) {
+      WorkerProc w;
+      w.slot = world + opt_.node_rank * opt_.spares + i;
+      w.spare = true;
+      workers_.push_back(w);
+    }
+    struct sigaction sa {};
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, nullptr);
+    sigaction(SIGTERM, &sa, nullptr);
+
+    start_ = rf::Clock::now();
+    start_wall_us_ = rf::wall_us();
+    for (auto& w : workers_) spawn(w);
+    loop();
+    return finish();
+  }
+
+ private:
+  void spawn(WorkerProc& w) {
+    std::vector<std::string> env;
+    for (char** e = environ; *e; ++e)
+      if (std::strncmp(*e, "RINGFENCE_", 10) != 0) env.emplace_back(*e);
+    std::vector<FaultSpec> worker_side;
+    for (const auto& f : opt_.inject)
+      if (!f.launcher_side()) worker_side.push_back(f);
+    env.push_back("RINGFENCE_COORD=" + coord_addr_);
+    env.push_back("RINGFENCE_TOKEN=" + token_);
+    env.push_back(rf::str("RINGFENCE_SLOT=", w.slot));
+    env.push_back(rf::str("RINGFENCE_INCARNATION=", w.incarnation));
+    env.push_back(rf::str("RINGFENCE_WORLD=", opt_.nprocs * opt_.nnodes));
+    env.push_back(rf::str("RINGFENCE_NODE_RANK=", opt_.node_rank));
+    env.push_back(rf::str("RINGFENCE_SPARE=", w.spare ? 1 : 0));
+    env.push_back("RINGFENCE_INJECT=" + join_fault_specs(worker_side));
+    std::vector<char*> envp, argv;
+    for (auto& s : env) envp.push_back(s.data());
+    envp.push_back(nullptr);
+    std::vector<std::string> args = opt_.program;
+    for (auto& s : args) argv.push_back(s.data());
+    argv.push_back(nullptr);
+    const pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid < 0) throw rf::Error(rf::str("fork failed: ", std::strerror(errno)));
+    if (pid == 0) {
+      // Own process group (Ctrl-C reaches only the launcher, which stops gracefully);
+      // die with the launcher so no worker outlives it.
+      setpgid(0, 0);
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent) _exit(127);
+      signal(SIGINT, SIG_DFL);
+      signal(SIGTERM, SIG_DFL);
+      execvpe(argv[0], argv.data(), envp.data());
+      dprintf(2, "ringfence: cannot run '%s': %s\n", argv[0], std::strerror(errno));
+      _exit(127);
+    }
+    setpgid(pid, pid);
+    w.pid = pid;
+  }
+
+  WorkerProc* by_pid(pid_t pid) {
+    for (auto& w : workers_)
+      if (w.pid == pid) return &w;
+    return nullptr;
+  }
+  WorkerProc* by_slot(int slot) {
+    for (auto& w : workers_)
+      if (w.slot == slot) return &w;
+    return nullptr;
+  }
+  bool any_running() const {
+    for (auto& w : workers_)
+      if (w.pid > 0) return true;
+    return false;
+  }
+  void kill_all(int sig) {
+    for (auto& w : workers_)
+      if (w.pid > 0) ::kill(-w.pid, sig);
+  }
+
+  void reap() {
+    int st = 0;
+    pid_t pid;
+    while ((pid = waitpid(-1, &st, WNOHANG)) > 0) {
+      WorkerProc* w = by_pid(pid);
+      if (!w) continue;
+      const int code = exit_status_of(st);
+      const int64_t wall = rf::wall_us();
+      w->exits.push_back({{"incarnation", w->incarnation}, {"status", code}, {"wall_us", wall}});
+      w->pid = -1;
+      ::kill(-pid, SIGKILL);  // anything the worker left behind in its group
+      try {
+        admin_->exited(w->slot, w->incarnation, code, wall);  // D1, as seen by the launcher
+      } catch (const rf::Error& e) {
+        coord_lost(e.what());
+      }
+      if (code == 0 || stopping_ || job_over_) {
+        w->done = true;
+        continue;
+      }
+      if (w->restarts >= opt_.max_restarts) {
+        std::fprintf(stderr, "\nringfence: slot %d exited with status %d and has no restarts left (--max-restarts %d)\n",
+                     w->slot, code, opt_.max_restarts);
+        w->done = true;
+        continue;
+      }
+      ++w->restarts;
+      ++total_restarts_;
+      ++w->incarnation;  // comes back as a replacement: same slot, new incarnation
+      spawn(*w);
+    }
+  }
+
+  void coord_lost(const std::string& why) {
+    if (!error_.empty()) return;
+    error_ = "lost the coordinator: " + why;
+    job_over_ = true;
+    kill_all(SIGKILL);
+  }
+
+  void poll_status() {
+    json st;
+    try {
+      st = admin_->status();
+    } catch (const rf::Error& e) {
+      coord_lost(e.what());
+      return;
+    }
+    last_status_ = st;
+    const std::string phase = st.value("phase", "");
+    if (phase == "STOPPED" && !job_over_) {
+      job_over_ = true;
+      error_ = st.value("error", "the coordinator stopped the job");
+      kill_all(SIGKILL);
+    }
+    if (phase == "DONE") job_over_ = true;
+    // Workers evicted as hung (D2) are still alive somewhere: kill them before the
+    // replacement starts, so two incarnations never run at once.
+    for (const auto& e : st["evicted"]) {
+      WorkerProc* w = by_slot(e.value("slot", -1));
+      const int64_t inc = e.value("incarnation", int64_t{-1});
+      if (w && w->pid > 0 && w->incarnation == inc && !w->killed_as_hung.count(inc)) {
+        w->killed_as_hung.insert(inc);
+        ::kill(-w->pid, SIGKILL);
+        note(rf::str("slot ", w->slot, " (incarnation ", inc, ") was evicted as hung: SIGKILL"));
+      }
+    }
+    status_.update(st, total_restarts_);
+  }
+
+  void inject_due() {
+    const double t = rf::seconds_since(start_);
+    for (size_t i = 0; i < opt_.inject.size(); ++i) {
+      const FaultSpec& f = opt_.inject[i];
+      if (!f.launcher_side() || fired_.count(i) || t < *f.at_seconds) continue;
+      fired_.insert(i);
+      WorkerProc* w = by_slot(f.rank);
+      if (!w || w->pid <= 0) {
+        note(rf::str("inject ", f.to_string(), ": slot ", f.rank, " is not running on this node, skipped"));
+        continue;
+      }
+      const int sig = f.kind == FaultKind::Kill ? SIGKILL : SIGSTOP;
+      const int64_t wall = rf::wall_us();
+      ::kill(-w->pid, sig);
+      injected_.push_back({{"spec", f.to_string()}, {"slot", w->slot}, {"incarnation", w->incarnation},
+                           {"pid", w->pid}, {"signal", sig == SIGKILL ? "SIGKILL" : "SIGSTOP"}, {"wall_us", wall}});
+      note(rf::str("inject ", f.to_string(), ": ", sig == SIGKILL ? "SIGKILL" : "SIGSTOP", " to slot ", w->slot,
+                   " (pid ", w->pid, ")"));
+    }
+  }
+
+  void note(const std::string& s) { status_.note(s); }
+
+  void loop() {
+    TimePoint last_status = rf::Clock::now() - std::chrono::seconds(1);
+    std::optional<TimePoint> stop_deadline;
+    int handled_signals = 0;
+    while (true) {
+      reap();
+      if (g_signals > handled_signals) {
+        handled_signals = g_signals;
+        if (!stopping_) {
+          stopping_ = true;
+          stop_deadline = rf::Clock::now() + opt_.stop_grace;
+          note("stop requested: workers finish their step and leave (Ctrl-C again to kill)");
+          try {
+            admin_->stop();
+          } catch (const rf::Error& e) {
+            coord_lost(e.what());
+          }
+        } else {
+          kill_all(SIGKILL);
+        }
+      }
+      if (stop_deadline && rf::Clock::now() >= *stop_deadline && any_running()) {
+        note("workers did not stop within --stop-grace: SIGKILL");
+        kill_all(SIGKILL);
+        stop_deadline.reset();
+      }
+      inject_due();
+      if (rf::Clock::now() - last_status >= std::chrono::milliseconds(50)) {
+        last_status = rf::Clock::now();
+        poll_status();
+      }
+      bool all_done = true;
+      for (auto& w : workers_) all_done &= (w.pid <= 0);
+      if (all_done) break;
+      ::poll(nullptr, 0, 5);
+    }
+    // Let the coordinator see the last leaves (several nodes finish at different times).
+    const TimePoint deadline = rf::Clock::now() + std::chrono::seconds(3);
+    while (error_.empty() && rf::Clock::now() < deadline) {
+      poll_status();
+      const std::string phase = last_status_.value("phase", "");
+      if (phase == "DONE" || phase == "STOPPED") break;
+      ::poll(nullptr, 0, 20);
+    }
+  }
+
+  int finish() {
+    const std::string phase = last_status_.value("phase", "");
+    bool all_zero = true;
+    for (auto& w : workers_)
+      for (auto& e : w.exits) all_zero &= e.value("status", 1) == 0 || w.exits.back() != e;
+    int code = 1;
+    if (phase == "DONE" && error_.empty()) code = 0;
+    else if (stopping_ && error_.empty() && all_zero) code = 0;
+    if (error_.empty() && phase != "DONE" && code != 0) error_ = rf::str("the job ended in phase ", phase);
+    json summary;
+    try {
+      summary = admin_->summary();
+    } catch (const rf::Error&) {
+      summary = json::object();
+    }
+    json workers = json::array();
+    for (auto& w : workers_)
+      workers.push_back({{"slot", w.slot}, {"spare", w.spare}, {"restarts", w.restarts}, {"exits", w.exits}});
+    json out = {{"exit_status", code},
+                {"ok", code == 0},
+                {"error", error_},
+                {"phase", phase},
+                {"generations", summary.value("generation", json(nullptr))},
+                {"restarts", total_restarts_},
+                {"wall_s", rf::seconds_since(start_)},
+                {"start_wall_us", start_wall_us_},
+                {"injected", injected_},
+                {"workers", workers},
+                {"recoveries", summary.value("recoveries", json::array())}};
+    status_.finish(out);
+    if (!opt_.summary_path.empty()) {
+      std::ofstream f(opt_.summary_path);
+      f << out.dump(2) << "\n";
+      if (!f) std::fprintf(stderr, "ringfence: cannot write the summary to '%s'\n", opt_.summary_path.c_str());
+    }
+    return code;
+  }
+
+  RunOptions opt_;
+  std::string token_, coord_addr_;
+  std::unique_ptr<Coordinator> coord_;
+  std::unique_ptr<AdminClient> admin_;
+  std::vector<WorkerProc> workers_;
+  TimePoint start_;
+  int64_t start_wall_us_ = 0;
+  bool stopping_ = false, job_over_ = false;
+  std::string error_;
+  int total_restarts_ = 0;
+  std::set<size_t> fired_;
+  json injected_ = json::array();
+  json last_status_ = json::object();
+  StatusLine status_{!opt_.quiet};
+};
+
+}  // namespace
+
+int run_supervisor(const RunOptions& options) { return Supervisor(options).run(); }
+
+}  // namespace rf::apps

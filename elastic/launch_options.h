@@ -1,0 +1,53 @@
+#pragma once
+// Command lines of `ringfence run` and `ringfence coord`, parsed into typed options
+// (STYLE.md: options are typed structs; the environment only supplies defaults). Every
+// mistake throws rf::InvalidInput naming the flag, before anything starts.
+#include <string>
+#include <vector>
+
+#include "base/clock.h"
+#include "elastic/fault_spec.h"
+
+namespace rf::elastic {
+
+struct TimingFlags {
+  Duration heartbeat = std::chrono::milliseconds(100);
+  Duration lease = std::chrono::seconds(1);
+  Duration join_window = std::chrono::seconds(2);
+  Duration min_world_timeout = std::chrono::seconds(30);
+};
+
+struct RunOptions {
+  int nprocs = 0;         // -n: workers on this node (and the target world W when embedded)
+  int min_world = 0;      // --min-world (0: W)
+  int spares = 0;         // --spares: extra workers that wait to fill a hole
+  int max_restarts = 3;   // --max-restarts: per slot
+  TimingFlags timing;     // --heartbeat --lease --join-window --min-world-timeout
+  std::vector<FaultSpec> inject;  // --inject (repeatable)
+  std::string summary_path;       // --summary FILE
+  std::string event_log;          // --event-log FILE
+  std::string coord;              // --coord HOST:PORT (empty: embedded coordinator)
+  std::string token_file;         // --token-file FILE (with --coord; else RINGFENCE_TOKEN)
+  int nnodes = 1;                 // --nnodes
+  int node_rank = 0;              // --node-rank
+  Duration stop_grace = std::chrono::seconds(10);  // --stop-grace: Ctrl-C -> kill after this
+  bool quiet = false;             // --quiet: no live status line
+  std::vector<std::string> program;  // after --
+};
+
+struct CoordOptions {
+  std::string host = "127.0.0.1";  // --host
+  int port = 29400;                // --port
+  int world = 0;                   // -n: target world size W (all nodes)
+  int min_world = 0;               // --min-world (0: W)
+  TimingFlags timing;
+  std::string event_log;   // --event-log FILE
+  std::string token_file;  // --token-file FILE: the job token is written there (mode 0600)
+};
+
+// "2s", "500ms", "1.5" (seconds). Throws rf::InvalidInput naming `flag`.
+Duration parse_duration(const std::string& flag, const std::string& text);
+RunOptions parse_run_args(const std::vector<std::string>& args);
+CoordOptions parse_coord_args(const std::vector<std::string>& args);
+
+}  // namespace rf::elastic
