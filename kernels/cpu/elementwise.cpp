@@ -45,10 +45,19 @@ void add_channel_bias(int64_t n, int64_t c, int64_t plane, const float* x, const
 
 void add_channel_bias_backward(int64_t n, int64_t c, int64_t plane, const float* dout,
                                float* dbias) {
+  // 16 independent partial sums: one running sum is bound by the add latency (a chain of
+  // 784 dependent adds per plane); 16 lanes vectorise. The order is fixed, so the result
+  // is deterministic.
+  constexpr int64_t L = 16;
   for (int64_t i = 0; i < n * c; ++i) {
     const float* d = dout + i * plane;
+    float acc[L] = {};
+    int64_t j = 0;
+    for (; j + L <= plane; j += L)
+      for (int64_t l = 0; l < L; ++l) acc[l] += d[j + l];
     float s = 0.0f;
-    for (int64_t j = 0; j < plane; ++j) s += d[j];
+    for (int64_t l = 0; l < L; ++l) s += acc[l];
+    for (; j < plane; ++j) s += d[j];
     dbias[i % c] += s;
   }
 }
