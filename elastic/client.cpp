@@ -144,7 +144,10 @@ void Client::heartbeat_loop() {
     }
     const uint64_t g = reply.value("generation", uint64_t{0});
     seen_ = g;
-    reconfigure_ = reply.value("reconfigure", false);
+    // The flag belongs to the generation that runs now: a reply about an older one (or
+    // about a round still forming) must not make us leave the new generation again.
+    reconfigure_ = reply.value("reconfigure", false) && reply.value("phase", "") == "RUNNING" &&
+                   g == active_.load();
     stop_ = reply.value("stop", false);
     const uint64_t active = active_.load();
     if (active != 0 && g > active && g > notified_.load()) {
@@ -252,7 +255,7 @@ ReadyQuery Client::ready(uint64_t generation, Duration timeout) {
   const std::string st = get_str(r, "status", 32);
   q.generation = static_cast<uint64_t>(get_int(r, "generation", 0, int64_t{1} << 53));
   q.error = r.value("reason", "");
-  if (st == "running") q.kind = ReadyQuery::Running, active_ = generation;
+  if (st == "running") q.kind = ReadyQuery::Running, active_ = generation, reconfigure_ = false;
   else if (st == "revoked" || st == "stale") q.kind = ReadyQuery::Revoked;
   else if (st == "fenced") q.kind = ReadyQuery::Fenced;
   else if (st == "stopped") q.kind = ReadyQuery::Stopped;
