@@ -1,0 +1,35 @@
+#pragma once
+// The backends comm_bench compares: ours (UCX ring), and — when their Debian packages are
+// found at build time — Gloo's ring over TCP and Open MPI's MPI_Allreduce.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace rf::bench {
+
+class BenchBackend {
+ public:
+  virtual ~BenchBackend() = default;
+  virtual int rank() const = 0;
+  virtual int world() const = 0;
+  virtual void allreduce(float* data, size_t count) = 0;  // sum, in place
+  virtual void allreduce_u64(uint64_t* data, size_t count) = 0;
+  virtual void barrier() = 0;
+};
+
+struct BenchTuning {  // knobs of our backend (the others have their own defaults)
+  size_t chunk_bytes = 0;      // 0: UcxOptions' default
+  int flows = 0;
+  long long small_bytes = -1;  // -1: default switch point
+};
+
+std::unique_ptr<BenchBackend> make_ucx_backend(const BenchTuning& t);
+#ifdef RF_BENCH_HAVE_GLOO
+std::unique_ptr<BenchBackend> make_gloo_backend();
+#endif
+#ifdef RF_BENCH_HAVE_MPI
+std::unique_ptr<BenchBackend> make_mpi_backend(int* argc, char*** argv);
+#endif
+
+}  // namespace rf::bench

@@ -1,0 +1,42 @@
+#include "bench/comm/backend.h"
+#include "comm/file_store.h"
+#include "comm/local_launcher.h"
+#include "comm/tag.h"
+#include "comm/ucx/ucx_communicator.h"
+
+namespace rf::bench {
+
+namespace {
+
+class UcxBackend : public BenchBackend {
+ public:
+  explicit UcxBackend(const BenchTuning& t) : env_(comm::rank_env_from_environment()), store_(env_.store_dir) {
+    comm::UcxOptions o;
+    if (t.chunk_bytes) o.chunk_bytes = t.chunk_bytes;
+    if (t.flows) o.flows = t.flows;
+    if (t.small_bytes >= 0) o.small_allreduce_bytes = static_cast<size_t>(t.small_bytes);
+    comm_ = std::make_unique<comm::UcxCommunicator>(comm::UcxContext::create(), store_, env_.rank, env_.world, 0, o);
+  }
+  int rank() const override { return env_.rank; }
+  int world() const override { return env_.world; }
+  void allreduce(float* data, size_t count) override {
+    comm_->allreduce(comm::Buffer{data, count, comm::DType::f32}, next());
+  }
+  void allreduce_u64(uint64_t* data, size_t count) override {
+    comm_->allreduce(comm::Buffer{data, count, comm::DType::u64}, next());
+  }
+  void barrier() override { comm_->barrier(next()); }
+
+ private:
+  comm::OpId next() { return comm::OpId{step_++ % (comm::StepTag::kMaxStep + 1), 0}; }
+  comm::RankEnv env_;
+  comm::FileStore store_;
+  std::unique_ptr<comm::UcxCommunicator> comm_;
+  uint64_t step_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<BenchBackend> make_ucx_backend(const BenchTuning& t) { return std::make_unique<UcxBackend>(t); }
+
+}  // namespace rf::bench

@@ -1,0 +1,93 @@
+#include "comm/flight_recorder.h"
+
+#include <nlohmann/json.hpp>
+
+#include "base/clock.h"
+#include "base/enforce.h"
+#include "base/str.h"
+
+namespace rf::comm {
+
+FlightRecorder::FlightRecorder(size_t capacity, int rank) : ring_(capacity), rank_(rank) {
+  RF_ENFORCE(capacity > 0, "flight recorder needs room for one record");
+}
+
+uint64_t FlightRecorder::start(const char* collective, uint64_t generation, uint64_t step, uint32_t op,
+                               uint64_t bytes) {
+  std::lock_guard lk(mu_);
+  const uint64_t seq = next_seq_++;
+  FlightRecord& r = ring_[seq % ring_.size()];
+  r = FlightRecord{};
+  r.seq = seq;
+  r.collective = collective;
+  r.generation = generation;
+  r.step = step;
+  r.op = op;
+  r.bytes = bytes;
+  r.start_us = rf::wall_us();
+  return seq;
+}
+
+FlightRecord* FlightRecorder::find(uint64_t seq) {
+  FlightRecord& r = ring_[seq % ring_.size()];
+  // An old record may have been overwritten by newer ones: then there is nothing to update.
+  return (r.seq == seq && seq < next_seq_) ? &r : nullptr;
+}
+
+void FlightRecorder::finish(uint64_t seq, int64_t chunk, int peer) {
+  std::lock_guard lk(mu_);
+  if (FlightRecord* r = find(seq)) {
+    r->state = FlightRecord::State::done;
+    r->chunk = chunk;
+    r->peer = peer;
+    r->end_us = rf::wall_us();
+  }
+}
+
+void FlightRecorder::fail(uint64_t seq, int64_t chunk, int peer, const std::string& cause) {
+  std::lock_guard lk(mu_);
+  if (FlightRecord* r = find(seq)) {
+    r->state = FlightRecord::State::failed;
+    r->chunk = chunk;
+    r->peer = peer;
+    r->end_us = rf::wall_us();
+    r->cause = cause;
+  }
+}
+
+std::vector<FlightRecord> FlightRecorder::snapshot() const {
+  std::lock_guard lk(mu_);
+  std::vector<FlightRecord> out;
+  const uint64_t n = std::min<uint64_t>(next_seq_, ring_.size());
+  for (uint64_t s = next_seq_ - n; s < next_seq_; ++s) out.push_back(ring_[s % ring_.size()]);
+  return out;
+}
+
+std::string FlightRecorder::to_json(const FlightRecord& r, int rank) {
+  static const char* kStates[] = {"started", "done", "failed"};
+  nlohmann::json j;
+  j["rank"] = rank;
+  j["seq"] = r.seq;
+  j["collective"] = r.collective;
+  j["tag"] = rf::str("g=", r.generation, " s=", r.step, " op=", r.op);
+  j["generation"] = r.generation;
+  j["step"] = r.step;
+  j["op"] = r.op;
+  j["chunk"] = r.chunk;
+  j["peer"] = r.peer;
+  j["bytes"] = r.bytes;
+  j["state"] = kStates[static_cast<int>(r.state)];
+  j["start_us"] = r.start_us;
+  j["end_us"] = r.end_us;
+  // How long it ran (or has been running, at dump time): the "waited 1.0 s" of the issue.
+  j["elapsed_us"] = (r.end_us ? r.end_us : rf::wall_us()) - r.start_us;
+  if (!r.cause.empty()) j["cause"] = r.cause;
+  return j.dump();
+}
+
+void FlightRecorder::dump(std::ostream& out) const {
+  for (const FlightRecord& r : snapshot()) out << to_json(r, rank_) << "\n";
+  out.flush();
+}
+
+}  // namespace rf::comm

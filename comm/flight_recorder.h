@@ -1,0 +1,52 @@
+#pragma once
+// FlightRecorder — the last N collective records of one rank (operation, tag, bytes,
+// state, start and end times, the peer and chunk waited on), dumped as JSON lines when a
+// collective fails, so "rank 2 waited 1.0 s in all-reduce g=3 s=812 op=1 for chunk 5 from
+// rank 1" is one read. Thread-safe; a ring buffer, so it never allocates after creation
+// except for the (rare) cause strings.
+#include <cstdint>
+#include <mutex>
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace rf::comm {
+
+struct FlightRecord {
+  enum class State : uint8_t { started, done, failed };
+  uint64_t seq = 0;
+  const char* collective = "";
+  uint64_t generation = 0;
+  uint64_t step = 0;
+  uint32_t op = 0;
+  int64_t chunk = -1;      // last chunk waited on (-1: none yet)
+  int peer = -1;           // peer waited on when it ended or failed (-1: none)
+  uint64_t bytes = 0;
+  State state = State::started;
+  int64_t start_us = 0;    // wall clock (rf::wall_us), comparable across processes
+  int64_t end_us = 0;      // 0 while running
+  std::string cause;       // set when failed
+};
+
+class FlightRecorder {
+ public:
+  explicit FlightRecorder(size_t capacity, int rank = -1);
+  // Records a start; returns its sequence number for the calls below.
+  uint64_t start(const char* collective, uint64_t generation, uint64_t step, uint32_t op, uint64_t bytes);
+  void finish(uint64_t seq, int64_t chunk, int peer);
+  void fail(uint64_t seq, int64_t chunk, int peer, const std::string& cause);
+  // Oldest first; at most `capacity` records.
+  std::vector<FlightRecord> snapshot() const;
+  // One JSON object per line: {"rank":..,"seq":..,"collective":..,"tag":"g=.. s=.. op=..",...}
+  void dump(std::ostream& out) const;
+  static std::string to_json(const FlightRecord& r, int rank);
+
+ private:
+  FlightRecord* find(uint64_t seq);
+  mutable std::mutex mu_;
+  std::vector<FlightRecord> ring_;
+  uint64_t next_seq_ = 0;
+  int rank_;
+};
+
+}  // namespace rf::comm

@@ -1,0 +1,48 @@
+#pragma once
+// Transport — the point-to-point contract the collectives are written against (Gloo's
+// transport/ idea: algorithms on top, one subfolder per backend below). All calls come
+// from the one thread that currently drives the communicator (see ucx/ucx_communicator.h).
+//
+// A Transfer is posted once and then polled with test() until it is finished; its buffer
+// must stay valid until then. Tags are full 64-bit StepTag values and receives match all
+// bits from the named peer.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace rf::comm {
+
+struct Transfer {
+  enum class State : uint8_t { idle, pending, done, failed };
+  State state = State::idle;
+  bool is_recv = false;
+  int peer = -1;
+  uint64_t tag = 0;
+  size_t bytes = 0;
+  void* request = nullptr;  // backend handle while pending
+  bool cancel_requested = false;
+  std::string cause;        // why it failed
+  bool finished() const { return state == State::done || state == State::failed; }
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+  virtual void post_send(Transfer& t, int peer, const void* data, size_t bytes, uint64_t tag) = 0;
+  virtual void post_recv(Transfer& t, int peer, void* data, size_t bytes, uint64_t tag) = 0;
+  // Returns true once t is done or failed.
+  virtual bool test(Transfer& t) = 0;
+  // Asks for a pending receive to end (it then finishes as failed, "cancelled"). Idempotent.
+  virtual void cancel(Transfer& t) = 0;
+  // Drives the network; returns how many events it handled (0: idle).
+  virtual unsigned progress() = 0;
+  // First peer whose endpoint failed, or -1; `cause` says why.
+  virtual int failed_peer(std::string* cause) const = 0;
+  // Ends every pending transfer now (receives cancelled, endpoints force-closed), so no
+  // buffer is touched afterwards. Used when the communicator fails or is aborted.
+  virtual void shut_down_transfers() = 0;
+};
+
+}  // namespace rf::comm

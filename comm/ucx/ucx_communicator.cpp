@@ -1,0 +1,547 @@
+#include "comm/ucx/ucx_communicator.h"
+
+#include <sched.h>
+
+#include <cstring>
+#include <fstream>
+#include <iostream>
+
+#include "base/enforce.h"
+#include "base/error.h"
+#include "base/str.h"
+#include "comm/algorithms.h"
+#include "comm/tag.h"
+#include "comm/ucx/ucx_transport.h"
+
+namespace rf::comm {
+
+namespace {
+
+enum : int { kRunning = 0, kDone = 1, kFailed = 2 };
+
+std::exception_ptr make_error(const char* kind, const CommErrorInfo& i) {
+  if (std::strcmp(kind, "abort") == 0) return std::make_exception_ptr(Aborted(i));
+  if (std::strcmp(kind, "timeout") == 0) return std::make_exception_ptr(TimedOut(i));
+  return std::make_exception_ptr(PeerFailed(i));
+}
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+// Every peer sends its rank to every other once, so every endpoint is wired up (and a
+// peer that dies later is seen by all, not only by its ring neighbours).
+class HelloAll : public Collective {
+ public:
+  HelloAll(int rank, int world)
+      : Collective("connect", OpId{0, StepTag::kInternalOp}, 1), rank_(rank), world_(world), got_(world, -1) {}
+  uint64_t bytes() const override { return 8; }
+  bool plan(int, uint64_t k, Round& r) override {
+    if (k + 1 >= static_cast<uint64_t>(world_)) return false;
+    const int d = static_cast<int>(k) + 1;
+    r = Round{};
+    r.chunk = static_cast<uint32_t>(d);
+    r.send_peer = (rank_ + d) % world_;
+    r.send_data = &me_;
+    r.send_bytes = sizeof(me_);
+    r.recv_peer = (rank_ - d + world_) % world_;
+    r.recv_data = &got_[r.recv_peer];
+    r.recv_bytes = sizeof(int64_t);
+    return true;
+  }
+  void complete(int, uint64_t, const Round& r) override {
+    if (got_[r.recv_peer] != r.recv_peer) {
+      throw rf::InvalidInput(rf::str("connect: rank ", r.recv_peer, " introduced itself as ", got_[r.recv_peer]));
+    }
+  }
+
+ private:
+  int rank_, world_;
+  int64_t me_ = rank_;
+  std::vector<int64_t> got_;
+};
+
+}  // namespace
+
+class UcxCommunicator::Pending : public Work {
+ public:
+  Pending(UcxCommunicator* owner, std::unique_ptr<Collective> c) : owner_(owner), coll(std::move(c)) {}
+
+  bool test() override {
+    int s = state.load(std::memory_order_acquire);
+    if (s == kRunning && owner_->driver_mu_.try_lock()) {
+      // Help along, once, without waiting for the driver lock.
+      std::lock_guard dl(owner_->driver_mu_, std::adopt_lock);
+      owner_->pump();
+      s = state.load(std::memory_order_acquire);
+    }
+    if (s == kFailed) std::rethrow_exception(error);
+    return s == kDone;
+  }
+
+  void wait(TimePoint deadline) override {
+    if (state.load(std::memory_order_acquire) == kRunning) owner_->wait_for(*this, deadline);
+    const int s = state.load(std::memory_order_acquire);
+    if (s == kFailed) std::rethrow_exception(error);
+    if (s == kRunning) {
+      CommErrorInfo i;
+      i.rank = owner_->rank_;
+      i.collective = coll ? coll->name() : "collective";
+      i.generation = static_cast<int64_t>(owner_->generation_);
+      i.step = static_cast<int64_t>(id.step);
+      i.op = id.op;
+      i.cause = "wait deadline passed; the collective keeps running";
+      throw TimedOut(i);
+    }
+  }
+
+  UcxCommunicator* owner_;
+  std::unique_ptr<Collective> coll;
+  OpId id{};
+  const char* name = "";
+  std::atomic<int> state{kRunning};
+  std::exception_ptr error;
+  uint64_t seq = 0;
+  bool running = false;   // started running (driver only)
+  bool finished = false;  // all rounds done, not yet handed back (driver only)
+  TimePoint last_progress{};
+};
+
+UcxCommunicator::UcxCommunicator(std::shared_ptr<UcxContext> context, BootstrapStore& store, int rank, int world,
+                                 uint64_t generation, UcxOptions options)
+    : context_(std::move(context)),
+      rank_(rank),
+      world_(world),
+      generation_(generation),
+      opt_(std::move(options)),
+      recorder_(std::max<size_t>(1, opt_.flight_records), rank) {
+  if (world < 1 || rank < 0 || rank >= world) {
+    throw rf::InvalidInput(rf::str("communicator: rank ", rank, " of world size ", world));
+  }
+  if (generation > StepTag::kMaxGeneration) {
+    throw rf::InvalidInput(rf::str("communicator: generation ", generation, " does not fit the tag (max ",
+                                   StepTag::kMaxGeneration, ")"));
+  }
+  if (opt_.flows < 1 || opt_.flows > Collective::kMaxFlows || opt_.chunk_bytes < 64) {
+    throw rf::InvalidInput(rf::str("communicator: flows ", opt_.flows, " (1..", Collective::kMaxFlows,
+                                   "), chunk_bytes ", opt_.chunk_bytes, " (>= 64)"));
+  }
+  // Zero-filled vectors: the pages are touched now, once, not inside a collective.
+  small_staging_.assign(std::max<size_t>(opt_.small_allreduce_bytes, 8), 0);
+  ring_staging_.assign(static_cast<size_t>(opt_.flows) * opt_.chunk_bytes, 0);
+
+  transport_ = std::make_unique<UcxTransport>(context_, rank, world);
+  const std::string prefix = rf::str("g", generation, "/addr/");
+  store.set(prefix + std::to_string(rank), transport_->address());
+  std::vector<std::vector<uint8_t>> addresses(world);
+  for (int r = 0; r < world; ++r) {
+    try {
+      addresses[r] = store.wait_get(prefix + std::to_string(r), opt_.connect_timeout);
+    } catch (const TimedOut& e) {
+      CommErrorInfo i = e.info();
+      i.rank = rank;
+      i.generation = static_cast<int64_t>(generation);
+      i.peer = r;
+      throw TimedOut(i);
+    }
+  }
+  transport_->connect(addresses);
+  auto hello = start(std::make_unique<HelloAll>(rank, world), false);
+  hello->wait(Clock::now() + opt_.connect_timeout);
+  progress_thread_ = std::thread([this] { progress_thread_main(); });
+}
+
+UcxCommunicator::~UcxCommunicator() {
+  {
+    std::lock_guard lk(queue_mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (progress_thread_.joinable()) progress_thread_.join();
+  std::lock_guard dl(driver_mu_);
+  bool pending;
+  {
+    std::lock_guard lk(queue_mu_);
+    pending = !queue_.empty();
+  }
+  if (pending && !poisoned_) {
+    CommErrorInfo i;
+    i.rank = rank_;
+    i.generation = static_cast<int64_t>(generation_);
+    i.cause = "communicator destroyed";
+    poison("abort", i);
+  }
+  // A healthy communicator flushes, so its last eager messages reach the peers; a failed
+  // one was already force-closed. Both are bounded.
+  transport_->close_endpoints(poisoned_, Clock::now() + opt_.teardown_timeout);
+  graveyard_.clear();
+  transport_.reset();
+}
+
+void UcxCommunicator::validate(const Buffer& b, OpId id, Stream stream, const char* what) const {
+  if (b.device != Device::host) {
+    throw rf::InvalidInput(rf::str(what, ": the UCX backend takes host buffers (use the NCCL backend for device memory)"));
+  }
+  if (stream != nullptr) throw rf::InvalidInput(rf::str(what, ": the UCX backend takes no stream"));
+  if (b.count > 0 && b.data == nullptr) throw rf::InvalidInput(rf::str(what, ": null buffer of ", b.count, " elements"));
+  if (id.step > StepTag::kMaxStep) {
+    throw rf::InvalidInput(rf::str(what, ": step ", id.step, " does not fit the tag (max ", StepTag::kMaxStep, ")"));
+  }
+  if (id.op > StepTag::kMaxUserOp) {
+    throw rf::InvalidInput(rf::str(what, ": op ", id.op, " does not fit the tag (max ", StepTag::kMaxUserOp, ")"));
+  }
+}
+
+WorkPtr UcxCommunicator::start(std::unique_ptr<Collective> c, bool wake_progress_thread) {
+  auto p = std::make_shared<Pending>(this, std::move(c));
+  p->id = p->coll->id();
+  p->name = p->coll->name();
+  {
+    std::lock_guard lk(queue_mu_);
+    p->seq = recorder_.start(p->name, generation_, p->id.step, p->id.op, p->coll->bytes());
+    const bool aborting = abort_flag_.load(std::memory_order_acquire);
+    if (poison_kind_ || aborting) {
+      // Poisoned (or being aborted): fail at once, naming this collective.
+      CommErrorInfo i = poison_kind_ ? poison_info_ : CommErrorInfo{};
+      const char* kind = poison_kind_ ? poison_kind_ : "abort";
+      if (!poison_kind_) {
+        std::lock_guard ak(abort_mu_);
+        i.cause = abort_reason_;
+      }
+      i.rank = rank_;
+      i.generation = static_cast<int64_t>(generation_);
+      i.collective = p->name;
+      i.step = static_cast<int64_t>(p->id.step);
+      i.op = p->id.op;
+      i.chunk = -1;
+      p->error = make_error(kind, i);
+      recorder_.fail(p->seq, -1, i.peer, i.cause);
+      p->state.store(kFailed, std::memory_order_release);
+      return p;
+    }
+    queue_.push_back(p);
+  }
+  if (wake_progress_thread) cv_.notify_one();
+  return p;
+}
+
+WorkPtr UcxCommunicator::allreduce_start(Buffer buf, OpId id, Stream stream) {
+  validate(buf, id, stream, "all-reduce");
+  std::unique_ptr<Collective> c;
+  if (buf.bytes() <= opt_.small_allreduce_bytes) {
+    c = make_allreduce_recursive_doubling(buf, id, rank_, world_, small_staging_.data());
+  } else {
+    c = make_allreduce_ring(buf, id, rank_, world_, ring_staging_.data(), opt_.flows, opt_.chunk_bytes);
+  }
+  return start(std::move(c), true);
+}
+
+void UcxCommunicator::allreduce(Buffer buf, OpId id) {
+  validate(buf, id, nullptr, "all-reduce");
+  std::unique_ptr<Collective> c;
+  if (buf.bytes() <= opt_.small_allreduce_bytes) {
+    c = make_allreduce_recursive_doubling(buf, id, rank_, world_, small_staging_.data());
+  } else {
+    c = make_allreduce_ring(buf, id, rank_, world_, ring_staging_.data(), opt_.flows, opt_.chunk_bytes);
+  }
+  // We are about to wait on it ourselves: do not wake the progress thread just to take
+  // the driver lock back from it.
+  start(std::move(c), false)->wait();
+}
+
+WorkPtr UcxCommunicator::broadcast_start(Buffer buf, int root, OpId id, Stream stream) {
+  validate(buf, id, stream, "broadcast");
+  if (root < 0 || root >= world_) throw rf::InvalidInput(rf::str("broadcast: root ", root, " of world size ", world_));
+  return start(make_broadcast_chain(buf, root, id, rank_, world_, opt_.chunk_bytes), true);
+}
+
+WorkPtr UcxCommunicator::allgather_start(Buffer in, Buffer out, OpId id, Stream stream) {
+  validate(in, id, stream, "all-gather");
+  validate(out, id, stream, "all-gather");
+  if (out.dtype != in.dtype || out.count != in.count * static_cast<size_t>(world_)) {
+    throw rf::InvalidInput(rf::str("all-gather: output must hold ", world_, " x ", in.count, " ", dtype_name(in.dtype),
+                                   ", got ", out.count, " ", dtype_name(out.dtype)));
+  }
+  return start(make_allgather_ring(in, out, id, rank_, world_), true);
+}
+
+WorkPtr UcxCommunicator::barrier_start(OpId id) {
+  validate(Buffer{}, id, nullptr, "barrier");
+  return start(make_barrier(id, rank_, world_), true);
+}
+
+WorkPtr UcxCommunicator::send_start(int peer, const void* data, size_t bytes, OpId id) {
+  validate(Buffer{const_cast<void*>(data), bytes, DType::u64}, id, nullptr, "send");
+  if (peer < 0 || peer >= world_) throw rf::InvalidInput(rf::str("send: peer ", peer, " of world size ", world_));
+  return start(make_send(peer, data, bytes, id, rank_), true);
+}
+
+WorkPtr UcxCommunicator::recv_start(int peer, void* data, size_t bytes, OpId id) {
+  validate(Buffer{data, bytes, DType::u64}, id, nullptr, "recv");
+  if (peer < 0 || peer >= world_) throw rf::InvalidInput(rf::str("recv: peer ", peer, " of world size ", world_));
+  return start(make_recv(peer, data, bytes, id), true);
+}
+
+void UcxCommunicator::send_foreign_generation(int peer, uint64_t generation, OpId id, uint32_t chunk,
+                                              const void* data, size_t bytes) {
+  // A send whose tag says another generation; chunk is the receiver's expected chunk.
+  class Stray : public Collective {
+   public:
+    Stray(int peer, const void* d, size_t n, OpId i, uint32_t ch)
+        : Collective("send", i, 1), peer_(peer), d_(d), n_(n), ch_(ch) {}
+    uint64_t bytes() const override { return n_; }
+    bool point_to_point() const override { return true; }
+    bool plan(int, uint64_t k, Round& r) override {
+      if (k > 0) return false;
+      r = Round{};
+      r.chunk = ch_;
+      r.send_peer = peer_;
+      r.send_data = d_;
+      r.send_bytes = n_;
+      return true;
+    }
+
+   private:
+    int peer_;
+    const void* d_;
+    size_t n_;
+    uint32_t ch_;
+  };
+  auto c = std::make_unique<Stray>(peer, data, bytes, id, chunk);
+  c->override_generation(generation);
+  start(std::move(c), true)->wait();
+}
+
+void UcxCommunicator::abort(const std::string& reason) {
+  {
+    std::lock_guard ak(abort_mu_);
+    if (abort_flag_.load(std::memory_order_relaxed)) return;  // the first reason wins
+    abort_reason_ = reason;
+  }
+  abort_flag_.store(true, std::memory_order_release);
+  { std::lock_guard lk(queue_mu_); }  // no lost wake-up for the progress thread
+  cv_.notify_all();
+}
+
+void UcxCommunicator::inject_drop() {
+  drop_flag_.store(true, std::memory_order_release);
+  { std::lock_guard lk(queue_mu_); }
+  cv_.notify_all();
+}
+
+void UcxCommunicator::wait_for(Pending& p, TimePoint deadline) {
+  waiters_.fetch_add(1, std::memory_order_acq_rel);
+  {
+    std::lock_guard dl(driver_mu_);  // the progress thread lets go within one pump
+    drive([&] { return p.state.load(std::memory_order_acquire) != kRunning; }, deadline);
+  }
+  waiters_.fetch_sub(1, std::memory_order_acq_rel);
+  std::lock_guard lk(queue_mu_);
+  if (!queue_.empty()) cv_.notify_one();  // hand the rest back to the progress thread
+}
+
+// THE wait loop: every thread that drives UCX runs this, and only this.
+template <typename Until>
+void UcxCommunicator::drive(Until until, TimePoint deadline) {
+  // Back-off when nothing happens: spin briefly (a reply is often < 1 us away), then
+  // yield the core (2 cores shared by W ranks: a spinning rank starves the peer it waits
+  // for), then nap 50 us. Naps stay far below the 10 ms abort bound.
+  constexpr unsigned kSpin = 64, kYield = 4096;
+  unsigned idle = 0;
+  while (!until()) {
+    if (pump()) idle = 0;
+    else ++idle;
+    if (until() || Clock::now() >= deadline) return;
+    if (idle < kSpin) cpu_relax();
+    else if (idle < kYield) sched_yield();
+    else std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
+bool UcxCommunicator::pump() {
+  if (poisoned_) {
+    drop_flag_.store(false, std::memory_order_relaxed);  // nothing left to drop
+    return false;
+  }
+  if (abort_flag_.load(std::memory_order_acquire)) {
+    CommErrorInfo i;
+    {
+      std::lock_guard ak(abort_mu_);
+      i.cause = abort_reason_;
+    }
+    poison("abort", i);
+    return true;
+  }
+  if (drop_flag_.exchange(false, std::memory_order_acq_rel)) {
+    CommErrorInfo i;
+    i.peer = rank_;
+    i.cause = "transport dropped by inject_drop()";
+    poison("peer", i);
+    return true;
+  }
+  const unsigned events = transport_->progress();
+  bool moved = events > 0;
+  std::string cause;
+  const int dead = transport_->failed_peer(&cause);
+  if (dead >= 0) {
+    // D1: any dead member dooms every collective of this generation, not only the ones
+    // that talk to it directly.
+    CommErrorInfo i;
+    i.peer = dead;
+    i.cause = cause;
+    poison("peer", i);
+    return true;
+  }
+  for (;;) {
+    // What may run now: every point-to-point transfer, and the oldest collective.
+    active_.clear();
+    {
+      std::lock_guard lk(queue_mu_);
+      bool collective_seen = false;
+      for (const auto& p : queue_) {
+        if (p->coll->point_to_point()) active_.push_back(p.get());
+        else if (!collective_seen) {
+          active_.push_back(p.get());
+          collective_seen = true;
+        }
+      }
+    }
+    if (active_.empty()) return moved;
+    const TimePoint now = Clock::now();
+    bool any_finished = false;
+    for (Pending* p : active_) {
+      if (!p->running) {
+        p->running = true;
+        p->last_progress = now;
+      }
+      bool progressed = false;
+      try {
+        p->finished = p->coll->advance({transport_.get(), generation_, rank_, &opt_.on_chunk}, progressed);
+      } catch (const CommError& e) {
+        poison("peer", e.info());
+        return true;
+      } catch (const rf::Error& e) {
+        CommErrorInfo i;
+        i.cause = e.what();
+        poison("peer", i);
+        return true;
+      }
+      if (p->finished) {
+        any_finished = true;
+        continue;
+      }
+      if (progressed) {
+        p->last_progress = now;
+        moved = true;
+      } else if (now - p->last_progress > opt_.stall_timeout) {  // D3
+        CommErrorInfo i;
+        int peer;
+        int64_t chunk;
+        p->coll->waiting_on(peer, chunk);
+        i.peer = peer;
+        i.chunk = chunk;
+        i.collective = p->name;
+        i.step = static_cast<int64_t>(p->id.step);
+        i.op = p->id.op;
+        i.cause = rf::str("no progress for ", std::chrono::duration<double>(now - p->last_progress).count(),
+                          " s, stall timeout");
+        poison("timeout", i);
+        return true;
+      }
+    }
+    if (!any_finished) return moved;
+    std::vector<std::shared_ptr<Pending>> done;
+    {
+      std::lock_guard lk(queue_mu_);
+      for (auto it = queue_.begin(); it != queue_.end();) {
+        if ((*it)->finished) {
+          done.push_back(std::move(*it));
+          it = queue_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    }
+    for (auto& p : done) {
+      recorder_.finish(p->seq, p->coll->last_chunk(), -1);
+      p->state.store(kDone, std::memory_order_release);
+    }
+    moved = true;  // and go on with the next collective at once
+  }
+}
+
+void UcxCommunicator::poison(const char* kind, CommErrorInfo info) {
+  poisoned_ = true;
+  transport_->shut_down_transfers();  // sends end now; receives are cancelled below
+  std::deque<std::shared_ptr<Pending>> failed;
+  {
+    std::lock_guard lk(queue_mu_);
+    failed.swap(queue_);
+    poison_kind_ = kind;
+    poison_info_ = info;
+  }
+  // Make sure UCX writes into none of these buffers any more, within a few ms.
+  const TimePoint until = Clock::now() + std::chrono::milliseconds(5);
+  for (;;) {
+    transport_->progress();
+    bool quiet = true;
+    for (auto& p : failed) quiet = p->coll->quiesce(*transport_) && quiet;
+    if (quiet || Clock::now() >= until) break;
+  }
+  bool first = true;
+  for (auto& p : failed) {
+    CommErrorInfo i = info;
+    i.rank = rank_;
+    i.generation = static_cast<int64_t>(generation_);
+    i.collective = p->name;
+    i.step = static_cast<int64_t>(p->id.step);
+    i.op = p->id.op;
+    if (!first) i.chunk = -1;  // only the running collective was inside a chunk
+    else if (i.chunk < 0 && std::strcmp(kind, "timeout") != 0) {
+      int peer;
+      int64_t chunk;
+      p->coll->waiting_on(peer, chunk);
+      i.chunk = chunk;
+    }
+    first = false;
+    p->error = make_error(kind, i);
+    recorder_.fail(p->seq, i.chunk, i.peer, i.cause);
+    if (!p->coll->quiesce(*transport_)) graveyard_.push_back(std::move(p->coll));
+    p->state.store(kFailed, std::memory_order_release);
+  }
+  // The flight recorder is the post-mortem: dump it once, when the communicator fails.
+  if (opt_.flight_recorder_path.empty()) {
+    recorder_.dump(std::cerr);
+  } else {
+    std::ofstream out(opt_.flight_recorder_path, std::ios::app);
+    recorder_.dump(out);
+  }
+}
+
+void UcxCommunicator::progress_thread_main() {
+  for (;;) {
+    {
+      std::unique_lock lk(queue_mu_);
+      cv_.wait(lk, [&] {
+        return stop_ || drop_flag_.load() || (!queue_.empty() && waiters_.load(std::memory_order_acquire) == 0);
+      });
+      if (stop_) return;
+    }
+    std::unique_lock dl(driver_mu_, std::try_to_lock);
+    if (!dl.owns_lock()) {  // a waiting caller drives right now
+      std::this_thread::yield();
+      continue;
+    }
+    drive(
+        [&] {
+          if (waiters_.load(std::memory_order_acquire) > 0 || drop_flag_.load()) return waiters_.load() > 0;
+          std::lock_guard lk(queue_mu_);
+          return stop_ || queue_.empty();
+        },
+        TimePoint::max());
+  }
+}
+
+}  // namespace rf::comm

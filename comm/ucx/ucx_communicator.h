@@ -1,0 +1,122 @@
+#pragma once
+// UcxCommunicator — the Communicator of one generation on UCX (host memory).
+//
+// Threads. One progress thread per communicator drives the UCX worker while collectives
+// are outstanding and nobody waits for them (so gradient buckets move during backward).
+// A thread that waits on a Work takes the driver lock from it and drives itself: no
+// hand-off through a sleeping thread on the fast path, which is what keeps a small
+// all-reduce near one network round trip. Either way exactly one thread touches UCX at a
+// time (the driver lock), and both run the same loop, drive(), which is the ONE place that
+// checks the abort flag, the stall timeout (D3) and failed peers (D1).
+//
+// Lock order: driver_mu_ before queue_mu_. abort() and inject_drop() take neither for
+// long: they set a flag and notify.
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "comm/bootstrap_store.h"
+#include "comm/collective.h"
+#include "comm/communicator.h"
+#include "comm/errors.h"
+#include "comm/flight_recorder.h"
+#include "comm/ucx/ucx_context.h"
+
+namespace rf::comm {
+
+class UcxTransport;
+
+struct UcxOptions {
+  std::chrono::milliseconds stall_timeout{30000};     // D3
+  std::chrono::milliseconds connect_timeout{30000};   // waiting for peers' addresses
+  std::chrono::milliseconds teardown_timeout{2000};   // flushing endpoints when destroyed
+  // Ring pipelining: pieces of chunk_bytes, `flows` pieces in flight (bench/RESULTS.md).
+  size_t chunk_bytes = size_t{256} << 10;
+  int flows = 2;
+  // All-reduces up to this size use recursive doubling, larger ones the ring. Measured:
+  // see bench/RESULTS.md "Communication" (the crossover at W = 2 and 4 on this machine).
+  size_t small_allreduce_bytes = size_t{64} << 10;
+  size_t flight_records = 256;
+  std::string flight_recorder_path;  // JSON lines appended here on failure; "" = stderr
+  ChunkCallback on_chunk;            // fault injection hook, called on the driving thread
+};
+
+class UcxCommunicator : public Communicator {
+ public:
+  // Publishes this rank's worker address under "g<generation>/addr/<rank>", waits for the
+  // others (connect_timeout), connects, and exchanges one message with every peer.
+  UcxCommunicator(std::shared_ptr<UcxContext> context, BootstrapStore& store, int rank, int world,
+                  uint64_t generation, UcxOptions options = {});
+  // Fails what is still pending (Aborted), then closes in bounded time even when peers
+  // are dead or hung.
+  ~UcxCommunicator() override;
+
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_; }
+  uint64_t generation() const override { return generation_; }
+
+  WorkPtr allreduce_start(Buffer buf, OpId id, Stream stream = nullptr) override;
+  WorkPtr broadcast_start(Buffer buf, int root, OpId id, Stream stream = nullptr) override;
+  WorkPtr allgather_start(Buffer in, Buffer out, OpId id, Stream stream = nullptr) override;
+  WorkPtr barrier_start(OpId id) override;
+  WorkPtr send_start(int peer, const void* data, size_t bytes, OpId id) override;
+  WorkPtr recv_start(int peer, void* data, size_t bytes, OpId id) override;
+  void allreduce(Buffer buf, OpId id) override;  // caller drives: no thread hand-off
+
+  void abort(const std::string& reason) override;
+  bool aborted() const override { return abort_flag_.load(std::memory_order_acquire); }
+  // Fault injection: force-closes this rank's endpoints, as if its network went away.
+  void inject_drop();
+  // Test hook (generation fencing): sends `bytes` to `peer` tagged with another generation.
+  void send_foreign_generation(int peer, uint64_t generation, OpId id, uint32_t chunk, const void* data,
+                               size_t bytes);
+  const FlightRecorder& flight_recorder() const { return recorder_; }
+
+  class Pending;  // one started collective; its Work handle
+
+ private:
+  WorkPtr start(std::unique_ptr<Collective> c, bool wake_progress_thread);
+  void validate(const Buffer& b, OpId id, Stream stream, const char* what) const;
+  void wait_for(Pending& p, TimePoint deadline);
+  template <typename Until>
+  void drive(Until until, TimePoint deadline);
+  bool pump();
+  void poison(const char* kind, CommErrorInfo info);
+  void progress_thread_main();
+
+  std::shared_ptr<UcxContext> context_;
+  int rank_, world_;
+  uint64_t generation_;
+  UcxOptions opt_;
+  FlightRecorder recorder_;
+  std::vector<char> small_staging_, ring_staging_;  // pre-touched, reused by every call
+
+  std::mutex driver_mu_;  // whoever holds it drives UCX (transport_, the collectives)
+  std::unique_ptr<UcxTransport> transport_;
+  std::vector<std::unique_ptr<Collective>> graveyard_;  // failed collectives with requests in flight
+  bool poisoned_ = false;
+  std::vector<Pending*> active_;  // scratch of pump(), reused
+
+  std::mutex queue_mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<Pending>> queue_;  // started, not finished, in start order
+  const char* poison_kind_ = nullptr;           // set once failed: "peer" / "timeout" / "abort"
+  CommErrorInfo poison_info_;
+  bool stop_ = false;
+
+  std::atomic<int> waiters_{0};
+  std::atomic<bool> abort_flag_{false};
+  std::atomic<bool> drop_flag_{false};
+  std::mutex abort_mu_;
+  std::string abort_reason_;
+  std::thread progress_thread_;
+};
+
+}  // namespace rf::comm

@@ -1,0 +1,32 @@
+#pragma once
+// UcxContext — the process's UCP context (one per process, shared by the communicators of
+// every generation; each communicator makes its own worker and endpoints on it).
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <ucp/api/ucp.h>
+
+namespace rf::comm {
+
+struct UcxContextOptions {
+  // UCX settings applied with ucp_config_modify, e.g. {"TLS", "self,sm,tcp"}. Environment
+  // variables (UCX_TLS=...) still apply to what is not named here.
+  std::vector<std::pair<std::string, std::string>> config;
+};
+
+class UcxContext {
+ public:
+  static std::shared_ptr<UcxContext> create(const UcxContextOptions& options = {});
+  ~UcxContext();
+  UcxContext(const UcxContext&) = delete;
+  UcxContext& operator=(const UcxContext&) = delete;
+  ucp_context_h handle() const { return context_; }
+
+ private:
+  UcxContext() = default;
+  ucp_context_h context_ = nullptr;
+};
+
+}  // namespace rf::comm

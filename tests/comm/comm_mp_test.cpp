@@ -1,0 +1,475 @@
+// comm_mp_test — multi-process tests of the UCX communicator on loopback: real processes
+// (not threads), started and reaped by run_local_ranks (comm/local_launcher.h) with a
+// deadline, a FileStore in a fresh temporary directory.
+//
+//   comm_mp_test <scenario> <W>           the launcher: starts W ranks, checks how each ended
+//   (ranks run the same binary with RF_RANK/RF_WORLD/RF_STORE set)
+//
+// Scenarios: allreduce, large, collectives, abort, kill, stall, fence, drop.
+// A rank reports a failed check on stderr and exits 1; the launcher fails if any rank
+// ended other than expected (only `kill`'s victim is expected to die by SIGKILL).
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "base/clock.h"
+#include "base/digest.h"
+#include "base/str.h"
+#include "comm/errors.h"
+#include "comm/file_store.h"
+#include "comm/local_launcher.h"
+#include "comm/ucx/ucx_communicator.h"
+
+using namespace rf::comm;
+using rf::TimePoint;
+
+namespace {
+
+int g_failures = 0;
+int g_rank = -1;
+
+#define EXPECT(cond, ...)                                                                              \
+  do {                                                                                                 \
+    if (!(cond)) {                                                                                     \
+      ++g_failures;                                                                                    \
+      std::cerr << "rank " << g_rank << ": " << __FILE__ << ":" << __LINE__ << ": check failed: " #cond \
+                << " " << rf::str(__VA_ARGS__) << std::endl;                                           \
+    }                                                                                                  \
+  } while (0)
+
+struct Env {
+  RankEnv re;
+  std::unique_ptr<FileStore> store;
+  std::shared_ptr<UcxContext> ctx;
+};
+
+Env make_env() {
+  Env e;
+  e.re = rank_env_from_environment();
+  g_rank = e.re.rank;
+  e.store = std::make_unique<FileStore>(e.re.store_dir);
+  e.ctx = UcxContext::create();
+  return e;
+}
+
+double elapsed_ms(TimePoint since) { return std::chrono::duration<double, std::milli>(rf::Clock::now() - since).count(); }
+
+// ---- values and the reference sum, computed in double --------------------------------
+
+// Correctly rounded IEEE operations only (no libm), so every evaluation gives the same bits;
+// divisions by 3 and 7 make the values inexact, so sums really depend on their order.
+double value(int rank, size_t i) {
+  const int64_t h = static_cast<int64_t>((i * 2654435761u + static_cast<size_t>(rank) * 97u) % 2000001u) - 1000000;
+  return static_cast<double>(h) / 3.0 / (1 + rank % 7);
+}
+
+template <typename T>
+T typed_value(int rank, size_t i) {
+  if constexpr (std::is_floating_point_v<T>) return static_cast<T>(value(rank, i));
+  else return static_cast<T>((i * 2654435761u + static_cast<size_t>(rank) * 40503u) ^ (uint64_t{1} << 62));
+}
+
+template <typename T>
+void check_allreduce(Communicator& c, std::vector<T>& buf, size_t count, DType dt, uint64_t step) {
+  const int W = c.world_size(), r = c.rank();
+  for (size_t i = 0; i < count; ++i) buf[i] = typed_value<T>(r, i);
+  c.allreduce(Buffer{buf.data(), count, dt}, OpId{step, 0});
+  size_t bad = 0, first_bad = 0;
+  for (size_t i = 0; i < count; ++i) {
+    bool ok;
+    if constexpr (std::is_floating_point_v<T>) {
+      double ref = 0, mag = 0;
+      for (int q = 0; q < W; ++q) {
+        ref += static_cast<double>(typed_value<T>(q, i));
+        mag += std::fabs(static_cast<double>(typed_value<T>(q, i)));
+      }
+      const double tol = (std::is_same_v<T, float> ? 1e-6 : 1e-14) * (mag + 1) * W;
+      ok = std::fabs(static_cast<double>(buf[i]) - ref) <= tol;
+    } else {
+      T ref = 0;
+      for (int q = 0; q < W; ++q) ref = static_cast<T>(static_cast<uint64_t>(ref) + static_cast<uint64_t>(typed_value<T>(q, i)));
+      ok = buf[i] == ref;
+    }
+    if (!ok && bad++ == 0) {
+      first_bad = i;
+      std::cerr.precision(17);
+      std::cerr << "  element " << i << ": got " << static_cast<double>(buf[i]) << " own " << static_cast<double>(typed_value<T>(r, i)) << "\n";
+    }
+  }
+  EXPECT(bad == 0, dtype_name(dt), " count ", count, ": ", bad, " wrong elements, first at ", first_bad);
+  // R4: every rank holds bitwise identical bytes. All-gather the digests and compare.
+  rf::StateDigest dg;
+  dg.update(buf.data(), count * sizeof(T));
+  auto v = dg.value();
+  std::vector<uint64_t> all(2 * static_cast<size_t>(W));
+  c.allgather(Buffer{v.data(), 2, DType::u64}, Buffer{all.data(), all.size(), DType::u64}, OpId{step, 1});
+  for (int q = 0; q < W; ++q) {
+    EXPECT(all[2 * q] == v[0] && all[2 * q + 1] == v[1], dtype_name(dt), " count ", count, ": rank ", q,
+           " holds different bytes (R4)");
+  }
+}
+
+int scenario_allreduce(bool large) {
+  Env e = make_env();
+  UcxCommunicator c(e.ctx, *e.store, e.re.rank, e.re.world, 3);
+  const int W = e.re.world;
+  std::vector<size_t> counts;
+  if (!large) {
+    counts = {0, 1, 2, 3, 5, 7, 8, 13, 31, 64, 127, 1000, 4099, 16411, 65537, 262147};
+    if (W <= 4) counts.push_back((size_t{1} << 20) + 3);
+  } else {
+    // 64 MiB of float at W = 2 (and 16 MiB + a prime remainder), big only for small W.
+    counts = {(size_t{4} << 20) + 7, size_t{16} << 20};
+  }
+  size_t maxc = 0;
+  for (size_t n : counts) maxc = std::max(maxc, n);
+  std::vector<float> f(maxc);
+  std::vector<double> d(maxc);
+  std::vector<int64_t> i64(maxc);
+  std::vector<uint64_t> u64(maxc);
+  uint64_t step = 0;
+  for (size_t n : counts) {
+    check_allreduce(c, f, n, DType::f32, step++);
+    if (!large || n < (size_t{8} << 20)) {
+      check_allreduce(c, d, n, DType::f64, step++);
+      check_allreduce(c, i64, n, DType::i64, step++);
+      check_allreduce(c, u64, n, DType::u64, step++);
+    }
+  }
+  // Several outstanding all-reduces (gradient buckets) complete in start order.
+  std::vector<std::vector<float>> buckets(3, std::vector<float>(20011));
+  std::vector<WorkPtr> work;
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    for (size_t i = 0; i < buckets[b].size(); ++i) buckets[b][i] = static_cast<float>(e.re.rank + 1) * static_cast<float>(b + 1);
+    work.push_back(c.allreduce_start(Buffer{buckets[b].data(), buckets[b].size(), DType::f32}, OpId{step, static_cast<uint32_t>(b)}));
+  }
+  work[2]->wait();
+  EXPECT(work[0]->test() && work[1]->test(), "earlier buckets finished before the last one");
+  const float tri = static_cast<float>(W * (W + 1) / 2);
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    EXPECT(buckets[b][0] == tri * static_cast<float>(b + 1) && buckets[b].back() == tri * static_cast<float>(b + 1),
+           "bucket ", b, " got ", buckets[b][0]);
+  }
+  c.barrier(OpId{step + 1, 0});
+  return g_failures ? 1 : 0;
+}
+
+int scenario_collectives() {
+  Env e = make_env();
+  UcxCommunicator c(e.ctx, *e.store, e.re.rank, e.re.world, 5);
+  const int W = e.re.world, r = e.re.rank;
+  uint64_t step = 0;
+  for (size_t n : {size_t{0}, size_t{1}, size_t{1000}, size_t{3} << 20}) {
+    for (int root : {0, W - 1}) {
+      std::vector<uint8_t> b(n);
+      for (size_t i = 0; i < n; ++i) b[i] = r == root ? static_cast<uint8_t>(i * 7 + root) : 0;
+      c.broadcast(Buffer{b.data(), n / 8, DType::u64}, root, OpId{step++, 0});
+      size_t bad = 0;
+      for (size_t i = 0; i < n / 8 * 8; ++i) bad += b[i] != static_cast<uint8_t>(i * 7 + root);
+      EXPECT(bad == 0, "broadcast of ", n, " bytes from ", root, ": ", bad, " wrong");
+    }
+  }
+  for (size_t n : {size_t{0}, size_t{1}, size_t{1001}}) {
+    std::vector<double> in(n), out(n * W, -1);
+    for (size_t i = 0; i < n; ++i) in[i] = r * 1e6 + static_cast<double>(i);
+    c.allgather(Buffer{in.data(), n, DType::f64}, Buffer{out.data(), out.size(), DType::f64}, OpId{step++, 0});
+    size_t bad = 0;
+    for (int q = 0; q < W; ++q)
+      for (size_t i = 0; i < n; ++i) bad += out[q * n + i] != q * 1e6 + static_cast<double>(i);
+    EXPECT(bad == 0, "all-gather of ", n, ": ", bad, " wrong");
+  }
+  c.barrier(OpId{step++, 0});
+  // Blobs round the ring (state transfer), 8 MiB each, with both directions in flight.
+  const size_t blob = size_t{8} << 20;
+  std::vector<uint8_t> out(blob), in(blob);
+  for (size_t i = 0; i < blob; ++i) out[i] = static_cast<uint8_t>(i * 13 + r);
+  const int right = (r + 1) % W, left = (r - 1 + W) % W;
+  auto rw = c.recv_start(left, in.data(), blob, OpId{step, 2});
+  auto sw = c.send_start(right, out.data(), blob, OpId{step, 2});
+  rw->wait();
+  sw->wait();
+  size_t bad = 0;
+  for (size_t i = 0; i < blob; ++i) bad += in[i] != static_cast<uint8_t>(i * 13 + left);
+  EXPECT(bad == 0, "blob from ", left, ": ", bad, " wrong bytes");
+  ++step;
+  // Bad arguments are typed errors naming the problem.
+  try {
+    c.allreduce_start(Buffer{nullptr, 0, DType::f32}, OpId{step, 255});
+    EXPECT(false, "op 255 accepted");
+  } catch (const rf::InvalidInput& err) {
+    EXPECT(std::string(err.what()).find("op 255") != std::string::npos, err.what());
+  }
+  c.barrier(OpId{step + 1, 0});  // nobody leaves while others still talk to it
+  return g_failures ? 1 : 0;
+}
+
+// A blob of the wrong size is an error that says so (and poisons that communicator, so it
+// gets one of its own).
+int scenario_blob_size() {
+  Env e = make_env();
+  UcxCommunicator c(e.ctx, *e.store, e.re.rank, e.re.world, 6);
+  const int r = e.re.rank;
+  const uint64_t step = 1;
+  if (r == 0) {
+    uint64_t x[2] = {1, 2};
+    c.send(1, x, sizeof(x), OpId{step, 3});
+  } else if (r == 1) {
+    uint64_t y[1];
+    try {
+      c.recv(0, y, sizeof(y), OpId{step, 3});
+      EXPECT(false, "a 16-byte blob was received into 8 bytes");
+    } catch (const CommError& err) {
+      EXPECT(std::string(err.what()).find("recv g=6 s=1 op=3") != std::string::npos, err.what());
+    }
+  }
+  return g_failures ? 1 : 0;
+}
+
+// Wall-clock microseconds in a file: how ranks tell each other when something happened.
+void write_time(const std::string& path, int64_t us) { std::ofstream(path) << us; }
+
+int scenario_abort() {
+  Env e = make_env();
+  const int r = e.re.rank;
+  std::atomic<int> chunks{0};
+  UcxOptions o;
+  o.stall_timeout = std::chrono::milliseconds(3000);
+  o.flight_recorder_path = e.re.store_dir + "/flight." + std::to_string(r);
+  o.on_chunk = [&](const ChunkEvent& ev) { chunks.store(static_cast<int>(ev.chunks_done)); };
+  UcxCommunicator c(e.ctx, *e.store, r, e.re.world, 7, o);
+  std::vector<float> big(size_t{8} << 20, 1.0f), second(1000, 1.0f);
+  // Rank 0 aborts from another thread once its all-reduce is under way (3 chunks done).
+  std::atomic<int64_t> aborted_ns{0};  // written by the aborting thread
+  std::thread aborter;
+  if (r == 0) {
+    aborter = std::thread([&] {
+      while (chunks.load() < 3) std::this_thread::yield();
+      aborted_ns.store(rf::now_ns());
+      c.abort("test: coordinator revoked g=7");
+    });
+  }
+  auto w1 = c.allreduce_start(Buffer{big.data(), big.size(), DType::f32}, OpId{812, 1});
+  auto w2 = c.allreduce_start(Buffer{second.data(), second.size(), DType::f32}, OpId{812, 2});
+  for (auto* w : {&w1, &w2}) {
+    try {
+      (*w)->wait();
+      EXPECT(false, "collective finished although rank 0 aborted");
+    } catch (const Aborted& err) {
+      if (aborter.joinable()) aborter.join();
+      const double ms = static_cast<double>(rf::now_ns() - aborted_ns.load()) / 1e6;
+      EXPECT(r == 0, "rank ", r, " got Aborted: ", err.what());
+      EXPECT(ms <= 10.0, "failed ", ms, " ms after abort()");
+      EXPECT(err.generation() == 7 && std::string(err.what()).find("g=7") != std::string::npos &&
+                 std::string(err.what()).find("coordinator revoked") != std::string::npos,
+             err.what());
+    } catch (const CommError& err) {
+      // The other ranks see rank 0 go away (or stall): a typed error, never a hang.
+      EXPECT(r != 0, "rank 0 got ", err.what());
+    }
+  }
+  if (r == 0) {
+    // Future operations fail at once, too.
+    const TimePoint t = rf::Clock::now();
+    try {
+      c.barrier(OpId{813, 0});
+      EXPECT(false, "barrier after abort succeeded");
+    } catch (const Aborted& err) {
+      EXPECT(elapsed_ms(t) <= 10.0, "future op took ", elapsed_ms(t), " ms to fail");
+      EXPECT(std::string(err.what()).find("s=813") != std::string::npos, err.what());
+    }
+    std::ifstream fr(o.flight_recorder_path);
+    std::stringstream ss;
+    ss << fr.rdbuf();
+    EXPECT(ss.str().find("\"state\":\"failed\"") != std::string::npos, "flight recorder: ", ss.str());
+  }
+  if (aborter.joinable()) aborter.join();
+  return g_failures ? 1 : 0;
+}
+
+int scenario_kill() {
+  Env e = make_env();
+  const int r = e.re.rank, W = e.re.world, victim = W / 2;
+  const std::string killed_file = e.re.store_dir + "/killed_at";
+  UcxOptions o;
+  o.stall_timeout = std::chrono::milliseconds(5000);
+  o.flight_recorder_path = e.re.store_dir + "/flight." + std::to_string(r);
+  if (r == victim) {
+    o.on_chunk = [&](const ChunkEvent& ev) {
+      if (ev.chunks_done == 3) {
+        write_time(killed_file, rf::wall_us());
+        raise(SIGKILL);
+      }
+    };
+  }
+  UcxCommunicator c(e.ctx, *e.store, r, W, 2, o);
+  std::vector<float> big(size_t{8} << 20, 1.0f);
+  try {
+    c.allreduce(Buffer{big.data(), big.size(), DType::f32}, OpId{150, 0});
+    EXPECT(false, "all-reduce finished although rank ", victim, " was killed");
+  } catch (const CommError& err) {
+    const int64_t now = rf::wall_us();
+    std::ifstream in(killed_file);
+    int64_t at = 0;
+    in >> at;
+    EXPECT(at > 0, "the victim left no time");
+    const double ms = static_cast<double>(now - at) / 1000.0;
+    EXPECT(ms <= 1000.0, "failed ", ms, " ms after the kill: ", err.what());
+    EXPECT(dynamic_cast<const PeerFailed*>(&err) != nullptr, "not PeerFailed: ", err.what());
+    EXPECT(err.peer() == victim && std::string(err.what()).find(rf::str("peer ", victim)) != std::string::npos,
+           "does not name the dead peer ", victim, ": ", err.what());
+    EXPECT(std::string(err.what()).find("g=2 s=150") != std::string::npos, err.what());
+    std::cerr << "rank " << r << " failed " << ms << " ms after the kill: " << err.what() << "\n";
+  }
+  return g_failures ? 1 : 0;
+}
+
+int scenario_stall() {
+  Env e = make_env();
+  const int r = e.re.rank;
+  UcxOptions o;
+  o.stall_timeout = std::chrono::milliseconds(300);
+  o.flight_recorder_path = e.re.store_dir + "/flight." + std::to_string(r);
+  UcxCommunicator c(e.ctx, *e.store, r, e.re.world, 4, o);
+  if (r == 1) {
+    // Rank 1 never joins the collective; it leaves once rank 0 has seen the stall.
+    e.store->wait_get("stall-seen", std::chrono::seconds(20));
+    return 0;
+  }
+  std::vector<float> buf(100000, 1.0f);
+  const TimePoint t = rf::Clock::now();
+  try {
+    c.allreduce(Buffer{buf.data(), buf.size(), DType::f32}, OpId{33, 1});
+    EXPECT(false, "all-reduce finished without rank 1");
+  } catch (const TimedOut& err) {
+    const double ms = elapsed_ms(t);
+    EXPECT(ms >= 290 && ms <= 1500, "stall detected after ", ms, " ms (timeout 300)");
+    EXPECT(err.peer() == 1 && std::string(err.what()).find("peer 1") != std::string::npos, err.what());
+    EXPECT(std::string(err.what()).find("g=4 s=33 op=1") != std::string::npos, err.what());
+  } catch (const CommError& err) {
+    EXPECT(false, "wrong error type: ", err.what());
+  }
+  std::ifstream fr(o.flight_recorder_path);
+  std::stringstream ss;
+  ss << fr.rdbuf();
+  EXPECT(ss.str().find("\"peer\":1") != std::string::npos && ss.str().find("\"state\":\"failed\"") != std::string::npos,
+         "flight recorder lacks the failed record: ", ss.str());
+  e.store->set("stall-seen", {1});
+  return g_failures ? 1 : 0;
+}
+
+int scenario_fence() {
+  Env e = make_env();
+  const int r = e.re.rank;
+  UcxCommunicator c(e.ctx, *e.store, r, e.re.world, 9);
+  // Rank 0 first sends messages tagged with the neighbouring generations 8 and 10 and the
+  // very (step, op, chunk) rank 1 is about to receive; then the real ones. Receives match
+  // all tag bits, so the strays must never be delivered.
+  const uint64_t wrong = 0xBADBADBADBADull, right = 0x600D600D600Dull;
+  std::vector<float> buf(64, 1.0f);
+  if (r == 0) {
+    for (uint64_t g : {8u, 10u}) {
+      c.send_foreign_generation(1, g, OpId{20, 0}, /*chunk = sender rank*/ 0, &wrong, sizeof(wrong));
+      std::vector<float> junk(64, 1000.0f);
+      for (uint32_t ch = 0; ch < 4; ++ch) c.send_foreign_generation(1, g, OpId{21, 0}, ch, junk.data(), 256);
+    }
+    c.send(1, &right, sizeof(right), OpId{20, 0});
+  } else if (r == 1) {
+    uint64_t got = 0;
+    c.recv(0, &got, sizeof(got), OpId{20, 0});
+    EXPECT(got == right, "received ", std::hex, got, " instead of ", right);
+  }
+  c.allreduce(Buffer{buf.data(), buf.size(), DType::f32}, OpId{21, 0});
+  for (float v : buf) EXPECT(v == static_cast<float>(e.re.world), "all-reduce got ", v, ": a stray was delivered");
+  c.barrier(OpId{22, 0});
+  return g_failures ? 1 : 0;
+}
+
+int scenario_drop() {
+  Env e = make_env();
+  const int r = e.re.rank, W = e.re.world;
+  UcxOptions o;
+  o.stall_timeout = std::chrono::milliseconds(2000);
+  o.flight_recorder_path = e.re.store_dir + "/flight." + std::to_string(r);
+  UcxCommunicator* self = nullptr;
+  if (r == 1) o.on_chunk = [&](const ChunkEvent& ev) { if (ev.chunks_done == 2) self->inject_drop(); };
+  UcxCommunicator c(e.ctx, *e.store, r, W, 1, o);
+  self = &c;
+  std::vector<float> big(size_t{4} << 20, 1.0f);
+  const TimePoint t = rf::Clock::now();
+  try {
+    c.allreduce(Buffer{big.data(), big.size(), DType::f32}, OpId{5, 0});
+    EXPECT(false, "all-reduce finished although rank 1 dropped its transport");
+  } catch (const PeerFailed& err) {
+    EXPECT(err.peer() == 1, err.what());
+    EXPECT(elapsed_ms(t) < 2000, "took ", elapsed_ms(t), " ms: ", err.what());
+  } catch (const CommError& err) {
+    EXPECT(false, "expected PeerFailed naming rank 1: ", err.what());
+  }
+  return g_failures ? 1 : 0;
+}
+
+int run_rank(const std::string& scenario) {
+  try {
+    if (scenario == "allreduce") return scenario_allreduce(false);
+    if (scenario == "large") return scenario_allreduce(true);
+    if (scenario == "collectives") return scenario_collectives();
+    if (scenario == "blob_size") return scenario_blob_size();
+    if (scenario == "abort") return scenario_abort();
+    if (scenario == "kill") return scenario_kill();
+    if (scenario == "stall") return scenario_stall();
+    if (scenario == "fence") return scenario_fence();
+    if (scenario == "drop") return scenario_drop();
+    std::cerr << "unknown scenario " << scenario << "\n";
+    return 2;
+  } catch (const std::exception& err) {
+    std::cerr << "rank " << g_rank << ": unexpected error: " << err.what() << "\n";
+    return 1;
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 3) {
+    std::cerr << "usage: comm_mp_test <scenario> <W>\n";
+    return 2;
+  }
+  const std::string scenario = argv[1];
+  if (std::getenv("RF_RANK")) return run_rank(scenario);
+  LocalLaunch l;
+  l.program = "/proc/self/exe";
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n > 0) {
+    self[n] = 0;
+    l.program = self;
+  }
+  l.args = {scenario, argv[2]};
+  l.world = std::atoi(argv[2]);
+  l.deadline = std::chrono::seconds(scenario == "large" ? 150 : 60);
+  // Strays of the fence test and leftovers of aborted collectives are expected; UCX's
+  // warnings about them would only bury the report.
+  if (!std::getenv("UCX_LOG_LEVEL")) l.env.push_back({"UCX_LOG_LEVEL", "error"});
+  const TimePoint t = rf::Clock::now();
+  int rc = 0;
+  for (const RankExit& x : run_local_ranks(l)) {
+    const bool victim = scenario == "kill" && x.rank == l.world / 2;
+    const bool expected = victim ? (WIFSIGNALED(x.status) && WTERMSIG(x.status) == SIGKILL && !x.killed_at_deadline) : x.ok();
+    if (!expected) rc = 1;
+    std::cerr << (expected ? "  ok   " : "  FAIL ") << x.describe() << "\n";
+  }
+  std::cerr << "comm_mp_test " << scenario << " W=" << l.world << ": " << (rc ? "FAILED" : "passed") << " in "
+            << elapsed_ms(t) / 1000 << " s\n";
+  return rc;
+}
