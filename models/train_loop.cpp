@@ -89,6 +89,7 @@ TrainResult train(const TrainOptions& opt, std::ostream& log) {
     sgd.step();
 
     r.final_loss = loss_value;
+    r.losses.push_back(loss_value);
     r.samples += b;
     window_samples += b;
     if (loss_log.is_open()) loss_log << "{\"step\":" << step << ",\"loss\":" << nlohmann::json(loss_value).dump() << "}\n";

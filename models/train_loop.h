@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <iosfwd>
 #include <string>
+#include <vector>
 
 #include "models/reference.h"
 
@@ -38,6 +39,7 @@ struct TrainResult {
   double train_seconds = 0.0;  // the training loop only (no data loading, no evaluation)
   double samples_per_sec = 0.0;
   std::string state_digest;    // parameters + optimizer state, 32 hex
+  std::vector<float> losses;   // per step
 };
 
 TrainResult train(const TrainOptions& opt, std::ostream& log);

@@ -1,0 +1,53 @@
+// Flag parsing of train_mlp / train_cnn: every flag, both spellings, clear errors.
+#include <doctest/doctest.h>
+
+#include "models/train_flags.h"
+
+using namespace rf::models;
+
+TEST_CASE("flags set the options") {
+  auto p = parse_train_flags({"--epochs", "2", "--batch=64", "--lr", "0.1", "--momentum", "0.5",
+                              "--seed", "3", "--data-dir", "/d", "--threads", "2",
+                              "--log-interval", "10", "--max-steps", "151", "--synthetic", "100",
+                              "--init", "i.st", "--metrics", "m.json", "--loss-log", "l.jsonl",
+                              "--batch-log", "b.jsonl"},
+                             ModelKind::CNN);
+  const TrainOptions& o = p.options;
+  CHECK(o.model == ModelKind::CNN);
+  CHECK(o.epochs == 2);
+  CHECK(o.batch == 64);
+  CHECK(o.lr == doctest::Approx(0.1));
+  CHECK(o.momentum == doctest::Approx(0.5));
+  CHECK(o.seed == 3);
+  CHECK(o.data_dir == "/d");
+  CHECK(o.threads == 2);
+  CHECK(o.log_interval == 10);
+  CHECK(o.max_steps == 151);
+  CHECK(o.synthetic == 100);
+  CHECK(o.init_file == "i.st");
+  CHECK(o.metrics_file == "m.json");
+  CHECK(o.loss_log == "l.jsonl");
+  CHECK(o.batch_log == "b.jsonl");
+  CHECK_FALSE(p.help);
+  CHECK(parse_train_flags({"--help"}, ModelKind::MLP).help);
+}
+
+TEST_CASE("bad flags are errors naming the flag") {
+  auto fails = [](std::vector<std::string> args, const std::string& needle) {
+    try {
+      parse_train_flags(args, ModelKind::MLP);
+    } catch (const FlagError& e) {
+      return std::string(e.what()).find(needle) != std::string::npos;
+    }
+    return false;
+  };
+  CHECK(fails({"--bogus"}, "--bogus"));
+  CHECK(fails({"--epochs"}, "missing value"));
+  CHECK(fails({"--epochs", "two"}, "--epochs"));
+  CHECK(fails({"--epochs", "0"}, "minimum"));
+  CHECK(fails({"--batch", "12x"}, "--batch"));
+  CHECK(fails({"--lr", "-1"}, "--lr"));
+  CHECK(fails({"--lr", "nan"}, "--lr"));
+  CHECK(fails({"--threads="}, "empty"));
+  CHECK(fails({"positional"}, "positional"));
+}
