@@ -386,7 +386,7 @@ void Membership::revoke(const std::string& cause, WorkerId who, int64_t step, Ti
     rec.revoked = now;
     recoveries_.push_back(rec);
   }
-  if (in_episode_) recoveries_.back().rounds++;
+  if (in_episode_) recoveries_.back().rounds++, recoveries_.back().generation = generation_ + 1;
   ++generation_;  // generations only grow; a number is never reused
   phase_ = Phase::Recovering;
   round_ = Round{};

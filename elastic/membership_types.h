@@ -83,7 +83,7 @@ struct RecoveryRecord {
   WorkerId worker;
   bool planned = false;
   uint64_t from_generation = 0;
-  uint64_t generation = 0;  // the generation that finally ran
+  uint64_t generation = 0;  // the round being formed, then the generation that ran
   int rounds = 0;           // >1 when a failure during recovery revoked g+1 into g+2
   TimePoint first_seen, revoked, planned_at, running_at;
   bool finished = false;

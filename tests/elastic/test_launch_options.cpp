@@ -1,0 +1,58 @@
+#include <doctest/doctest.h>
+
+#include "base/error.h"
+#include "elastic/launch_options.h"
+
+using namespace rf::elastic;
+using namespace std::chrono_literals;
+
+TEST_CASE("ringfence run flags") {
+  auto o = parse_run_args({"-n", "4", "--min-world", "3", "--spares", "1", "--max-restarts", "5", "--join-window", "3s",
+                           "--heartbeat", "50ms", "--lease", "0.5", "--inject", "kill:rank=2:step=150", "--inject",
+                           "stop:rank=1:at=2", "--summary", "s.json", "--", "train_mlp", "--epochs", "2"});
+  CHECK(o.nprocs == 4);
+  CHECK(o.min_world == 3);
+  CHECK(o.spares == 1);
+  CHECK(o.max_restarts == 5);
+  CHECK(o.timing.join_window == 3s);
+  CHECK(o.timing.heartbeat == 50ms);
+  CHECK(o.timing.lease == 500ms);
+  REQUIRE(o.inject.size() == 2);
+  CHECK(o.inject[1].launcher_side());
+  CHECK(o.summary_path == "s.json");
+  CHECK(o.program == std::vector<std::string>{"train_mlp", "--epochs", "2"});
+  auto m = parse_run_args({"-n", "2", "--coord", "10.0.0.1:29400", "--nnodes", "2", "--node-rank", "1", "--", "w"});
+  CHECK(m.nnodes == 2);
+  CHECK(m.node_rank == 1);
+}
+
+TEST_CASE("ringfence run refuses bad command lines with the reason") {
+  auto why = [](std::vector<std::string> a) {
+    try {
+      parse_run_args(a);
+    } catch (const rf::InvalidInput& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  CHECK(why({"--", "w"}).find("-n N") != std::string::npos);
+  CHECK(why({"-n", "2"}).find("after --") != std::string::npos);
+  CHECK(why({"-n", "0", "--", "w"}).find("-n '0'") != std::string::npos);
+  CHECK(why({"-n", "2", "--min-world", "3", "--", "w"}).find("larger than the world size") != std::string::npos);
+  CHECK(why({"-n", "2", "--lease", "50ms", "--heartbeat", "100ms", "--", "w"}).find("shorter than --lease") !=
+        std::string::npos);
+  CHECK(why({"-n", "2", "--lease", "soon", "--", "w"}).find("--lease 'soon'") != std::string::npos);
+  CHECK(why({"-n", "2", "--nnodes", "2", "--", "w"}).find("needs --coord") != std::string::npos);
+  CHECK(why({"-n", "2", "--frobnicate", "--", "w"}).find("unknown option '--frobnicate'") != std::string::npos);
+  CHECK(why({"-n", "2", "--inject"}).find("--inject needs a value") != std::string::npos);
+  CHECK(why({"-n", "2", "--inject", "kill:rank=1", "--", "w"}).find("fault spec") != std::string::npos);
+}
+
+TEST_CASE("ringfence coord flags") {
+  auto o = parse_coord_args({"-n", "8", "--host", "0.0.0.0", "--port", "29500", "--token-file", "t"});
+  CHECK(o.world == 8);
+  CHECK(o.host == "0.0.0.0");
+  CHECK(o.port == 29500);
+  CHECK_THROWS_AS(parse_coord_args({"--port", "1"}), rf::InvalidInput);
+  CHECK_THROWS_AS(parse_coord_args({"-n", "2", "--port", "70000"}), rf::InvalidInput);
+}

@@ -1,0 +1,164 @@
+// `ringfence run` and `ringfence coord` end to end with elastic_test_worker: restart after
+// SIGKILL, SIGKILL + restart of a worker evicted as hung (SIGSTOP), refusal of a malformed
+// --inject before anything starts, graceful stop on SIGTERM, a digest mismatch failing the
+// job with the workers named, and two "nodes" joining one standalone coordinator.
+#include <doctest/doctest.h>
+
+#include <fstream>
+
+#include "base/str.h"
+#include "tests/elastic/proc.h"
+
+using namespace rf::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+struct Run {
+  std::string dir, out, summary, log;
+  Proc proc;
+  explicit Run(const std::string& name) : dir(temp_dir(name)) {
+    out = dir + "/launcher.log";
+    summary = dir + "/summary.json";
+    log = dir + "/events.jsonl";
+  }
+  void start(std::vector<std::string> flags, std::vector<std::string> worker_args) {
+    std::vector<std::string> argv = {RF_RINGFENCE, "run"};
+    for (auto& f : flags) argv.push_back(f);
+    for (auto f : {"--summary", summary.c_str(), "--event-log", log.c_str(), "--heartbeat", "50ms", "--lease",
+                   "500ms"})
+      argv.push_back(f);
+    argv.push_back("--");
+    argv.push_back(RF_TEST_WORKER);
+    for (auto& a : worker_args) argv.push_back(a);
+    proc = Proc(argv, {}, out);
+  }
+  int wait(rf::Duration d = 60s) {
+    auto st = proc.wait(d);
+    REQUIRE_MESSAGE(st.has_value(), "launcher still running; output:\n", slurp(out));
+    return *st;
+  }
+  json summary_json() {
+    auto j = json::parse(slurp(summary), nullptr, false);
+    REQUIRE_MESSAGE(!j.is_discarded(), "no summary; output:\n", slurp(out));
+    return j;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("run: a worker SIGKILLed by --inject at= is restarted, W is kept, the job succeeds") {
+  Run r("run-kill");
+  r.start({"-n", "3", "--join-window", "2s", "--inject", "kill:rank=1:at=0.7"}, {"--steps", "150", "--step-ms", "10"});
+  const int code = r.wait();
+  CHECK_MESSAGE(code == 0, slurp(r.out));
+  json s = r.summary_json();
+  CHECK(s["exit_status"] == 0);
+  CHECK(s["phase"] == "DONE");
+  CHECK(s["restarts"] == 1);
+  CHECK(s["generations"].get<int>() >= 2);
+  REQUIRE(s["injected"].size() == 1);
+  REQUIRE(s["recoveries"].size() >= 1);
+  json rec = s["recoveries"][0];
+  CHECK(rec["worker"]["slot"] == 1);
+  CHECK(rec["world"] == 3);  // the replacement came back within the join window
+  CHECK(rec["detect_ms"].is_number());
+  CHECK(rec["total_ms"].is_number());
+  CHECK(rec["phases"]["agree"].is_number());
+  CHECK(rec["phases"]["transfer"].is_number());  // reported by the workers
+  // D1 through the launcher: from the SIGKILL to the revocation in the event log.
+  auto revoke = wait_event(r.log, is_event("revoke", 2), 1s);
+  REQUIRE(revoke);
+  const double ms = ((*revoke)["ts_us"].get<int64_t>() - s["injected"][0]["wall_us"].get<int64_t>()) / 1000.0;
+  MESSAGE("launcher kill -> revoke: ", ms, " ms; recovery total ", rec["total_ms"], " ms");
+  CHECK(ms < 100.0);
+  CHECK(slurp(r.out).find("ringfence: job DONE (exit 0)") != std::string::npos);
+}
+
+TEST_CASE("run: a worker SIGSTOPped is evicted as hung, SIGKILLed and replaced") {
+  Run r("run-stop");
+  r.start({"-n", "3", "--inject", "stop:rank=2:at=0.7"}, {"--steps", "200", "--step-ms", "10"});
+  const int code = r.wait();
+  CHECK_MESSAGE(code == 0, slurp(r.out));
+  json s = r.summary_json();
+  REQUIRE(s["recoveries"].size() >= 1);
+  CHECK(s["recoveries"][0]["cause"] == "lease_expired");
+  CHECK(s["restarts"] == 1);
+  json slot2 = s["workers"][2];
+  REQUIRE(slot2["exits"].size() == 2);
+  CHECK(slot2["exits"][0]["status"] == -9);  // SIGKILLed by the launcher after the eviction
+  CHECK(slot2["exits"][1]["status"] == 0);
+  CHECK(slurp(r.out).find("evicted as hung: SIGKILL") != std::string::npos);
+}
+
+TEST_CASE("run: a malformed --inject is refused before anything starts") {
+  Run r("run-bad");
+  r.start({"-n", "2", "--inject", "explode:rank=1:at=1"}, {});
+  CHECK(r.wait(10s) == 2);
+  const std::string out = slurp(r.out);
+  CHECK(out.find("unknown kind 'explode'") != std::string::npos);
+  CHECK_FALSE(std::ifstream(r.log).good());  // no coordinator was started
+  Run r2("run-bad2");
+  r2.start({"-n", "2", "--inject", "kill:rank=5:step=3"}, {});
+  CHECK(r2.wait(10s) == 2);
+  CHECK(slurp(r2.out).find("not below the world size") != std::string::npos);
+}
+
+TEST_CASE("run: SIGTERM is a graceful stop (stop flag, workers leave, exit 0)") {
+  Run r("run-term");
+  r.start({"-n", "2"}, {"--steps", "1000000", "--step-ms", "5"});
+  REQUIRE(wait_event(r.log, is_event("running", 1), 20s));
+  r.proc.signal(SIGTERM);
+  const int code = r.wait(20s);
+  CHECK_MESSAGE(code == 0, slurp(r.out));
+  CHECK(wait_event(r.log, is_event("stop_requested"), 1s));
+  CHECK(wait_event(r.log, is_event("done", -1, "stop"), 1s));
+}
+
+TEST_CASE("run: diverged replicas stop the job with an error naming workers and digests") {
+  Run r("run-digest");
+  r.start({"-n", "3"}, {"--steps", "100", "--bad-digest-slot", "2"});
+  CHECK(r.wait() == 1);
+  json s = r.summary_json();
+  CHECK(s["phase"] == "STOPPED");
+  const std::string e = s["error"];
+  CHECK(e.find("digest mismatch") != std::string::npos);
+  CHECK(e.find("slot 2 incarnation 0 digest 'bad") != std::string::npos);
+  CHECK(e.find("slot 0 incarnation 0") != std::string::npos);
+}
+
+TEST_CASE("coord + two launchers (--coord --nnodes 2 --node-rank I) form one job") {
+  const std::string dir = temp_dir("multinode");
+  const std::string token_file = dir + "/token", coord_out = dir + "/coord.log";
+  Proc coord({RF_RINGFENCE, "coord", "-n", "2", "--port", "0", "--token-file", token_file, "--heartbeat", "50ms",
+              "--lease", "500ms", "--event-log", dir + "/events.jsonl"},
+             {}, coord_out);
+  // The port is printed once the coordinator listens; wait for that line.
+  int port = 0;
+  const auto deadline = rf::Clock::now() + 10s;
+  while (port == 0 && rf::Clock::now() < deadline) {
+    const std::string text = slurp(coord_out);
+    auto pos = text.find("listening on 127.0.0.1:");
+    if (pos != std::string::npos && text.find(" (world", pos) != std::string::npos)
+      port = std::atoi(text.c_str() + pos + 23);
+    else
+      ::poll(nullptr, 0, 5);
+  }
+  REQUIRE(port > 0);
+  std::vector<Proc> nodes;
+  for (int i = 0; i < 2; ++i)
+    nodes.emplace_back(std::vector<std::string>{RF_RINGFENCE, "run", "-n", "1", "--coord",
+                                                "127.0.0.1:" + std::to_string(port), "--token-file", token_file,
+                                                "--nnodes", "2", "--node-rank", std::to_string(i), "--", RF_TEST_WORKER,
+                                                "--steps", "50", "--step-ms", "5"},
+                       std::map<std::string, std::string>{}, rf::str(dir, "/node", i, ".log"));
+  for (int i = 0; i < 2; ++i) {
+    auto st = nodes[i].wait(30s);
+    REQUIRE(st.has_value());
+    CHECK_MESSAGE(*st == 0, slurp(rf::str(dir, "/node", i, ".log")));
+  }
+  auto cst = coord.wait(10s);
+  REQUIRE(cst.has_value());
+  CHECK(*cst == 0);
+  CHECK(slurp(rf::str(dir, "/node1.log")).find("world 2") != std::string::npos);
+}
