@@ -38,8 +38,10 @@ class Transport {
   virtual void cancel(Transfer& t) = 0;
   // Drives the network; returns how many events it handled (0: idle).
   virtual unsigned progress() = 0;
-  // First peer whose endpoint failed, or -1; `cause` says why.
-  virtual int failed_peer(std::string* cause) const = 0;
+  // How many endpoint failures were seen so far (cheap: polled by every wait loop).
+  virtual int failure_count() const = 0;
+  // Whether `peer`'s endpoint failed; `cause` says why.
+  virtual bool peer_failed(int peer, std::string* cause) const = 0;
   // Ends every pending transfer now (receives cancelled, endpoints force-closed), so no
   // buffer is touched afterwards. Used when the communicator fails or is aborted.
   virtual void shut_down_transfers() = 0;

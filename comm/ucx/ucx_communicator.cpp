@@ -150,6 +150,16 @@ UcxCommunicator::UcxCommunicator(std::shared_ptr<UcxContext> context, BootstrapS
   transport_->connect(addresses);
   auto hello = start(std::make_unique<HelloAll>(rank, world), false);
   hello->wait(Clock::now() + opt_.connect_timeout);
+  {
+    std::lock_guard dl(driver_mu_);
+    departed_.assign(world, false);
+    goodbye_recv_.resize(world);
+    goodbye_in_.assign(world, 0);
+    for (int peer = 0; peer < world; ++peer) {
+      if (peer == rank) continue;
+      transport_->post_recv(goodbye_recv_[peer], peer, &goodbye_in_[peer], sizeof(uint64_t), goodbye_tag(peer));
+    }
+  }
   progress_thread_ = std::thread([this] { progress_thread_main(); });
 }
 
@@ -173,11 +183,32 @@ UcxCommunicator::~UcxCommunicator() {
     i.cause = "communicator destroyed";
     poison("abort", i);
   }
+  const TimePoint deadline = Clock::now() + opt_.teardown_timeout;
+  if (!poisoned_ && !goodbye_recv_.empty()) {
+    // Say goodbye to every peer, so that our endpoints closing is not taken for a crash.
+    std::vector<Transfer> bye(world_);
+    const uint64_t me = static_cast<uint64_t>(rank_);
+    for (int peer = 0; peer < world_; ++peer) {
+      if (peer != rank_) transport_->post_send(bye[peer], peer, &me, sizeof(me), goodbye_tag(rank_));
+    }
+    for (bool all = false; !all && Clock::now() < deadline;) {
+      transport_->progress();
+      all = true;
+      for (auto& t : bye) all = (t.state == Transfer::State::idle || transport_->test(t)) && all;
+    }
+  }
+  for (auto& t : goodbye_recv_) transport_->cancel(t);
   // A healthy communicator flushes, so its last eager messages reach the peers; a failed
   // one was already force-closed. Both are bounded.
-  transport_->close_endpoints(poisoned_, Clock::now() + opt_.teardown_timeout);
+  transport_->close_endpoints(poisoned_, deadline);
+  for (auto& t : goodbye_recv_) transport_->test(t);
   graveyard_.clear();
   transport_.reset();
+}
+
+uint64_t UcxCommunicator::goodbye_tag(int sender) const {
+  // Internal op, step 1 (step 0 is the hello); chunk = the sender's rank.
+  return StepTag{generation_, 1, StepTag::kInternalOp, static_cast<uint32_t>(sender)}.encode();
 }
 
 void UcxCommunicator::validate(const Buffer& b, OpId id, Stream stream, const char* what) const {
@@ -383,16 +414,24 @@ bool UcxCommunicator::pump() {
   }
   const unsigned events = transport_->progress();
   bool moved = events > 0;
-  std::string cause;
-  const int dead = transport_->failed_peer(&cause);
-  if (dead >= 0) {
+  if (transport_->failure_count() != departed_count_) {
     // D1: any dead member dooms every collective of this generation, not only the ones
-    // that talk to it directly.
-    CommErrorInfo i;
-    i.peer = dead;
-    i.cause = cause;
-    poison("peer", i);
-    return true;
+    // that talk to it directly. A peer that said goodbye first merely left (it finished
+    // all its collectives, and its goodbye came after everything it sent us).
+    for (int peer = 0; peer < world_; ++peer) {
+      std::string cause;
+      if (peer == rank_ || departed_[peer] || !transport_->peer_failed(peer, &cause)) continue;
+      if (transport_->test(goodbye_recv_[peer]) && goodbye_recv_[peer].state == Transfer::State::done) {
+        departed_[peer] = true;
+        ++departed_count_;
+        continue;
+      }
+      CommErrorInfo i;
+      i.peer = peer;
+      i.cause = cause;
+      poison("peer", i);
+      return true;
+    }
   }
   for (;;) {
     // What may run now: every point-to-point transfer, and the oldest collective.

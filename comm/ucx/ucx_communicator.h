@@ -27,6 +27,7 @@
 #include "comm/communicator.h"
 #include "comm/errors.h"
 #include "comm/flight_recorder.h"
+#include "comm/transport.h"
 #include "comm/ucx/ucx_context.h"
 
 namespace rf::comm {
@@ -90,6 +91,7 @@ class UcxCommunicator : public Communicator {
   bool pump();
   void poison(const char* kind, CommErrorInfo info);
   void progress_thread_main();
+  uint64_t goodbye_tag(int sender) const;
 
   std::shared_ptr<UcxContext> context_;
   int rank_, world_;
@@ -103,6 +105,11 @@ class UcxCommunicator : public Communicator {
   std::vector<std::unique_ptr<Collective>> graveyard_;  // failed collectives with requests in flight
   bool poisoned_ = false;
   std::vector<Pending*> active_;  // scratch of pump(), reused
+  // Goodbyes: a peer that leaves in order first sends one; see pump().
+  std::vector<Transfer> goodbye_recv_;
+  std::vector<uint64_t> goodbye_in_;
+  std::vector<bool> departed_;
+  int departed_count_ = 0;
 
   std::mutex queue_mu_;
   std::condition_variable cv_;

@@ -40,8 +40,10 @@ UcxTransport::~UcxTransport() {
 void UcxTransport::on_endpoint_error(void* arg, ucp_ep_h, ucs_status_t status) {
   // Runs inside ucp_worker_progress on the driving thread: record and poison, nothing else.
   auto* p = static_cast<Peer*>(arg);
-  if (p->error == UCS_OK) p->error = status;
-  if (p->self->first_failed_ < 0) p->self->first_failed_ = p->rank;
+  if (p->error == UCS_OK) {
+    p->error = status;
+    ++p->self->failures_;
+  }
 }
 
 void UcxTransport::connect(const std::vector<std::vector<uint8_t>>& addresses) {
@@ -178,11 +180,11 @@ void UcxTransport::cancel(Transfer& t) {
 
 unsigned UcxTransport::progress() { return ucp_worker_progress(worker_); }
 
-int UcxTransport::failed_peer(std::string* cause) const {
-  if (first_failed_ >= 0 && cause) {
-    *cause = rf::str("endpoint error: ", ucs_status_string(peers_[first_failed_]->error));
-  }
-  return first_failed_;
+bool UcxTransport::peer_failed(int peer, std::string* cause) const {
+  const ucs_status_t e = peers_[peer]->error;
+  if (e == UCS_OK) return false;
+  if (cause) *cause = rf::str("endpoint error: ", ucs_status_string(e));
+  return true;
 }
 
 }  // namespace rf::comm

@@ -37,7 +37,8 @@ class UcxTransport : public Transport {
   bool test(Transfer& t) override;
   void cancel(Transfer& t) override;
   unsigned progress() override;
-  int failed_peer(std::string* cause) const override;
+  int failure_count() const override { return failures_; }
+  bool peer_failed(int peer, std::string* cause) const override;
   void shut_down_transfers() override { close_endpoints(true, Clock::now() + std::chrono::milliseconds(5)); }
 
  private:
@@ -54,7 +55,7 @@ class UcxTransport : public Transport {
   ucp_worker_h worker_ = nullptr;
   std::vector<uint8_t> address_;
   std::vector<std::unique_ptr<Peer>> peers_;
-  int first_failed_ = -1;
+  int failures_ = 0;
 };
 
 }  // namespace rf::comm
