@@ -30,7 +30,8 @@ void* CachingAllocator::allocate(size_t bytes) {
     ++stats_.fresh_blocks;
     stats_.live_bytes += n;
   }
-  void* p = std::aligned_alloc(n >= 4096 ? 4096 : 64, n);
+  // aligned_alloc needs the size to be a multiple of the alignment (ASan enforces it).
+  void* p = std::aligned_alloc(n % 4096 == 0 ? 4096 : 64, n);
   if (!p) throw std::bad_alloc();
   return p;
 }
