@@ -84,6 +84,7 @@ struct Coordinator::Impl {
     WorkerId worker;
     bool closing = false;  // flush `out`, then close
     bool dead = false;
+    bool lost_reported = false;  // connection_lost() called exactly once per member connection
     std::optional<Pending> pending;
   };
 
@@ -216,7 +217,16 @@ struct Coordinator::Impl {
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
       if (n < 0 && errno == EINTR) continue;
       c.dead = true;  // EOF or error
+      // D1 at once, before any later frame of this loop turn (e.g. the same worker
+      // re-joining on a new connection after self-fencing) is handled.
+      report_lost(c, Clock::now());
     }
+  }
+
+  void report_lost(Conn& c, TimePoint now) {
+    if (c.lost_reported || !c.hello || c.role != Role::Member) return;
+    c.lost_reported = true;
+    membership.connection_lost(c.worker, now);
   }
 
   void write_to(Conn& c) {
@@ -402,7 +412,7 @@ struct Coordinator::Impl {
       Conn& c = *it;
       if (c.closing && !c.dead && !c.out.empty()) write_to(c);
       if (c.dead || (c.closing && c.out.empty())) {
-        if (c.hello && c.role == Role::Member) membership.connection_lost(c.worker, now);
+        report_lost(c, now);
         if (c.hello && c.role == Role::Launcher) --owner->launchers_;
         ::close(c.fd);
         it = conns.erase(it);

@@ -206,3 +206,21 @@ TEST_CASE("D4: a worker that cannot renew its lease fences itself within about o
   CHECK(a.fenced());
   CHECK(fenced.text.find("could not renew the lease") != std::string::npos);
 }
+
+TEST_CASE("a worker the coordinator no longer counts is told so in its next heartbeat and fences itself") {
+  const std::string token = random_token();
+  Coordinator coord(opts(2, token));
+  coord.start();
+  Client old_inc(copts(coord, token, 0, 0));
+  Signal fenced;
+  old_inc.on_fenced([&](const std::string& why) { fenced.fire(why); });
+  old_inc.join();
+  // The launcher restarted slot 0 (it believed the old process dead): the new incarnation
+  // replaces the old one, whose next heartbeat is answered "fenced".
+  Client new_inc(copts(coord, token, 0, 1));
+  new_inc.join();
+  REQUIRE(fenced.wait(2s));
+  CHECK(fenced.text == "the coordinator evicted this worker");
+  // It cannot come back under its old incarnation.
+  CHECK_THROWS_WITH_AS(old_inc.join(), doctest::Contains("stale incarnation"), Refused);
+}

@@ -526,6 +526,19 @@ TEST_CASE("replacement: a new incarnation joining while the old one looks alive 
   CHECK(dup.kind == Answer::Refused);
 }
 
+TEST_CASE("D4: a worker evicted by its lease may join again as a new member (same incarnation)") {
+  Sim s(2, 1);
+  auto ws = s.form(2);
+  s.run_for(1200ms, {{0, 0}}, 3);  // slot 1 is cut off: evicted
+  REQUIRE(s.m.generation() == 2);
+  CHECK(s.m.heartbeat({1, 0}, 1, 3, s.now).fenced);
+  s.join({1, 0});  // it fenced itself and comes back
+  CHECK(s.report({1, 0}, 0, 3, "x").ok());
+  s.report({0, 0}, 2, 3, "x");
+  REQUIRE(s.m.plan());
+  CHECK(slots_of(*s.m.plan()) == std::vector<int>{0, 1});
+}
+
 TEST_CASE("ready timeout: a rank that never becomes ready is evicted and the round revoked") {
   Sim s(2);
   auto ws = s.form(2);
