@@ -2,6 +2,7 @@
 
 #include <sched.h>
 
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <iostream>
@@ -153,11 +154,11 @@ UcxCommunicator::UcxCommunicator(std::shared_ptr<UcxContext> context, BootstrapS
   {
     std::lock_guard dl(driver_mu_);
     departed_.assign(world, false);
-    goodbye_recv_.resize(world);
-    goodbye_in_.assign(world, 0);
+    farewell_recv_.resize(world);
+    farewell_in_.assign(world, Farewell{});
     for (int peer = 0; peer < world; ++peer) {
       if (peer == rank) continue;
-      transport_->post_recv(goodbye_recv_[peer], peer, &goodbye_in_[peer], sizeof(uint64_t), goodbye_tag(peer));
+      transport_->post_recv(farewell_recv_[peer], peer, &farewell_in_[peer], sizeof(Farewell), farewell_tag(peer));
     }
   }
   progress_thread_ = std::thread([this] { progress_thread_main(); });
@@ -184,31 +185,37 @@ UcxCommunicator::~UcxCommunicator() {
     poison("abort", i);
   }
   const TimePoint deadline = Clock::now() + opt_.teardown_timeout;
-  if (!poisoned_ && !goodbye_recv_.empty()) {
-    // Say goodbye to every peer, so that our endpoints closing is not taken for a crash.
-    std::vector<Transfer> bye(world_);
-    const uint64_t me = static_cast<uint64_t>(rank_);
-    for (int peer = 0; peer < world_; ++peer) {
-      if (peer != rank_) transport_->post_send(bye[peer], peer, &me, sizeof(me), goodbye_tag(rank_));
-    }
-    for (bool all = false; !all && Clock::now() < deadline;) {
-      transport_->progress();
-      all = true;
-      for (auto& t : bye) all = (t.state == Transfer::State::idle || transport_->test(t)) && all;
-    }
-  }
-  for (auto& t : goodbye_recv_) transport_->cancel(t);
+  // Say goodbye to every peer, so that our endpoints closing is not taken for a crash.
+  if (!poisoned_ && !farewell_recv_.empty()) send_farewells(1, -1, "", deadline);
+  for (auto& t : farewell_recv_) transport_->cancel(t);
   // A healthy communicator flushes, so its last eager messages reach the peers; a failed
   // one was already force-closed. Both are bounded.
   transport_->close_endpoints(poisoned_, deadline);
-  for (auto& t : goodbye_recv_) transport_->test(t);
+  for (auto& t : farewell_recv_) transport_->test(t);
   graveyard_.clear();
   transport_.reset();
 }
 
-uint64_t UcxCommunicator::goodbye_tag(int sender) const {
+uint64_t UcxCommunicator::farewell_tag(int sender) const {
   // Internal op, step 1 (step 0 is the hello); chunk = the sender's rank.
   return StepTag{generation_, 1, StepTag::kInternalOp, static_cast<uint32_t>(sender)}.encode();
+}
+
+void UcxCommunicator::send_farewells(uint32_t kind, int culprit, const std::string& cause, TimePoint deadline) {
+  farewell_out_.kind = kind;
+  farewell_out_.culprit = culprit;
+  std::snprintf(farewell_out_.cause, sizeof(farewell_out_.cause), "%s", cause.c_str());
+  std::vector<Transfer> sends(world_);
+  for (int peer = 0; peer < world_; ++peer) {
+    if (peer != rank_) transport_->post_send(sends[peer], peer, &farewell_out_, sizeof(Farewell), farewell_tag(rank_));
+  }
+  // Small eager messages: on shared memory they are delivered once posted; on TCP a few
+  // progress calls push them out. Bounded either way.
+  for (bool all = false; !all && Clock::now() < deadline;) {
+    transport_->progress();
+    all = true;
+    for (auto& t : sends) all = (t.state == Transfer::State::idle || transport_->test(t)) && all;
+  }
 }
 
 void UcxCommunicator::validate(const Buffer& b, OpId id, Stream stream, const char* what) const {
@@ -414,18 +421,29 @@ bool UcxCommunicator::pump() {
   }
   const unsigned events = transport_->progress();
   bool moved = events > 0;
+  // A peer's farewell: "failed" poisons us too, naming the culprit it names (so every
+  // survivor blames the dead rank, not the neighbour that noticed first); "goodbye" means
+  // it finished all its collectives and left in order, so its endpoint closing is fine.
+  for (int peer = 0; peer < static_cast<int>(farewell_recv_.size()); ++peer) {  // none while connecting
+    Transfer& t = farewell_recv_[peer];
+    if (t.state != Transfer::State::pending || !transport_->test(t) || t.state != Transfer::State::done) continue;
+    const Farewell& f = farewell_in_[peer];
+    if (f.kind == 2) {
+      CommErrorInfo i;
+      i.peer = f.culprit >= 0 && f.culprit < world_ ? f.culprit : peer;
+      i.cause = rf::str(std::string(f.cause, strnlen(f.cause, sizeof(f.cause))), "; reported by rank ", peer);
+      poison("peer", i);
+      return true;
+    }
+    departed_[peer] = true;
+    ++departed_count_;
+  }
   if (transport_->failure_count() != departed_count_) {
     // D1: any dead member dooms every collective of this generation, not only the ones
-    // that talk to it directly. A peer that said goodbye first merely left (it finished
-    // all its collectives, and its goodbye came after everything it sent us).
+    // that talk to it directly.
     for (int peer = 0; peer < world_; ++peer) {
       std::string cause;
       if (peer == rank_ || departed_[peer] || !transport_->peer_failed(peer, &cause)) continue;
-      if (transport_->test(goodbye_recv_[peer]) && goodbye_recv_[peer].state == Transfer::State::done) {
-        departed_[peer] = true;
-        ++departed_count_;
-        continue;
-      }
       CommErrorInfo i;
       i.peer = peer;
       i.cause = cause;
@@ -513,6 +531,14 @@ bool UcxCommunicator::pump() {
 
 void UcxCommunicator::poison(const char* kind, CommErrorInfo info) {
   poisoned_ = true;
+  // Tell every peer first (they may not see the culprit themselves for a while), then end
+  // our transfers.
+  if (!farewell_recv_.empty()) {
+    const bool aborted = std::strcmp(kind, "abort") == 0;
+    send_farewells(2, aborted || info.peer < 0 ? rank_ : info.peer,
+                   aborted ? rf::str("rank ", rank_, " aborted: ", info.cause) : info.cause,
+                   Clock::now() + std::chrono::milliseconds(2));
+  }
   transport_->shut_down_transfers();  // sends end now; receives are cancelled below
   std::deque<std::shared_ptr<Pending>> failed;
   {

@@ -91,7 +91,7 @@ class UcxCommunicator : public Communicator {
   bool pump();
   void poison(const char* kind, CommErrorInfo info);
   void progress_thread_main();
-  uint64_t goodbye_tag(int sender) const;
+  uint64_t farewell_tag(int sender) const;
 
   std::shared_ptr<UcxContext> context_;
   int rank_, world_;
@@ -105,9 +105,18 @@ class UcxCommunicator : public Communicator {
   std::vector<std::unique_ptr<Collective>> graveyard_;  // failed collectives with requests in flight
   bool poisoned_ = false;
   std::vector<Pending*> active_;  // scratch of pump(), reused
-  // Goodbyes: a peer that leaves in order first sends one; see pump().
-  std::vector<Transfer> goodbye_recv_;
-  std::vector<uint64_t> goodbye_in_;
+  // Farewells: each rank sends every peer exactly one, either "goodbye" when it is
+  // destroyed in order or "failed" (naming the culprit) when it is poisoned; one receive
+  // per peer is posted at connection time. See pump() and poison().
+  struct Farewell {
+    uint32_t kind = 0;  // 1 goodbye, 2 failed
+    int32_t culprit = -1;
+    char cause[120] = {};
+  };
+  void send_farewells(uint32_t kind, int culprit, const std::string& cause, TimePoint deadline);
+  std::vector<Transfer> farewell_recv_;
+  std::vector<Farewell> farewell_in_;
+  Farewell farewell_out_;
   std::vector<bool> departed_;
   int departed_count_ = 0;
 

@@ -1,5 +1,7 @@
 #include "comm/ucx/ucx_context.h"
 
+#include <cstdlib>
+
 #include "base/error.h"
 #include "base/str.h"
 
@@ -9,7 +11,16 @@ std::shared_ptr<UcxContext> UcxContext::create(const UcxContextOptions& options)
   ucp_config_t* config = nullptr;
   ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
   if (st != UCS_OK) throw rf::Error(rf::str("ucp_config_read: ", ucs_status_string(st)));
-  for (const auto& [name, value] : options.config) {
+  auto settings = options.config;
+  if (options.ringfence_defaults) {
+    for (auto [name, value] : {std::pair<const char*, const char*>{"MM_ERROR_HANDLING", "y"},
+                               {"KEEPALIVE_INTERVAL", "100ms"}}) {
+      bool named = std::getenv((std::string("UCX_") + name).c_str()) != nullptr;
+      for (const auto& s : options.config) named = named || s.first == name;
+      if (!named) settings.emplace_back(name, value);
+    }
+  }
+  for (const auto& [name, value] : settings) {
     st = ucp_config_modify(config, name.c_str(), value.c_str());
     if (st != UCS_OK) {
       ucp_config_release(config);
