@@ -69,14 +69,14 @@ std::string SafetensorsWriter::state_digest() const {
   return d.hex();
 }
 
-std::string SafetensorsWriter::header_json() const {
+std::string SafetensorsWriter::header_json(bool with_checksums) const {
   nlohmann::ordered_json h;
   nlohmann::ordered_json meta(nlohmann::ordered_json::value_t::object);
   for (const auto& [k, v] : metadata_) meta[k] = v;
   nlohmann::ordered_json crcs(nlohmann::ordered_json::value_t::object);
-  for (const Entry* e : file_order()) crcs[e->name] = hex32(crc32c(e->data, e->bytes));
+  for (const Entry* e : file_order()) crcs[e->name] = with_checksums ? hex32(crc32c(e->data, e->bytes)) : "00000000";
   meta[kCrcKey] = crcs.dump();
-  meta[kDigestKey] = state_digest();
+  meta[kDigestKey] = with_checksums ? state_digest() : std::string(32, '0');
   meta[kMetaCrcKey] = hex32(metadata_crc(metadata_));
   h["__metadata__"] = meta;
   uint64_t offset = 0;
@@ -90,11 +90,19 @@ std::string SafetensorsWriter::header_json() const {
   return text;
 }
 
-std::vector<std::byte> SafetensorsWriter::to_bytes() const {
+size_t SafetensorsWriter::serialized_size() const {
+  size_t total = 8 + header_json(/*with_checksums=*/false).size();
+  for (const auto& e : entries_) total += e.bytes;
+  return total;
+}
+
+size_t SafetensorsWriter::serialize_into(std::span<std::byte> out) const {
   const std::string header = header_json();
   size_t total = 8 + header.size();
   for (const auto& e : entries_) total += e.bytes;
-  std::vector<std::byte> out(total);
+  if (out.size() < total) {
+    throw rf::InvalidInput(rf::str("SafetensorsWriter: buffer of ", out.size(), " bytes is too small for ", total));
+  }
   put_le64(out.data(), header.size());
   std::memcpy(out.data() + 8, header.data(), header.size());
   size_t at = 8 + header.size();
@@ -102,6 +110,12 @@ std::vector<std::byte> SafetensorsWriter::to_bytes() const {
     if (e->bytes) std::memcpy(out.data() + at, e->data, e->bytes);
     at += e->bytes;
   }
+  return total;
+}
+
+std::vector<std::byte> SafetensorsWriter::to_bytes() const {
+  std::vector<std::byte> out(serialized_size());
+  serialize_into(out);
   return out;
 }
 

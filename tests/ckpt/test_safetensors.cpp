@@ -43,6 +43,24 @@ TEST_CASE("round trip through bytes keeps names, dtypes, shapes, values and meta
   CHECK(r.metadata().at(kDigestKey) == w.state_digest());
 }
 
+TEST_CASE("serialize_into a reused buffer gives the same image as to_bytes") {
+  st_test::SampleState s;
+  auto w = s.writer();
+  const Bytes image = w.to_bytes();
+  REQUIRE(w.serialized_size() == image.size());
+  Bytes buf(image.size() + 100, std::byte{0x7F});
+  CHECK(w.serialize_into(buf) == image.size());
+  CHECK(std::equal(image.begin(), image.end(), buf.begin()));
+  s.w[0] = 42.0f;  // the next snapshot goes into the same buffer
+  CHECK(w.serialize_into(buf) == image.size());
+  auto r = SafetensorsReader::from_bytes(Bytes(buf.begin(), buf.begin() + static_cast<long>(image.size())), "mem");
+  float first = 0;
+  std::memcpy(&first, r.bytes(r.at("0.weight")).data(), 4);
+  CHECK(first == 42.0f);
+  Bytes small(image.size() - 1);
+  CHECK_THROWS_AS(w.serialize_into(small), rf::InvalidInput);
+}
+
 TEST_CASE("layout: header padded to 8 bytes, wider dtypes first so every tensor is aligned") {
   st_test::SampleState s;
   Bytes bytes = s.writer().to_bytes();
