@@ -27,6 +27,7 @@ struct Round {
   size_t recv_bytes = 0;
   uint32_t chunk = 0;       // the tag's chunk field of the receive (and of the send...)
   int64_t send_chunk = -1;  // ...unless set: a pipelined chain forwards an older piece
+  bool exact_length = false;  // the receive must get exactly recv_bytes (blobs)
 };
 
 // Fired by the driving thread after each completed round of an all-reduce (fault

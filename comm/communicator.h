@@ -55,8 +55,8 @@ class Communicator {
   virtual void broadcast(Buffer buf, int root, OpId id) { broadcast_start(buf, root, id)->wait(); }
   virtual void allgather(Buffer in, Buffer out, OpId id) { allgather_start(in, out, id)->wait(); }
   virtual void barrier(OpId id) { barrier_start(id)->wait(); }
-  void send(int peer, const void* data, size_t bytes, OpId id) { send_start(peer, data, bytes, id)->wait(); }
-  void recv(int peer, void* data, size_t bytes, OpId id) { recv_start(peer, data, bytes, id)->wait(); }
+  virtual void send(int peer, const void* data, size_t bytes, OpId id) { send_start(peer, data, bytes, id)->wait(); }
+  virtual void recv(int peer, void* data, size_t bytes, OpId id) { recv_start(peer, data, bytes, id)->wait(); }
 
   // Callable from any thread (e.g. the elastic client's heartbeat thread). Only sets a
   // flag: every pending and future operation then fails within 10 ms with Aborted naming

@@ -43,6 +43,7 @@ class Recv : public Collective {
     r.recv_peer = peer_;
     r.recv_data = data_;
     r.recv_bytes = bytes_;
+    r.exact_length = true;
     return true;
   }
 

@@ -21,6 +21,7 @@ struct Transfer {
   size_t bytes = 0;
   void* request = nullptr;  // backend handle while pending
   bool cancel_requested = false;
+  bool exact_length = false;
   std::string cause;        // why it failed
   bool finished() const { return state == State::done || state == State::failed; }
 };
@@ -31,7 +32,9 @@ class Transport {
   virtual int rank() const = 0;
   virtual int world_size() const = 0;
   virtual void post_send(Transfer& t, int peer, const void* data, size_t bytes, uint64_t tag) = 0;
-  virtual void post_recv(Transfer& t, int peer, void* data, size_t bytes, uint64_t tag) = 0;
+  // exact_length: a message of another size fails the transfer (blobs); collectives'
+  // sizes agree by construction, so they skip the check (it costs UCX a request).
+  virtual void post_recv(Transfer& t, int peer, void* data, size_t bytes, uint64_t tag, bool exact_length) = 0;
   // Returns true once t is done or failed.
   virtual bool test(Transfer& t) = 0;
   // Asks for a pending receive to end (it then finishes as failed, "cancelled"). Idempotent.

@@ -22,6 +22,7 @@ struct BenchTuning {  // knobs of our backend (the others have their own default
   size_t chunk_bytes = 0;      // 0: UcxOptions' default
   int flows = 0;
   long long small_bytes = -1;  // -1: default switch point
+  long long idle_spins = -1, idle_yields = -1;
 };
 
 std::unique_ptr<BenchBackend> make_ucx_backend(const BenchTuning& t);

@@ -14,7 +14,9 @@ class UcxBackend : public BenchBackend {
     comm::UcxOptions o;
     if (t.chunk_bytes) o.chunk_bytes = t.chunk_bytes;
     if (t.flows) o.flows = t.flows;
-    if (t.small_bytes >= 0) o.small_allreduce_bytes = static_cast<size_t>(t.small_bytes);
+    if (t.idle_spins >= 0) o.idle_spins = static_cast<int>(t.idle_spins);
+    if (t.idle_yields >= 0) o.idle_yields = static_cast<unsigned>(t.idle_yields);
+    if (t.small_bytes >= 0) o.small_allreduce_bytes = t.small_bytes;
     comm_ = std::make_unique<comm::UcxCommunicator>(comm::UcxContext::create(), store_, env_.rank, env_.world, 0, o);
   }
   int rank() const override { return env_.rank; }

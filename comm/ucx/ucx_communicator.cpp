@@ -129,8 +129,13 @@ UcxCommunicator::UcxCommunicator(std::shared_ptr<UcxContext> context, BootstrapS
     throw rf::InvalidInput(rf::str("communicator: flows ", opt_.flows, " (1..", Collective::kMaxFlows,
                                    "), chunk_bytes ", opt_.chunk_bytes, " (>= 64)"));
   }
+  if (opt_.idle_spins < 0) {
+    const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
+    opt_.idle_spins = static_cast<unsigned>(world) <= hw ? 8 : 0;
+  }
   // Zero-filled vectors: the pages are touched now, once, not inside a collective.
-  small_staging_.assign(std::max<size_t>(opt_.small_allreduce_bytes, 8), 0);
+  if (opt_.small_allreduce_bytes < 0) opt_.small_allreduce_bytes = world == 2 ? (256 << 10) : (32 << 10);
+  small_staging_.assign(std::max<size_t>(static_cast<size_t>(opt_.small_allreduce_bytes), 8), 0);
   ring_staging_.assign(static_cast<size_t>(opt_.flows) * opt_.chunk_bytes, 0);
 
   transport_ = std::make_unique<UcxTransport>(context_, rank, world);
@@ -158,7 +163,7 @@ UcxCommunicator::UcxCommunicator(std::shared_ptr<UcxContext> context, BootstrapS
     farewell_in_.assign(world, Farewell{});
     for (int peer = 0; peer < world; ++peer) {
       if (peer == rank) continue;
-      transport_->post_recv(farewell_recv_[peer], peer, &farewell_in_[peer], sizeof(Farewell), farewell_tag(peer));
+      transport_->post_recv(farewell_recv_[peer], peer, &farewell_in_[peer], sizeof(Farewell), farewell_tag(peer), false);
     }
   }
   progress_thread_ = std::thread([this] { progress_thread_main(); });
@@ -265,61 +270,78 @@ WorkPtr UcxCommunicator::start(std::unique_ptr<Collective> c, bool wake_progress
   return p;
 }
 
-WorkPtr UcxCommunicator::allreduce_start(Buffer buf, OpId id, Stream stream) {
+std::unique_ptr<Collective> UcxCommunicator::allreduce_op(Buffer buf, OpId id, Stream stream) {
   validate(buf, id, stream, "all-reduce");
-  std::unique_ptr<Collective> c;
-  if (buf.bytes() <= opt_.small_allreduce_bytes) {
-    c = make_allreduce_recursive_doubling(buf, id, rank_, world_, small_staging_.data());
-  } else {
-    c = make_allreduce_ring(buf, id, rank_, world_, ring_staging_.data(), opt_.flows, opt_.chunk_bytes);
+  if (buf.bytes() <= static_cast<size_t>(opt_.small_allreduce_bytes)) {
+    return make_allreduce_recursive_doubling(buf, id, rank_, world_, small_staging_.data());
   }
-  return start(std::move(c), true);
+  return make_allreduce_ring(buf, id, rank_, world_, ring_staging_.data(), opt_.flows, opt_.chunk_bytes);
 }
 
-void UcxCommunicator::allreduce(Buffer buf, OpId id) {
-  validate(buf, id, nullptr, "all-reduce");
-  std::unique_ptr<Collective> c;
-  if (buf.bytes() <= opt_.small_allreduce_bytes) {
-    c = make_allreduce_recursive_doubling(buf, id, rank_, world_, small_staging_.data());
-  } else {
-    c = make_allreduce_ring(buf, id, rank_, world_, ring_staging_.data(), opt_.flows, opt_.chunk_bytes);
-  }
-  // We are about to wait on it ourselves: do not wake the progress thread just to take
-  // the driver lock back from it.
-  start(std::move(c), false)->wait();
-}
-
-WorkPtr UcxCommunicator::broadcast_start(Buffer buf, int root, OpId id, Stream stream) {
+std::unique_ptr<Collective> UcxCommunicator::broadcast_op(Buffer buf, int root, OpId id, Stream stream) {
   validate(buf, id, stream, "broadcast");
   if (root < 0 || root >= world_) throw rf::InvalidInput(rf::str("broadcast: root ", root, " of world size ", world_));
-  return start(make_broadcast_chain(buf, root, id, rank_, world_, opt_.chunk_bytes), true);
+  return make_broadcast_chain(buf, root, id, rank_, world_, opt_.chunk_bytes);
 }
 
-WorkPtr UcxCommunicator::allgather_start(Buffer in, Buffer out, OpId id, Stream stream) {
+std::unique_ptr<Collective> UcxCommunicator::allgather_op(Buffer in, Buffer out, OpId id, Stream stream) {
   validate(in, id, stream, "all-gather");
   validate(out, id, stream, "all-gather");
   if (out.dtype != in.dtype || out.count != in.count * static_cast<size_t>(world_)) {
     throw rf::InvalidInput(rf::str("all-gather: output must hold ", world_, " x ", in.count, " ", dtype_name(in.dtype),
                                    ", got ", out.count, " ", dtype_name(out.dtype)));
   }
-  return start(make_allgather_ring(in, out, id, rank_, world_), true);
+  return make_allgather_ring(in, out, id, rank_, world_);
 }
 
-WorkPtr UcxCommunicator::barrier_start(OpId id) {
+std::unique_ptr<Collective> UcxCommunicator::barrier_op(OpId id) {
   validate(Buffer{}, id, nullptr, "barrier");
-  return start(make_barrier(id, rank_, world_), true);
+  return make_barrier(id, rank_, world_);
 }
 
-WorkPtr UcxCommunicator::send_start(int peer, const void* data, size_t bytes, OpId id) {
+std::unique_ptr<Collective> UcxCommunicator::send_op(int peer, const void* data, size_t bytes, OpId id) {
   validate(Buffer{const_cast<void*>(data), bytes, DType::u64}, id, nullptr, "send");
   if (peer < 0 || peer >= world_) throw rf::InvalidInput(rf::str("send: peer ", peer, " of world size ", world_));
-  return start(make_send(peer, data, bytes, id, rank_), true);
+  return make_send(peer, data, bytes, id, rank_);
 }
 
-WorkPtr UcxCommunicator::recv_start(int peer, void* data, size_t bytes, OpId id) {
+std::unique_ptr<Collective> UcxCommunicator::recv_op(int peer, void* data, size_t bytes, OpId id) {
   validate(Buffer{data, bytes, DType::u64}, id, nullptr, "recv");
   if (peer < 0 || peer >= world_) throw rf::InvalidInput(rf::str("recv: peer ", peer, " of world size ", world_));
-  return start(make_recv(peer, data, bytes, id), true);
+  return make_recv(peer, data, bytes, id);
+}
+
+// Started asynchronously: the progress thread moves them while the caller computes.
+WorkPtr UcxCommunicator::allreduce_start(Buffer buf, OpId id, Stream s) { return start(allreduce_op(buf, id, s), true); }
+WorkPtr UcxCommunicator::broadcast_start(Buffer buf, int root, OpId id, Stream s) {
+  return start(broadcast_op(buf, root, id, s), true);
+}
+WorkPtr UcxCommunicator::allgather_start(Buffer in, Buffer out, OpId id, Stream s) {
+  return start(allgather_op(in, out, id, s), true);
+}
+WorkPtr UcxCommunicator::barrier_start(OpId id) { return start(barrier_op(id), true); }
+WorkPtr UcxCommunicator::send_start(int peer, const void* data, size_t bytes, OpId id) {
+  return start(send_op(peer, data, bytes, id), true);
+}
+WorkPtr UcxCommunicator::recv_start(int peer, void* data, size_t bytes, OpId id) {
+  return start(recv_op(peer, data, bytes, id), true);
+}
+
+// Blocking: we are about to wait ourselves, so do not wake the progress thread just to
+// take the driver lock back from it (on 2 cores shared by W ranks that costs 10-100 us).
+void UcxCommunicator::allreduce(Buffer buf, OpId id) { start(allreduce_op(buf, id, nullptr), false)->wait(); }
+void UcxCommunicator::broadcast(Buffer buf, int root, OpId id) {
+  start(broadcast_op(buf, root, id, nullptr), false)->wait();
+}
+void UcxCommunicator::allgather(Buffer in, Buffer out, OpId id) {
+  start(allgather_op(in, out, id, nullptr), false)->wait();
+}
+void UcxCommunicator::barrier(OpId id) { start(barrier_op(id), false)->wait(); }
+void UcxCommunicator::send(int peer, const void* data, size_t bytes, OpId id) {
+  start(send_op(peer, data, bytes, id), false)->wait();
+}
+void UcxCommunicator::recv(int peer, void* data, size_t bytes, OpId id) {
+  start(recv_op(peer, data, bytes, id), false)->wait();
 }
 
 void UcxCommunicator::send_foreign_generation(int peer, uint64_t generation, OpId id, uint32_t chunk,
@@ -386,14 +408,14 @@ void UcxCommunicator::drive(Until until, TimePoint deadline) {
   // Back-off when nothing happens: spin briefly (a reply is often < 1 us away), then
   // yield the core (2 cores shared by W ranks: a spinning rank starves the peer it waits
   // for), then nap 50 us. Naps stay far below the 10 ms abort bound.
-  constexpr unsigned kSpin = 64, kYield = 4096;
+  const unsigned spins = static_cast<unsigned>(opt_.idle_spins), yields = spins + opt_.idle_yields;
   unsigned idle = 0;
   while (!until()) {
     if (pump()) idle = 0;
     else ++idle;
     if (until() || Clock::now() >= deadline) return;
-    if (idle < kSpin) cpu_relax();
-    else if (idle < kYield) sched_yield();
+    if (idle < spins) cpu_relax();
+    else if (idle < yields) sched_yield();
     else std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
 }
@@ -509,7 +531,8 @@ bool UcxCommunicator::pump() {
       }
     }
     if (!any_finished) return moved;
-    std::vector<std::shared_ptr<Pending>> done;
+    std::vector<std::shared_ptr<Pending>>& done = done_;
+    done.clear();
     {
       std::lock_guard lk(queue_mu_);
       for (auto it = queue_.begin(); it != queue_.end();) {
@@ -525,6 +548,7 @@ bool UcxCommunicator::pump() {
       recorder_.finish(p->seq, p->coll->last_chunk(), -1);
       p->state.store(kDone, std::memory_order_release);
     }
+    done.clear();
     moved = true;  // and go on with the next collective at once
   }
 }

@@ -41,9 +41,19 @@ struct UcxOptions {
   // Ring pipelining: pieces of chunk_bytes, `flows` pieces in flight (bench/RESULTS.md).
   size_t chunk_bytes = size_t{256} << 10;
   int flows = 2;
-  // All-reduces up to this size use recursive doubling, larger ones the ring. Measured:
-  // see bench/RESULTS.md "Communication" (the crossover at W = 2 and 4 on this machine).
-  size_t small_allreduce_bytes = size_t{64} << 10;
+  // All-reduces up to this many bytes use recursive doubling, larger ones the ring.
+  // -1 = auto, measured here (bench/RESULTS.md "Communication", --small-bytes sweep):
+  // 256 KiB at W = 2 (both send N bytes, but recursive doubling has 1 round instead of 2
+  // and was as fast or faster up to 512 KiB), 32 KiB otherwise (W = 4: recursive doubling
+  // wins up to 8-16 KiB, the ring from 64 KiB; log2(W) x N bytes vs 2N(W-1)/W).
+  int64_t small_allreduce_bytes = -1;
+  // Back-off of the wait loop when nothing happens: spin this many rounds, then yield the
+  // core this many rounds, then nap 50 us per round (bench/RESULTS.md "Communication").
+  // -1 = auto: 8 spins while the ranks fit the machine's hardware threads, 0 when they
+  // outnumber them (then every spin steals the core from the peer we wait for). On a
+  // cluster, where W counts ranks of every host, set it yourself (8 is a good start).
+  int idle_spins = -1;
+  unsigned idle_yields = 4096;
   size_t flight_records = 256;
   std::string flight_recorder_path;  // JSON lines appended here on failure; "" = stderr
   ChunkCallback on_chunk;            // fault injection hook, called on the driving thread
@@ -69,7 +79,13 @@ class UcxCommunicator : public Communicator {
   WorkPtr barrier_start(OpId id) override;
   WorkPtr send_start(int peer, const void* data, size_t bytes, OpId id) override;
   WorkPtr recv_start(int peer, void* data, size_t bytes, OpId id) override;
-  void allreduce(Buffer buf, OpId id) override;  // caller drives: no thread hand-off
+  // Blocking forms: the caller drives UCX itself, no hand-off through the progress thread.
+  void allreduce(Buffer buf, OpId id) override;
+  void broadcast(Buffer buf, int root, OpId id) override;
+  void allgather(Buffer in, Buffer out, OpId id) override;
+  void barrier(OpId id) override;
+  void send(int peer, const void* data, size_t bytes, OpId id) override;
+  void recv(int peer, void* data, size_t bytes, OpId id) override;
 
   void abort(const std::string& reason) override;
   bool aborted() const override { return abort_flag_.load(std::memory_order_acquire); }
@@ -84,6 +100,13 @@ class UcxCommunicator : public Communicator {
 
  private:
   WorkPtr start(std::unique_ptr<Collective> c, bool wake_progress_thread);
+  // The collectives, built and checked; *_start and the blocking forms share them.
+  std::unique_ptr<Collective> allreduce_op(Buffer buf, OpId id, Stream stream);
+  std::unique_ptr<Collective> broadcast_op(Buffer buf, int root, OpId id, Stream stream);
+  std::unique_ptr<Collective> allgather_op(Buffer in, Buffer out, OpId id, Stream stream);
+  std::unique_ptr<Collective> barrier_op(OpId id);
+  std::unique_ptr<Collective> send_op(int peer, const void* data, size_t bytes, OpId id);
+  std::unique_ptr<Collective> recv_op(int peer, void* data, size_t bytes, OpId id);
   void validate(const Buffer& b, OpId id, Stream stream, const char* what) const;
   void wait_for(Pending& p, TimePoint deadline);
   template <typename Until>
@@ -104,7 +127,8 @@ class UcxCommunicator : public Communicator {
   std::unique_ptr<UcxTransport> transport_;
   std::vector<std::unique_ptr<Collective>> graveyard_;  // failed collectives with requests in flight
   bool poisoned_ = false;
-  std::vector<Pending*> active_;  // scratch of pump(), reused
+  std::vector<Pending*> active_;                 // scratch of pump(), reused
+  std::vector<std::shared_ptr<Pending>> done_;   // scratch of pump(), reused
   // Farewells: each rank sends every peer exactly one, either "goodbye" when it is
   // destroyed in order or "failed" (naming the culprit) when it is poisoned; one receive
   // per peer is posted at connection time. See pump() and poison().

@@ -33,7 +33,7 @@ class UcxTransport : public Transport {
   int rank() const override { return rank_; }
   int world_size() const override { return world_; }
   void post_send(Transfer& t, int peer, const void* data, size_t bytes, uint64_t tag) override;
-  void post_recv(Transfer& t, int peer, void* data, size_t bytes, uint64_t tag) override;
+  void post_recv(Transfer& t, int peer, void* data, size_t bytes, uint64_t tag, bool exact_length) override;
   bool test(Transfer& t) override;
   void cancel(Transfer& t) override;
   unsigned progress() override;

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Runs comm_bench for our ring (ucx), Open MPI and Gloo, one after the other in one go, at
+# W = 2 and 4, and prints the issue's goals as same-run ratios. This VM's figures swing
+# 2-5x between runs, so only ratios from one invocation mean anything.
+#   bench/comm/compare.sh [BUILD_DIR] [ITERS] [WARMUP]      (default: build 20 5)
+set -euo pipefail
+BUILD=${1:-build}
+ITERS=${2:-20}
+WARMUP=${3:-5}
+BENCH="$BUILD/bin/comm_bench"
+[[ -x $BENCH ]] || { echo "compare.sh: $BENCH not found (build first)" >&2; exit 2; }
+OUT=$(mktemp -d /tmp/rf-compare-XXXXXX)
+for W in 2 4; do
+  for B in ucx mpi gloo; do
+    echo "== $B, W=$W"
+    "$BENCH" --backend "$B" --ranks "$W" -b 8 -e 64M -f 2 -n "$ITERS" -w "$WARMUP" --json "$OUT/$B-$W.json" \
+      || echo "compare.sh: $B at W=$W failed" >&2
+  done
+done
+python3 - "$OUT" <<'PY'
+import json, os, sys
+out = sys.argv[1]
+def load(b, w):
+    p = os.path.join(out, f"{b}-{w}.json")
+    return {r["bytes"]: r for r in json.load(open(p))} if os.path.exists(p) else {}
+def fmt(n):
+    for u, s in ((1 << 20, "M"), (1 << 10, "K")):
+        if n >= u and n % u == 0: return f"{n // u}{s}"
+    return str(n)
+print("\n== same-run ratios (ours = ucx ring)")
+for w in (2, 4):
+    u, m, g = load("ucx", w), load("mpi", w), load("gloo", w)
+    print(f"\nW={w}")
+    print(f"{'size':>6} {'ucx us':>9} {'mpi us':>9} {'lat x':>6} | {'ucx GB/s':>8} {'mpi GB/s':>8} {'gloo GB/s':>9} {'vs mpi':>7} {'vs gloo':>7}")
+    lat_ok = bw_mpi_ok = bw_gloo_ok = True
+    for b in sorted(u):
+        uu, mm, gg = u[b], m.get(b), g.get(b)
+        lat = uu["time_us"] / mm["time_us"] if mm and mm["time_us"] > 0 else float("nan")
+        vm = uu["busbw_gbs"] / mm["busbw_gbs"] if mm and mm["busbw_gbs"] > 0 else float("nan")
+        vg = uu["busbw_gbs"] / gg["busbw_gbs"] if gg and gg["busbw_gbs"] > 0 else float("nan")
+        if 8 <= b <= 4096 and not lat <= 2: lat_ok = False
+        if (256 << 10) <= b <= (16 << 20) and not vm >= 1: bw_mpi_ok = False
+        if b >= (1 << 20) and not vg >= 3: bw_gloo_ok = False
+        print(f"{fmt(b):>6} {uu['time_us']:9.2f} {mm['time_us'] if mm else float('nan'):9.2f} {lat:6.2f} | "
+              f"{uu['busbw_gbs']:8.3f} {mm['busbw_gbs'] if mm else float('nan'):8.3f} "
+              f"{gg['busbw_gbs'] if gg else float('nan'):9.3f} {vm:7.2f} {vg:7.2f}")
+    big = u.get(64 << 20, {}).get("busbw_gbs", float("nan"))
+    wrong = sum(r["wrong"] for d in (u, m, g) for r in d.values())
+    print(f"goals W={w}: latency 8B-4K within 2x of MPI: {'met' if lat_ok else 'NOT met'}; "
+          f"busbw >= MPI 256K-16M: {'met' if bw_mpi_ok else 'NOT met'}; "
+          f">= 3x Gloo from 1M: {'met' if bw_gloo_ok else 'NOT met'}; "
+          f"64M >= 2 GB/s: {'met' if big >= 2 else 'NOT met'} ({big:.2f}); #wrong total {wrong}")
+PY
+echo "(JSON in $OUT)"
