@@ -4,20 +4,47 @@
 
 namespace rf::kernels::cpu {
 
-void sgd_step(const SgdConfig& c, int64_t n, float* param, const float* grad,
-              float* momentum_buf, bool first_step) {
-  const float neg_lr = -c.lr;
-  const float keep = 1.0f - c.dampening;
+namespace {
+
+// The options are loop-invariant: one specialised loop per combination lets the compiler
+// vectorise it (a branchy generic loop measured 18 % of an MLP step). The arithmetic per
+// element is the same in every variant.
+template <bool kDecay, bool kMomentum, bool kFirst, bool kNesterov>
+void sgd_loop(const SgdConfig& c, int64_t n, float* __restrict param, const float* __restrict grad,
+              float* __restrict buf) {
+  const float neg_lr = -c.lr, keep = 1.0f - c.dampening, wd = c.weight_decay, mom = c.momentum;
   for (int64_t i = 0; i < n; ++i) {
     float d = grad[i];
-    if (c.weight_decay != 0.0f) d = d + c.weight_decay * param[i];
-    if (c.momentum != 0.0f) {
-      float b = first_step ? d : c.momentum * momentum_buf[i] + keep * d;
-      momentum_buf[i] = b;
-      d = c.nesterov ? d + c.momentum * b : b;
+    if constexpr (kDecay) d = d + wd * param[i];
+    if constexpr (kMomentum) {
+      float b;
+      if constexpr (kFirst) b = d;
+      else b = mom * buf[i] + keep * d;
+      buf[i] = b;
+      if constexpr (kNesterov) d = d + mom * b;
+      else d = b;
     }
     param[i] = param[i] + neg_lr * d;
   }
+}
+
+template <bool kDecay>
+void sgd_dispatch(const SgdConfig& c, int64_t n, float* p, const float* g, float* buf, bool first) {
+  if (c.momentum == 0.0f) return sgd_loop<kDecay, false, false, false>(c, n, p, g, buf);
+  if (first) {
+    if (c.nesterov) return sgd_loop<kDecay, true, true, true>(c, n, p, g, buf);
+    return sgd_loop<kDecay, true, true, false>(c, n, p, g, buf);
+  }
+  if (c.nesterov) return sgd_loop<kDecay, true, false, true>(c, n, p, g, buf);
+  return sgd_loop<kDecay, true, false, false>(c, n, p, g, buf);
+}
+
+}  // namespace
+
+void sgd_step(const SgdConfig& c, int64_t n, float* param, const float* grad,
+              float* momentum_buf, bool first_step) {
+  if (c.weight_decay != 0.0f) sgd_dispatch<true>(c, n, param, grad, momentum_buf, first_step);
+  else sgd_dispatch<false>(c, n, param, grad, momentum_buf, first_step);
 }
 
 void adamw_step(const AdamWConfig& c, int64_t n, float* param, const float* grad, float* exp_avg,
