@@ -23,8 +23,8 @@ struct KernelTable {
   void (*add_channel_bias_backward)(int64_t, int64_t, int64_t, const float*, float*);
   void (*relu)(int64_t, const float*, float*);
   void (*relu_backward)(int64_t, const float*, const float*, float*, bool);
-  void (*im2col)(const kernels::cpu::ConvGeometry&, const float*, float*, float*);
-  void (*col2im)(const kernels::cpu::ConvGeometry&, const float*, float*, float*, bool);
+  void (*im2col)(const kernels::cpu::ConvGeometry&, const float*, float*, int64_t, float*);
+  void (*col2im)(const kernels::cpu::ConvGeometry&, const float*, int64_t, float*, float*, bool);
   void (*max_pool2d)(const kernels::cpu::PoolGeometry&, const float*, float*, int32_t*);
   void (*max_pool2d_backward)(const kernels::cpu::PoolGeometry&, const float*, const int32_t*,
                               float*, bool);

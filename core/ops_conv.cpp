@@ -47,7 +47,8 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, int64_t stri
     if (!dW && !dX && !db) return;
     // One sample's columns at a time, recomputed rather than saved from the forward: a
     // 300 KB column block stays in L2, a saved batch of them (40 MB for the CNN's second
-    // conv) would be read back from memory, which measured slower.
+    // conv) would be read back from memory, which measured slower. Grouping several
+    // samples into one wider GEMM (ld = S*P) also measured slower here (2-15 %).
     auto col = Storage::allocate(sizeof(float) * CKK * P, o.device);
     auto padded = Storage::allocate(sizeof(float) * g.padded_size(), o.device);
     for (int64_t n = 0; n < N; ++n) {
@@ -55,12 +56,12 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, int64_t stri
       // Per sample, while G_n is in cache (a separate pass over G would read it again).
       if (db) k.add_channel_bias_backward(1, OC, P, Gn, db);
       if (dW) {  // dW[OC, CKK] += G_n[OC, P] col_n[CKK, P]^T
-        k.im2col(g, X->data() + n * in_plane, col->data(), padded->data());
+        k.im2col(g, X->data() + n * in_plane, col->data(), P, padded->data());
         k.gemm(false, true, OC, CKK, P, 1.0f, Gn, P, col->data(), P, 1.0f, dW, CKK);
       }
       if (dX) {  // dcol[CKK, P] = W^T G_n, then scatter-add back onto the image
         k.gemm(true, false, CKK, P, OC, 1.0f, W->data(), CKK, Gn, P, 0.0f, col->data(), P);
-        k.col2im(g, col->data(), dX.data + n * in_plane, padded->data(), dX.accumulate());
+        k.col2im(g, col->data(), P, dX.data + n * in_plane, padded->data(), dX.accumulate());
       }
     }
   }, x.device());
@@ -69,7 +70,7 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, int64_t stri
   auto col = Storage::allocate(sizeof(float) * CKK * P, x.device());
   auto padded = Storage::allocate(sizeof(float) * g.padded_size(), x.device());
   for (int64_t n = 0; n < N; ++n) {
-    k.im2col(g, x.data() + n * in_plane, col->data(), padded->data());
+    k.im2col(g, x.data() + n * in_plane, col->data(), P, padded->data());
     float* out_n = out.data() + n * OC * P;
     k.gemm(false, false, OC, P, CKK, 1.0f, w.data(), CKK, col->data(), P, 0.0f, out_n, P);
     // The bias while this sample's output is still in cache.

@@ -42,7 +42,7 @@ inline void add_row(float* dst, const float* src, int64_t n) {
 
 }  // namespace
 
-void im2col(const ConvGeometry& g, const float* image, float* col, float* padded) {
+void im2col(const ConvGeometry& g, const float* image, float* col, int64_t ld, float* padded) {
   const int64_t Hp = g.height + 2 * g.padding, Wp = g.width + 2 * g.padding;
   const int64_t OH = g.out_h(), OW = g.out_w(), s = g.stride;
   const float* src_base = image;
@@ -57,7 +57,7 @@ void im2col(const ConvGeometry& g, const float* image, float* col, float* padded
   for (int64_t c = 0; c < g.channels; ++c) {
     for (int64_t kh = 0; kh < g.kernel_h; ++kh) {
       for (int64_t kw = 0; kw < g.kernel_w; ++kw) {
-        float* dst = col + ((c * g.kernel_h + kh) * g.kernel_w + kw) * OH * OW;
+        float* dst = col + ((c * g.kernel_h + kh) * g.kernel_w + kw) * ld;
         const float* src = src_base + (c * Hp + kh) * Wp + kw;
         for (int64_t oh = 0; oh < OH; ++oh, dst += OW) {
           const float* row = src + oh * s * Wp;
@@ -70,7 +70,8 @@ void im2col(const ConvGeometry& g, const float* image, float* col, float* padded
   }
 }
 
-void col2im(const ConvGeometry& g, const float* col, float* image, float* padded, bool accumulate) {
+void col2im(const ConvGeometry& g, const float* col, int64_t ld, float* image, float* padded,
+            bool accumulate) {
   const int64_t Hp = g.height + 2 * g.padding, Wp = g.width + 2 * g.padding;
   const int64_t OH = g.out_h(), OW = g.out_w(), s = g.stride;
   float* acc = image;
@@ -83,7 +84,7 @@ void col2im(const ConvGeometry& g, const float* col, float* image, float* padded
   for (int64_t c = 0; c < g.channels; ++c) {
     for (int64_t kh = 0; kh < g.kernel_h; ++kh) {
       for (int64_t kw = 0; kw < g.kernel_w; ++kw) {
-        const float* src = col + ((c * g.kernel_h + kh) * g.kernel_w + kw) * OH * OW;
+        const float* src = col + ((c * g.kernel_h + kh) * g.kernel_w + kw) * ld;
         float* dst = acc + (c * Hp + kh) * Wp + kw;
         for (int64_t oh = 0; oh < OH; ++oh, src += OW) {
           float* row = dst + oh * s * Wp;

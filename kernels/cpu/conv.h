@@ -21,9 +21,12 @@ struct ConvGeometry {
   int64_t padded_size() const { return channels * (height + 2 * padding) * (width + 2 * padding); }
 };
 
-void im2col(const ConvGeometry& g, const float* image, float* col, float* padded);
+// ld: the row stride of col (>= col_cols()); several samples' blocks can sit side by side
+// in one column matrix (ld = S * col_cols()) so one GEMM serves S samples.
+void im2col(const ConvGeometry& g, const float* image, float* col, int64_t ld, float* padded);
 // image (+)= col2im(col): the adjoint of im2col, for the input gradient; accumulate=false
 // overwrites image (every element is written).
-void col2im(const ConvGeometry& g, const float* col, float* image, float* padded, bool accumulate);
+void col2im(const ConvGeometry& g, const float* col, int64_t ld, float* image, float* padded,
+            bool accumulate);
 
 }  // namespace rf::kernels::cpu
