@@ -211,8 +211,13 @@ void UcxCommunicator::send_farewells(uint32_t kind, int culprit, const std::stri
   farewell_out_.culprit = culprit;
   std::snprintf(farewell_out_.cause, sizeof(farewell_out_.cause), "%s", cause.c_str());
   std::vector<Transfer> sends(world_);
+  transport_->progress();
   for (int peer = 0; peer < world_; ++peer) {
-    if (peer != rank_) transport_->post_send(sends[peer], peer, &farewell_out_, sizeof(Farewell), farewell_tag(rank_));
+    // Not to peers that are gone already (failed, or said farewell themselves): their
+    // worker may be destroyed, and UCX would only log that it cannot reach it.
+    if (peer == rank_ || transport_->peer_failed(peer, nullptr)) continue;
+    if (static_cast<size_t>(peer) < farewell_recv_.size() && transport_->test(farewell_recv_[peer])) continue;
+    transport_->post_send(sends[peer], peer, &farewell_out_, sizeof(Farewell), farewell_tag(rank_));
   }
   // Small eager messages: on shared memory they are delivered once posted; on TCP a few
   // progress calls push them out. Bounded either way.

@@ -312,10 +312,10 @@ int scenario_kill() {
       }
     };
   }
-  UcxCommunicator c(e.ctx, *e.store, r, W, 2, o);
+  auto comm = std::make_unique<UcxCommunicator>(e.ctx, *e.store, r, W, 2, o);
   std::vector<float> big(size_t{8} << 20, 1.0f);
   try {
-    c.allreduce(Buffer{big.data(), big.size(), DType::f32}, OpId{150, 0});
+    comm->allreduce(Buffer{big.data(), big.size(), DType::f32}, OpId{150, 0});
     EXPECT(false, "all-reduce finished although rank ", victim, " was killed");
   } catch (const CommError& err) {
     const int64_t now = rf::wall_us();
@@ -331,6 +331,10 @@ int scenario_kill() {
     EXPECT(std::string(err.what()).find("g=2 s=150") != std::string::npos, err.what());
     std::cerr << "rank " << r << " failed " << ms << " ms after the kill: " << err.what() << "\n";
   }
+  // Teardown is bounded although a peer is dead.
+  const TimePoint t = rf::Clock::now();
+  comm.reset();
+  EXPECT(elapsed_ms(t) < 1000, "teardown took ", elapsed_ms(t), " ms");
   return g_failures ? 1 : 0;
 }
 
@@ -340,7 +344,8 @@ int scenario_stall() {
   UcxOptions o;
   o.stall_timeout = std::chrono::milliseconds(300);
   o.flight_recorder_path = e.re.store_dir + "/flight." + std::to_string(r);
-  UcxCommunicator c(e.ctx, *e.store, r, e.re.world, 4, o);
+  auto comm = std::make_unique<UcxCommunicator>(e.ctx, *e.store, r, e.re.world, 4, o);
+  UcxCommunicator& c = *comm;
   if (r == 1) {
     // Rank 1 never joins the collective; it leaves once rank 0 has seen the stall.
     e.store->wait_get("stall-seen", std::chrono::seconds(20));
@@ -364,6 +369,10 @@ int scenario_stall() {
   ss << fr.rdbuf();
   EXPECT(ss.str().find("\"peer\":1") != std::string::npos && ss.str().find("\"state\":\"failed\"") != std::string::npos,
          "flight recorder lacks the failed record: ", ss.str());
+  // Teardown is bounded although rank 1 hangs (it is still alive and never answers).
+  const TimePoint td = rf::Clock::now();
+  comm.reset();
+  EXPECT(elapsed_ms(td) < 1000, "teardown took ", elapsed_ms(td), " ms");
   e.store->set("stall-seen", {1});
   return g_failures ? 1 : 0;
 }
