@@ -2,7 +2,8 @@
 // Fault specifications: one grammar for the launcher's --inject and the trainer's
 // injection points (issue 4):
 //   KIND:rank=R:step=S[:phase=P][:after_chunks=K]     executed inside the worker
-//   KIND:rank=R:at=SECONDS                              executed by the launcher
+//   KIND:rank=R:at=SECONDS                              executed by the launcher,
+//                                                       SECONDS after the job first runs
 // KIND is kill|stop|hang|exit|drop|slow; P is forward|backward|allreduce|optimizer|
 // transfer|recovery. Several specs travel in RINGFENCE_INJECT separated by ';'.
 // A malformed spec throws rf::InvalidInput naming the spec and what is wrong, so the

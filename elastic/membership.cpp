@@ -415,9 +415,14 @@ void Membership::try_close_round(TimePoint now) {
     if (it != workers_.end() && it->second.live && it->second.report_round != generation_) return;
   }
   const int count = static_cast<int>(reporters.size());
+  // Forming waits for the primaries (slots 0..W-1; the launcher numbers spares after
+  // them), so generation 1 has rank == slot and spares start as standby.
+  int primaries = 0;
+  for (const auto& r : reporters) primaries += r.worker.slot < opt_.target_world;
+  const bool target_reached = (round_.forming ? primaries : count) >= opt_.target_world;
   const Duration window = round_.forming ? opt_.form_timeout : opt_.join_window;
   const bool window_passed = now >= round_.started + window;
-  if (!(count >= opt_.target_world || (window_passed && count >= opt_.min_world))) {
+  if (!(target_reached || (window_passed && count >= opt_.min_world))) {
     if (now >= episode_started_ + window + opt_.min_world_timeout)
       stop_job("below_min_world",
                rf::str("only ", count, " worker(s) reported for generation ", generation_,

@@ -230,6 +230,7 @@ class Supervisor {
       kill_all(SIGKILL);
     }
     if (phase == "DONE") job_over_ = true;
+    if (phase == "RUNNING" && !running_since_) running_since_ = rf::Clock::now();
     // Workers evicted as hung (D2) are still alive somewhere: kill them before the
     // replacement starts, so two incarnations never run at once.
     for (const auto& e : st["evicted"]) {
@@ -245,7 +246,10 @@ class Supervisor {
   }
 
   void inject_due() {
-    const double t = rf::seconds_since(start_);
+    // at= counts from the moment the job first runs (generation 1 RUNNING), not from the
+    // launch, so a fault lands in training whatever the start-up time was.
+    if (!running_since_) return;
+    const double t = rf::seconds_since(*running_since_);
     for (size_t i = 0; i < opt_.inject.size(); ++i) {
       const FaultSpec& f = opt_.inject[i];
       if (!f.launcher_side() || fired_.count(i) || t < *f.at_seconds) continue;
@@ -357,6 +361,7 @@ class Supervisor {
   std::unique_ptr<AdminClient> admin_;
   std::vector<WorkerProc> workers_;
   TimePoint start_;
+  std::optional<TimePoint> running_since_;
   int64_t start_wall_us_ = 0;
   bool stopping_ = false, job_over_ = false;
   std::string error_;

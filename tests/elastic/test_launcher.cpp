@@ -162,3 +162,30 @@ TEST_CASE("coord + two launchers (--coord --nnodes 2 --node-rank I) form one job
   CHECK(*cst == 0);
   CHECK(slurp(rf::str(dir, "/node1.log")).find("world 2") != std::string::npos);
 }
+
+TEST_CASE("run: with --spares a standby worker fills the hole when the slot cannot restart") {
+  Run r("run-spare");
+  r.start({"-n", "2", "--spares", "1", "--max-restarts", "0", "--inject", "kill:rank=0:step=30"},
+          {"--steps", "150", "--step-ms", "10"});
+  const int code = r.wait();
+  CHECK_MESSAGE(code == 0, slurp(r.out));
+  json s = r.summary_json();
+  CHECK(s["restarts"] == 0);
+  REQUIRE(s["recoveries"].size() >= 1);
+  CHECK(s["recoveries"][0]["world"] == 2);  // W kept by the spare, not by a restart
+  CHECK(s["workers"][2]["spare"] == true);
+  auto running = wait_event(r.log, is_event("running", 2), 1s);
+  REQUIRE(running);
+  CHECK((*running)["detail"] == "world 2");
+}
+
+TEST_CASE("run: below --min-world after the deadline the job stops with a clear error") {
+  Run r("run-minworld");
+  r.start({"-n", "3", "--min-world", "3", "--max-restarts", "0", "--join-window", "300ms", "--min-world-timeout",
+           "700ms", "--inject", "kill:rank=1:at=0.5"},
+          {"--steps", "100000", "--step-ms", "5"});
+  CHECK(r.wait() == 1);
+  json s = r.summary_json();
+  CHECK(s["phase"] == "STOPPED");
+  CHECK(s["error"].get<std::string>().find("fewer than the minimum world size 3") != std::string::npos);
+}

@@ -134,6 +134,20 @@ TEST_CASE("forming: generation 1 forms when all W have reported, ranks by slot")
   CHECK(s.m.recoveries().empty());  // forming is not a recovery
 }
 
+TEST_CASE("forming: spares (slots >= W) do not complete the first round; primaries get rank == slot") {
+  Sim s(2);
+  s.join({2, 0});  // a spare, first to report
+  s.report({2, 0}, 0, -1, "init");
+  s.join({0, 0});
+  s.report({0, 0}, 0, -1, "init");
+  CHECK_FALSE(s.m.plan());
+  s.join({1, 0});
+  s.report({1, 0}, 0, -1, "init");
+  REQUIRE(s.m.plan());
+  CHECK(slots_of(*s.m.plan()) == std::vector<int>{0, 1});
+  CHECK(s.m.plan_for({2, 0}, 0).kind == PlanQuery::Pending);  // standby
+}
+
 TEST_CASE("forming: after the form timeout it starts with at least min_world, else stops") {
   SUBCASE("enough") {
     Sim s(3, 2);
