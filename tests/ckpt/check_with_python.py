@@ -1,12 +1,18 @@
-"""Opens a snapshot written by st_write_sample with Python's `safetensors` package and
-numpy, and compares every value and the metadata with what the C++ side wrote.
-Also recomputes each tensor's CRC32C (bitwise, independently of our C++ tables)."""
+"""Python side of the safetensors interoperability check.
+
+    check_with_python.py FILE           opens a snapshot written by st_write_sample with
+                                        the `safetensors` package and numpy, and compares
+                                        every value, the metadata, and each tensor's CRC32C
+                                        (recomputed bitwise here, independently of C++)
+    check_with_python.py --write FILE   writes the same values with safetensors' own
+                                        writer, for `st_write_sample --check FILE`
+"""
 import json
 import sys
 
 import numpy as np
 from safetensors import safe_open
-from safetensors.numpy import load_file
+from safetensors.numpy import load_file, save_file
 
 
 def crc32c(data: bytes) -> int:
@@ -18,15 +24,25 @@ def crc32c(data: bytes) -> int:
     return crc ^ 0xFFFFFFFF
 
 
-def main(path: str) -> int:
-    t = load_file(path)
-    expected = {
+def expected_tensors():
+    return {
         "1.weight": (np.arange(12, dtype=np.float32) * np.float32(0.5) - np.float32(2.0)).reshape(3, 4),
         "1.bias": np.float32(1.0) / np.arange(1, 4, dtype=np.float32),
         "optim.1.weight.momentum": np.arange(5, dtype=np.float64) / 7.0,
         "ints": np.array([-5, 0, 7, -(2**63), 2**63 - 1], dtype=np.int64),
         "uints": np.array([0, 1, 2**63, 2**64 - 1], dtype=np.uint64).reshape(2, 2),
     }
+
+
+def write(path: str) -> int:
+    save_file(expected_tensors(), path, metadata={"writer": "python"})
+    print(f"python safetensors wrote {path}")
+    return 0
+
+
+def main(path: str) -> int:
+    t = load_file(path)
+    expected = expected_tensors()
     failures = []
     if sorted(t) != sorted(expected):
         failures.append(f"names: got {sorted(t)}, expected {sorted(expected)}")
@@ -59,4 +75,6 @@ def main(path: str) -> int:
 
 
 if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--write":
+        sys.exit(write(sys.argv[2]))
     sys.exit(main(sys.argv[1]))

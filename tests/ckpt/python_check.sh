@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# ckpt_python_safetensors: writes a snapshot with the C++ writer and checks it with Python's
-# safetensors package and numpy. Exit 77 (ctest: skipped) only when no python3 with both
+# ckpt_python_safetensors: both directions of interoperability. A snapshot written by our
+# C++ writer is checked with Python's safetensors package and numpy; a file written by
+# Python's safetensors is checked with our C++ reader. Exit 77 (ctest: skipped) only when no python3 with both
 # packages can be found, printing why.  Usage: python_check.sh WRITER CHECK_SCRIPT
 set -euo pipefail
 writer="$1"
@@ -21,3 +22,5 @@ trap 'rm -rf "$dir"' EXIT
 "$writer" "$dir/sample.safetensors"
 echo "using $py ($("$py" -c 'import safetensors; print("safetensors", safetensors.__version__)'))"
 "$py" "$check" "$dir/sample.safetensors"
+"$py" "$check" --write "$dir/from_python.safetensors"
+"$writer" --check "$dir/from_python.safetensors"
