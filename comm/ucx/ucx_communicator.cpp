@@ -182,11 +182,17 @@ UcxCommunicator::~UcxCommunicator() {
     std::lock_guard lk(queue_mu_);
     pending = !queue_.empty();
   }
-  if (pending && !poisoned_) {
+  if (!poisoned_ && (pending || abort_flag_.load())) {
+    // Pending work, or an abort nobody drove yet: end it the forced way, not with a flush.
     CommErrorInfo i;
     i.rank = rank_;
     i.generation = static_cast<int64_t>(generation_);
-    i.cause = "communicator destroyed";
+    if (abort_flag_.load()) {
+      std::lock_guard ak(abort_mu_);
+      i.cause = abort_reason_;
+    } else {
+      i.cause = "communicator destroyed";
+    }
     poison("abort", i);
   }
   const TimePoint deadline = Clock::now() + opt_.teardown_timeout;
