@@ -22,7 +22,7 @@ TEST_CASE("im2col + gemm equals a direct convolution") {
       for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(1.3f * i);
       for (size_t i = 0; i < w.size(); ++i) w[i] = std::cos(0.4f * i);
       std::vector<float> y(OC * OH * OW), padbuf(g.padded_size());
-      im2col(g, x.data(), col.data(), padbuf.data());
+      im2col(g, x.data(), col.data(), OH * OW, padbuf.data());
       gemm(false, false, OC, OH * OW, g.col_rows(), 1.0f, w.data(), g.col_rows(), col.data(),
            OH * OW, 0.0f, y.data(), OH * OW);
       for (int64_t o = 0; o < OC; ++o)
@@ -47,8 +47,8 @@ TEST_CASE("col2im is the adjoint of im2col: <im2col(x), c> == <x, col2im(c)>") {
   for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.9f * i);
   for (size_t i = 0; i < c.size(); ++i) c[i] = std::cos(0.2f * i);
   std::vector<float> pad(g.padded_size());
-  im2col(g, x.data(), col.data(), pad.data());
-  col2im(g, c.data(), back.data(), pad.data(), true);
+  im2col(g, x.data(), col.data(), g.col_cols(), pad.data());
+  col2im(g, c.data(), g.col_cols(), back.data(), pad.data(), true);
   double lhs = 0, rhs = 0;
   for (size_t i = 0; i < c.size(); ++i) lhs += double(col[i]) * c[i];
   for (size_t i = 0; i < x.size(); ++i) rhs += double(x[i]) * back[i];
