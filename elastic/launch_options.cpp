@@ -87,10 +87,10 @@ RunOptions parse_run_args(const std::vector<std::string>& argv) {
     else if (f == "--node-rank") o.node_rank = parse_int(f, args.value(), 0, 1 << 16);
     else if (f == "--stop-grace") o.stop_grace = parse_duration(f, args.value());
     else if (f == "--quiet") o.quiet = true;
-    else throw rf::InvalidInput(rf::str("ringfence run: unknown option '", f, "' (see ringfence run --help)"));
+    else throw rf::InvalidInput(rf::str("unknown option '", f, "' (see ringfence run --help)"));
   }
-  if (!have_n) throw rf::InvalidInput("ringfence run: -n N (workers) is required");
-  if (o.program.empty()) throw rf::InvalidInput("ringfence run: give the worker program after --");
+  if (!have_n) throw rf::InvalidInput("-n N (workers) is required");
+  if (o.program.empty()) throw rf::InvalidInput("give the worker program after --");
   const int world = o.nprocs * o.nnodes;
   if (o.min_world > world)
     throw rf::InvalidInput(rf::str("--min-world ", o.min_world, " is larger than the world size ", world));
@@ -118,9 +118,9 @@ CoordOptions parse_coord_args(const std::vector<std::string>& argv) {
     else if (timing_flag(args, o.timing)) {
     } else if (f == "--event-log") o.event_log = args.value();
     else if (f == "--token-file") o.token_file = args.value();
-    else throw rf::InvalidInput(rf::str("ringfence coord: unknown option '", f, "'"));
+    else throw rf::InvalidInput(rf::str("unknown option '", f, "'"));
   }
-  if (o.world == 0) throw rf::InvalidInput("ringfence coord: -n W (target world size, all nodes) is required");
+  if (o.world == 0) throw rf::InvalidInput("-n W (target world size, all nodes) is required");
   if (o.min_world > o.world) throw rf::InvalidInput("--min-world is larger than -n");
   check_timing(o.timing);
   return o;

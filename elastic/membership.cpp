@@ -52,8 +52,9 @@ bool Membership::reconfigure_flag() const {
 
 int64_t Membership::max_member_step() const {
   int64_t s = -1;
-  for (const auto& m : members_)
-    if (auto* w = live_worker(m)) s = std::max(s, w->step);
+  for (const auto& m : members_)  // members that already left still count: their last step
+    if (auto it = workers_.find(m.slot); it != workers_.end() && it->second.id == m)
+      s = std::max(s, it->second.step);
   return s;
 }
 
