@@ -39,7 +39,7 @@ struct UcxOptions {
   std::chrono::milliseconds connect_timeout{30000};   // waiting for peers' addresses
   std::chrono::milliseconds teardown_timeout{2000};   // flushing endpoints when destroyed
   // Ring pipelining: pieces of chunk_bytes, `flows` pieces in flight (bench/RESULTS.md).
-  size_t chunk_bytes = size_t{256} << 10;
+  size_t chunk_bytes = size_t{128} << 10;
   int flows = 2;
   // All-reduces up to this many bytes use recursive doubling, larger ones the ring.
   // -1 = auto, measured here (bench/RESULTS.md "Communication", --small-bytes sweep):
