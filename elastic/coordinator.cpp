@@ -84,7 +84,8 @@ struct Coordinator::Impl {
     WorkerId worker;
     bool closing = false;  // flush `out`, then close
     bool dead = false;
-    bool lost_reported = false;  // connection_lost() called exactly once per member connection
+    bool lost_reported = false;
+    TimePoint accepted_at;  // connection_lost() called exactly once per member connection
     std::optional<Pending> pending;
   };
 
@@ -197,6 +198,7 @@ struct Coordinator::Impl {
       setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
       Conn c;
       c.fd = fd;
+      c.accepted_at = Clock::now();
       char ip[INET_ADDRSTRLEN] = "?";
       inet_ntop(AF_INET, &addr.sin_addr, ip, sizeof ip);
       c.peer = rf::str(ip, ":", ntohs(addr.sin_port));
@@ -407,6 +409,9 @@ struct Coordinator::Impl {
           c.pending.reset();
           send(c, std::move(*reply));
         }
+    for (auto& c : conns)
+      if (!c.hello && !c.closing && now - c.accepted_at > opt.hello_timeout)
+        send_error(c, "no hello before the deadline");
     // Close what is finished; a member connection closing is D1.
     for (auto it = conns.begin(); it != conns.end();) {
       Conn& c = *it;

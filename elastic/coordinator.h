@@ -25,6 +25,7 @@ struct CoordinatorOptions {
   std::string event_log;           // JSON-lines file; "" = none
   Duration tick = std::chrono::milliseconds(5);  // leases and deadlines are checked this often
   size_t max_connections = 4096;
+  Duration hello_timeout = std::chrono::seconds(10);  // a connection silent this long is closed
 };
 
 class Coordinator {

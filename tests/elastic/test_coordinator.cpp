@@ -224,3 +224,30 @@ TEST_CASE("a worker the coordinator no longer counts is told so in its next hear
   // It cannot come back under its old incarnation.
   CHECK_THROWS_WITH_AS(old_inc.join(), doctest::Contains("stale incarnation"), Refused);
 }
+
+TEST_CASE("a connection that never says hello is closed after the hello timeout") {
+  const std::string token = random_token();
+  CoordinatorOptions o = opts(1, token);
+  o.hello_timeout = 100ms;
+  Coordinator coord(o);
+  coord.start();
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(coord.port()));
+  inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  std::string got;
+  char buf[4096];
+  const auto t0 = rf::Clock::now();
+  while (rf::Clock::now() - t0 < 5s) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 100) <= 0) continue;
+    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) break;
+    got.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  CHECK(rf::Clock::now() - t0 < 2s);
+  CHECK(error_text(got) == "no hello before the deadline");
+}
