@@ -314,6 +314,14 @@ void Membership::request_stop(TimePoint now) {
   if (stop_flag_) return;
   stop_flag_ = true;
   log({"stop_requested", "launcher", {}, generation_, max_member_step(), now, std::nullopt, ""});
+  if (phase_ == Phase::Forming || phase_ == Phase::Recovering) {
+    // No generation runs, so no control block can carry the flag (R5): end the job now.
+    // Every worker still holds a committed state (R1); waiting plans and barriers answer
+    // "done" and the workers exit.
+    phase_ = Phase::Done;
+    log({"done", "stop_during_recovery", {}, generation_, -1, now, std::nullopt, ""});
+    return;
+  }
   check_done(now);
 }
 

@@ -594,6 +594,18 @@ TEST_CASE("graceful stop: the flag reaches every member, then everybody leaves -
   CHECK(s.m.plan_for({1, 0}, 1).kind == PlanQuery::Done);
 }
 
+TEST_CASE("a stop requested while no generation runs ends the job at once") {
+  Sim s(2);
+  auto ws = s.form(2);
+  s.m.connection_lost({1, 0}, s.now);
+  s.report({0, 0}, 2, 4, "x");
+  s.m.request_stop(s.now);
+  s.drain();
+  CHECK(s.m.phase() == Phase::Done);
+  CHECK(s.count("done", "stop_during_recovery") == 1);
+  CHECK(s.m.plan_for({0, 0}, 2).kind == PlanQuery::Done);
+}
+
 TEST_CASE("leaving in the middle of a round without a stop is a failure of the round") {
   Sim s(2);
   auto ws = s.form(2);
