@@ -118,9 +118,6 @@ class Supervisor {
     std::vector<std::string> env;
     for (char** e = environ; *e; ++e)
       if (std::strncmp(*e, "RINGFENCE_", 10) != 0) env.emplace_back(*e);
-    std::vector<FaultSpec> worker_side;
-    for (const auto& f : opt_.inject)
-      if (!f.launcher_side()) worker_side.push_back(f);
     env.push_back("RINGFENCE_COORD=" + coord_addr_);
     env.push_back("RINGFENCE_TOKEN=" + token_);
     env.push_back(rf::str("RINGFENCE_SLOT=", w.slot));
@@ -128,7 +125,9 @@ class Supervisor {
     env.push_back(rf::str("RINGFENCE_WORLD=", opt_.nprocs * opt_.nnodes));
     env.push_back(rf::str("RINGFENCE_NODE_RANK=", opt_.node_rank));
     env.push_back(rf::str("RINGFENCE_SPARE=", w.spare ? 1 : 0));
-    env.push_back("RINGFENCE_INJECT=" + join_fault_specs(worker_side));
+    // Every spec goes to the workers; they act on step= specs (FaultSpec::launcher_side()
+    // tells the at= ones, which the launcher executes itself).
+    env.push_back("RINGFENCE_INJECT=" + join_fault_specs(opt_.inject));
     std::vector<char*> envp, argv;
     for (auto& s : env) envp.push_back(s.data());
     envp.push_back(nullptr);
