@@ -617,6 +617,44 @@ TEST_CASE("leaving in the middle of a round without a stop is a failure of the r
   CHECK(s.last("revoke").cause == "left_during_recovery");
 }
 
+TEST_CASE("edge answers: unknown workers, rounds not open, early ready, out-of-round failure reports") {
+  Sim s(3);
+  auto ws = s.form(3);
+  CHECK(s.report({9, 0}, 2, 1, "x").kind == Answer::Fenced);           // never joined
+  CHECK(s.report({0, 0}, 5, 1, "x").kind == Answer::Refused);          // a round from the future
+  CHECK(s.m.ready({0, 0}, 1, s.now).kind == Answer::Stale);            // ready while g runs
+  CHECK(s.m.plan_for({0, 0}, 1).kind == PlanQuery::Ready);             // a late poller gets g's plan
+  s.m.process_exited({7, 3}, 1, s.now, s.now);                         // unknown: ignored
+  s.drain();
+  CHECK(s.m.generation() == 1);
+  // A member reporting for g+1 with no planned change left g on its own: like a failure.
+  CHECK(s.report({2, 0}, 2, 6, "x").ok());
+  CHECK(s.m.generation() == 2);
+  CHECK(s.last("revoke").cause == "member_left_generation");
+  CHECK(s.m.ready({0, 0}, 2, s.now).kind == Answer::Stale);            // no plan yet
+  CHECK(s.report({0, 0}, 3, 6, "x").kind == Answer::Refused);          // g+2 is not open
+  // A joiner (not a participant) reporting a failure of another joiner: no revocation.
+  s.join({7, 0});
+  s.join({8, 0});
+  s.m.failure_report({7, 0}, 2, -1, 8, "cannot reach", s.now);
+  s.drain();
+  CHECK(s.m.generation() == 2);
+  s.m.connection_lost({7, 0}, s.now);  // an unplaced joiner dying does not revoke either
+  s.drain();
+  CHECK(s.m.generation() == 2);
+}
+
+TEST_CASE("after the job stopped or finished, joins and reports are answered 'stopped'") {
+  Sim s(2);
+  auto ws = s.form(2);
+  s.m.leave({0, 0}, s.now);
+  s.m.leave({1, 0}, s.now);
+  REQUIRE(s.m.phase() == Phase::Done);
+  CHECK(s.m.join({3, 0}, s.now).kind == Answer::Stopped);
+  CHECK(s.m.report({0, 0}, 2, StateReport{}, s.now).kind == Answer::Stopped);
+  CHECK(s.m.ready_state({0, 0}, 1).kind == ReadyQuery::Done);
+}
+
 TEST_CASE("generations only grow, whatever the sequence of events (random replay)") {
   Sim s(3, 2);
   auto ws = s.form(3);
