@@ -1,5 +1,6 @@
 #include "comm/local_launcher.h"
 
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -42,6 +43,14 @@ std::vector<RankExit> run_local_ranks(const LocalLaunch& l) {
   sigaddset(&chld, SIGCHLD);
   sigprocmask(SIG_BLOCK, &chld, &old);
 
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  std::vector<int> cpus;
+  if (l.bind_to_cores && sched_getaffinity(0, sizeof(allowed), &allowed) == 0) {
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
+    if (static_cast<int>(cpus.size()) < l.world) cpus.clear();  // oversubscribed: no binding
+  }
   const unsigned alarm_s = static_cast<unsigned>(l.deadline.count() / 1000 + 2);
   std::vector<RankExit> ranks(l.world);
   pid_t group = 0;
@@ -55,6 +64,12 @@ std::vector<RankExit> run_local_ranks(const LocalLaunch& l) {
       if (getppid() != parent) _exit(127);
       sigprocmask(SIG_SETMASK, &old, nullptr);
       alarm(alarm_s);
+      if (!cpus.empty()) {
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(cpus[r], &one);
+        sched_setaffinity(0, sizeof(one), &one);
+      }
       setenv("RF_RANK", std::to_string(r).c_str(), 1);
       setenv("RF_WORLD", std::to_string(l.world).c_str(), 1);
       setenv("RF_STORE", store.c_str(), 1);

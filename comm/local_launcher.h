@@ -33,6 +33,9 @@ struct LocalLaunch {
   std::chrono::milliseconds deadline{60000};
   std::vector<std::pair<std::string, std::string>> env;  // extra variables for every rank
   std::string store_dir;  // "" = a new directory under $TMPDIR (removed afterwards)
+  // Pin rank r to the r-th CPU this process may use, when there are at least `world` of
+  // them (what mpirun does by default): two ranks never share a core then.
+  bool bind_to_cores = false;
 };
 
 std::vector<RankExit> run_local_ranks(const LocalLaunch& launch);

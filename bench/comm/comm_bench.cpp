@@ -5,7 +5,8 @@
 //              [--idle-spins N] [--idle-yields N]   (our backend's knobs, for tuning)
 //
 // Started by hand it is the launcher: it starts its own W ranks (for mpi through
-// `mpirun -np W`), each rank runs every size, rank 0 prints the table. Sizes take K/M/G
+// `mpirun -np W`), each rank runs every size, rank 0 prints the table. Like mpirun, it
+// pins rank r to the r-th core when the ranks fit the cores, and does not otherwise. Sizes take K/M/G
 // suffixes (powers of 1024). Per size: WARMUP untimed then ITERS timed iterations, each
 // preceded by an untimed refill of the buffer and a barrier; time = the median iteration
 // (mean over ranks of each rank's median); every iteration's result is verified against
@@ -191,6 +192,7 @@ int launch(const Args& a, int argc, char** argv) {
     l.program = self;
     l.args = rest;
     l.world = a.ranks;
+    l.bind_to_cores = true;  // as mpirun does by default: one core per rank while they fit
   }
   int rc = 0;
   for (const auto& e : rf::comm::run_local_ranks(l)) {

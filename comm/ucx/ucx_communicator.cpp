@@ -107,6 +107,7 @@ class UcxCommunicator::Pending : public Work {
   uint64_t seq = 0;
   bool running = false;   // started running (driver only)
   bool finished = false;  // all rounds done, not yet handed back (driver only)
+  bool progress_seen = false;  // a transfer finished since the last stall check (driver only)
   TimePoint last_progress{};
 };
 
@@ -276,6 +277,8 @@ WorkPtr UcxCommunicator::start(std::unique_ptr<Collective> c, bool wake_progress
       return p;
     }
     queue_.push_back(p);
+    queued_.store(queue_.size(), std::memory_order_release);
+    queue_version_.fetch_add(1, std::memory_order_acq_rel);
   }
   if (wake_progress_thread) cv_.notify_one();
   return p;
@@ -409,8 +412,10 @@ void UcxCommunicator::wait_for(Pending& p, TimePoint deadline) {
     drive([&] { return p.state.load(std::memory_order_acquire) != kRunning; }, deadline);
   }
   waiters_.fetch_sub(1, std::memory_order_acq_rel);
-  std::lock_guard lk(queue_mu_);
-  if (!queue_.empty()) cv_.notify_one();  // hand the rest back to the progress thread
+  if (queued_.load(std::memory_order_acquire) > 0) {  // hand the rest back to the progress thread
+    std::lock_guard lk(queue_mu_);
+    cv_.notify_one();
+  }
 }
 
 // THE wait loop: every thread that drives UCX runs this, and only this.
@@ -420,11 +425,12 @@ void UcxCommunicator::drive(Until until, TimePoint deadline) {
   // yield the core (2 cores shared by W ranks: a spinning rank starves the peer it waits
   // for), then nap 50 us. Naps stay far below the 10 ms abort bound.
   const unsigned spins = static_cast<unsigned>(opt_.idle_spins), yields = spins + opt_.idle_yields;
+  const bool has_deadline = deadline != TimePoint::max();  // clock reads cost here
   unsigned idle = 0;
   while (!until()) {
     if (pump()) idle = 0;
     else ++idle;
-    if (until() || Clock::now() >= deadline) return;
+    if (until() || (has_deadline && Clock::now() >= deadline)) return;
     if (idle < spins) cpu_relax();
     else if (idle < yields) sched_yield();
     else std::this_thread::sleep_for(std::chrono::microseconds(50));
@@ -486,9 +492,11 @@ bool UcxCommunicator::pump() {
   }
   for (;;) {
     // What may run now: every point-to-point transfer, and the oldest collective.
-    active_.clear();
-    {
+    // Rebuilt only when the queue changed (the common pump changes nothing).
+    if (active_version_ != queue_version_.load(std::memory_order_acquire)) {
+      active_.clear();
       std::lock_guard lk(queue_mu_);
+      active_version_ = queue_version_.load(std::memory_order_relaxed);
       bool collective_seen = false;
       for (const auto& p : queue_) {
         if (p->coll->point_to_point()) active_.push_back(p.get());
@@ -499,12 +507,17 @@ bool UcxCommunicator::pump() {
       }
     }
     if (active_.empty()) return moved;
-    const TimePoint now = Clock::now();
+    // D3 bookkeeping without a clock read per pump: transfers mark progress; every 128th
+    // pump reads the clock, moves last_progress forward where there was progress, and
+    // checks the stall timeout where there was none.
+    const bool check_stall = ++stall_countdown_ >= 128;
+    const TimePoint now = check_stall ? Clock::now() : TimePoint{};
+    if (check_stall) stall_countdown_ = 0;
     bool any_finished = false;
     for (Pending* p : active_) {
       if (!p->running) {
         p->running = true;
-        p->last_progress = now;
+        p->last_progress = Clock::now();
       }
       bool progressed = false;
       try {
@@ -523,8 +536,13 @@ bool UcxCommunicator::pump() {
         continue;
       }
       if (progressed) {
-        p->last_progress = now;
+        p->progress_seen = true;
         moved = true;
+      }
+      if (!check_stall) continue;
+      if (p->progress_seen) {
+        p->progress_seen = false;
+        p->last_progress = now;
       } else if (now - p->last_progress > opt_.stall_timeout) {  // D3
         CommErrorInfo i;
         int peer;
@@ -554,6 +572,8 @@ bool UcxCommunicator::pump() {
           ++it;
         }
       }
+      queued_.store(queue_.size(), std::memory_order_release);
+      queue_version_.fetch_add(1, std::memory_order_acq_rel);
     }
     for (auto& p : done) {
       recorder_.finish(p->seq, p->coll->last_chunk(), -1);
@@ -579,6 +599,8 @@ void UcxCommunicator::poison(const char* kind, CommErrorInfo info) {
   {
     std::lock_guard lk(queue_mu_);
     failed.swap(queue_);
+    queued_.store(0, std::memory_order_release);
+    queue_version_.fetch_add(1, std::memory_order_acq_rel);
     poison_kind_ = kind;
     poison_info_ = info;
   }

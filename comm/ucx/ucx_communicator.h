@@ -127,7 +127,9 @@ class UcxCommunicator : public Communicator {
   std::unique_ptr<UcxTransport> transport_;
   std::vector<std::unique_ptr<Collective>> graveyard_;  // failed collectives with requests in flight
   bool poisoned_ = false;
-  std::vector<Pending*> active_;                 // scratch of pump(), reused
+  std::vector<Pending*> active_;                 // what pump() advances (driver only)
+  uint64_t active_version_ = ~uint64_t{0};       // queue_version_ active_ was built from
+  unsigned stall_countdown_ = 0;
   std::vector<std::shared_ptr<Pending>> done_;   // scratch of pump(), reused
   // Farewells: each rank sends every peer exactly one, either "goodbye" when it is
   // destroyed in order or "failed" (naming the culprit) when it is poisoned; one receive
@@ -152,6 +154,8 @@ class UcxCommunicator : public Communicator {
   bool stop_ = false;
 
   std::atomic<int> waiters_{0};
+  std::atomic<uint64_t> queue_version_{0};  // bumped on every change of queue_
+  std::atomic<size_t> queued_{0};           // queue_.size(), readable without the lock
   std::atomic<bool> abort_flag_{false};
   std::atomic<bool> drop_flag_{false};
   std::mutex abort_mu_;
