@@ -1,6 +1,7 @@
 // ringfence — the launcher.
 //   ringfence run -n N [options] -- PROGRAM ARGS...   (docs/launcher.md)
 //   ringfence coord -n W [--host H] [--port P] [--token-file F] ...
+//   ringfence timeline EVENTS.jsonl
 #include <signal.h>
 #include <sys/stat.h>
 #include <poll.h>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "apps/ringfence/supervisor.h"
+#include "apps/ringfence/timeline.h"
 #include "base/error.h"
 #include "elastic/coordinator.h"
 #include "elastic/launch_options.h"
@@ -29,6 +31,7 @@ const char* kUsage =
     "                [--coord HOST:PORT [--token-file F] --nnodes N --node-rank I] -- PROGRAM ARGS...\n"
     "  ringfence coord -n W [--min-world M] [--host H] [--port P] [--token-file F] [--event-log FILE]\n"
     "                [--join-window T] [--heartbeat T --lease T] [--min-world-timeout T]\n"
+    "  ringfence timeline EVENTS.jsonl     (the coordinator's event log as a timeline)\n"
     "SPEC: KIND:rank=R:step=S[:phase=P][:after_chunks=K] | KIND:rank=R:at=SECONDS\n"
     "      KIND kill|stop|hang|exit|drop|slow; P forward|backward|allreduce|optimizer|transfer|recovery\n"
     "See docs/launcher.md.\n";
@@ -110,6 +113,13 @@ int main(int argc, char** argv) {
         return 2;
       }
       return run_coord(o);
+    }
+    if (cmd == "timeline") {
+      if (args.size() != 1) {
+        std::fprintf(stderr, "usage: ringfence timeline EVENTS.jsonl\n");
+        return 2;
+      }
+      return rf::apps::print_timeline(args[0]);
     }
     std::fprintf(stderr, "ringfence: unknown command '%s'\n%s", cmd.c_str(), kUsage);
     return 2;

@@ -73,6 +73,12 @@ TEST_CASE("run: a worker SIGKILLed by --inject at= is restarted, W is kept, the 
   MESSAGE("launcher kill -> revoke: ", ms, " ms; recovery total ", rec["total_ms"], " ms");
   CHECK(ms < 100.0);
   CHECK(slurp(r.out).find("ringfence: job DONE (exit 0)") != std::string::npos);
+  // The same log as a timeline.
+  Proc tl({RF_RINGFENCE, "timeline", r.log}, {}, r.dir + "/timeline.txt");
+  REQUIRE(tl.wait(10s) == 0);
+  const std::string text = slurp(r.dir + "/timeline.txt");
+  CHECK(text.find("revoke") != std::string::npos);
+  CHECK(text.find("connection_closed") != std::string::npos);
 }
 
 TEST_CASE("run: a worker SIGSTOPped is evicted as hung, SIGKILLed and replaced") {
@@ -117,7 +123,7 @@ TEST_CASE("run: SIGTERM is a graceful stop (stop flag, workers leave, exit 0)") 
 
 TEST_CASE("run: diverged replicas stop the job with an error naming workers and digests") {
   Run r("run-digest");
-  r.start({"-n", "3"}, {"--steps", "100", "--bad-digest-slot", "2"});
+  r.start({"-n", "3"}, {"--steps", "100", "--init-state", "--bad-digest-slot", "2"});
   CHECK(r.wait() == 1);
   json s = r.summary_json();
   CHECK(s["phase"] == "STOPPED");

@@ -5,7 +5,7 @@
 // and stop flags, self-fences and re-joins (D4), and the worker-side fault specs of
 // RINGFENCE_INJECT (kill/exit/hang/stop at a step, only in incarnation 0 so the
 // replacement does not repeat it).
-//   test_worker [--steps N] [--step-ms M] [--bad-digest-slot S]
+//   test_worker [--steps N] [--step-ms M] [--init-state] [--bad-digest-slot S]
 #include <signal.h>
 #include <poll.h>
 #include <unistd.h>
@@ -36,8 +36,18 @@ int main(int argc, char** argv) {
   int64_t steps = 100;
   int step_ms = 10;
   int bad_digest_slot = -1;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  bool init_state = false;  // report the initial state (step -1) as state, as after a restore
+  for (int i = 1; i < argc; i += 2) {
     std::string f = argv[i];
+    if (f == "--init-state") {
+      init_state = true;
+      --i;
+      continue;
+    }
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "test_worker: %s needs a value\n", f.c_str());
+      return 2;
+    }
     if (f == "--steps") steps = std::atoll(argv[i + 1]);
     else if (f == "--step-ms") step_ms = std::atoi(argv[i + 1]);
     else if (f == "--bad-digest-slot") bad_digest_slot = std::atoi(argv[i + 1]);
@@ -62,7 +72,14 @@ int main(int argc, char** argv) {
       // Recovery: report, plan, "transfer", ready (PROTOCOL.md steps 2-7).
       Plan plan;
       try {
-        plan = client.next_plan([&] { return StateReport{step >= 0 || true, step, digest(step)}; }, 120s);
+        // Before its first step a worker has no state worth sending: a new or restarted
+        // worker reports "no state" (PROTOCOL.md step 2); if nobody has state, the plan
+        // says fresh_start and everyone initialises the same way.
+        plan = client.next_plan(
+            [&] {
+              return step >= 0 || init_state ? StateReport{true, step, digest(step)} : StateReport{};
+            },
+            120s);
       } catch (const JobFinished&) {
         return 0;  // a spare that was never needed
       }
