@@ -41,6 +41,7 @@ void StateDigest::block(const unsigned char* p) {
 }
 
 void StateDigest::update(const void* data, size_t bytes) {
+  if (bytes == 0) return;  // data may be null for an empty tensor; memcpy(null) is UB
   auto p = static_cast<const unsigned char*>(data);
   total_ += bytes;
   if (tail_len_ > 0) {
