@@ -49,15 +49,24 @@ std::vector<std::byte> read_whole_file(const std::string& path) {
 }  // namespace
 
 SafetensorsReader SafetensorsReader::open(const std::string& path, ReadOptions opts) {
-  return SafetensorsReader(read_whole_file(path), path, opts);
+  std::vector<std::byte> bytes = read_whole_file(path);
+  const std::span<const std::byte> view(bytes);
+  return SafetensorsReader(std::move(bytes), view, path, opts);
 }
 
 SafetensorsReader SafetensorsReader::from_bytes(std::vector<std::byte> bytes, std::string source, ReadOptions opts) {
-  return SafetensorsReader(std::move(bytes), std::move(source), opts);
+  const std::span<const std::byte> view(bytes);
+  return SafetensorsReader(std::move(bytes), view, std::move(source), opts);
 }
 
-SafetensorsReader::SafetensorsReader(std::vector<std::byte> bytes, std::string source, ReadOptions opts)
-    : bytes_(std::move(bytes)), source_(std::move(source)) {
+SafetensorsReader SafetensorsReader::borrow(std::span<const std::byte> bytes, std::string source, ReadOptions opts) {
+  return SafetensorsReader({}, bytes, std::move(source), opts);
+}
+
+// Moving a vector keeps its heap buffer, so `view` (taken before the move) stays valid.
+SafetensorsReader::SafetensorsReader(std::vector<std::byte> owned, std::span<const std::byte> view,
+                                     std::string source, ReadOptions opts)
+    : owned_(std::move(owned)), bytes_(view), source_(std::move(source)) {
   header_ = parse_header(bytes_, source_);
   for (size_t i = 0; i < header_.tensors.size(); ++i) index_[header_.tensors[i].name] = i;
   if (opts.require_integrity && !has_integrity()) {
@@ -86,7 +95,7 @@ const TensorInfo& SafetensorsReader::at(const std::string& name) const {
 }
 
 std::span<const std::byte> SafetensorsReader::bytes(const TensorInfo& t) const {
-  return std::span<const std::byte>(bytes_).subspan(header_.data_start + t.begin, t.nbytes());
+  return bytes_.subspan(header_.data_start + t.begin, t.nbytes());
 }
 
 void SafetensorsReader::copy_to(const std::string& name, DType dtype, std::span<const int64_t> shape, void* dst) const {

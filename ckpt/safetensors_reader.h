@@ -22,6 +22,15 @@ class SafetensorsReader {
  public:
   static SafetensorsReader open(const std::string& path, ReadOptions opts = {});
   static SafetensorsReader from_bytes(std::vector<std::byte> bytes, std::string source, ReadOptions opts = {});
+  // Validates and reads `bytes` in place, without a copy (a received state image can be
+  // large): the caller keeps them alive and unchanged while the reader is used.
+  static SafetensorsReader borrow(std::span<const std::byte> bytes, std::string source, ReadOptions opts = {});
+
+  // Move-only: a copy's view would point into the original's bytes.
+  SafetensorsReader(SafetensorsReader&&) = default;
+  SafetensorsReader& operator=(SafetensorsReader&&) = default;
+  SafetensorsReader(const SafetensorsReader&) = delete;
+  SafetensorsReader& operator=(const SafetensorsReader&) = delete;
 
   const std::string& source() const { return source_; }
   const std::vector<TensorInfo>& tensors() const { return header_.tensors; }  // data order
@@ -45,8 +54,10 @@ class SafetensorsReader {
   std::string state_digest() const;  // recomputed from the data, 32 hex digits
 
  private:
-  SafetensorsReader(std::vector<std::byte> bytes, std::string source, ReadOptions opts);
-  std::vector<std::byte> bytes_;
+  SafetensorsReader(std::vector<std::byte> owned, std::span<const std::byte> view, std::string source,
+                    ReadOptions opts);
+  std::vector<std::byte> owned_;      // empty when borrowing
+  std::span<const std::byte> bytes_;  // owned_'s heap buffer (moves keep it) or the caller's
   std::string source_;
   Header header_;
   std::map<std::string, size_t> index_;

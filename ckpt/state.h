@@ -1,0 +1,85 @@
+#pragma once
+// The state S of a worker (PROTOCOL.md: parameters + optimizer buffers + step) as ONE
+// safetensors byte image: what goes to disk and what a peer sends in recovery step 6.
+//
+// Tensor names in the image:
+//   <param>                  F32, each parameter by its name ("1.weight")
+//   optim.<buffer>           F32, each optimizer buffer ("optim.1.weight.momentum_buffer")
+//   optim.<counter>          I64 scalar, each optimizer counter ("optim.1.weight.step")
+// and __metadata__ per snapshot_meta.h (step, generation, ...) plus "rf_state_digest":
+// rf::state_digest(model, optimizer), the one digest of S used everywhere else (--metrics,
+// recovery steps 2, 4 and 7).
+//
+//   std::vector<std::byte> image;                 // reused snapshot after snapshot
+//   serialize_state(model, sgd, meta, image);
+//   ... send or write image ...
+//   SnapshotMeta m = restore_state(image, model, sgd, {.step = T, .digest = d});
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "ckpt/snapshot_meta.h"
+#include "core/nn/module.h"
+#include "core/optim/optimizer.h"
+
+namespace rf::ckpt {
+
+inline constexpr const char* kOptimPrefix = "optim.";
+inline constexpr const char* kRfDigestKey = "rf_state_digest";
+
+// rf::state_digest(model, optimizer) (core/state_digest.h): the one definition.
+std::string state_digest_of(const nn::Module& model, const optim::Optimizer& optimizer);
+
+// Bytes of the image serialize_state will produce (no pass over the data).
+size_t snapshot_size(const nn::Module& model, const optim::Optimizer& optimizer, const SnapshotMeta& meta);
+
+// Writes the image into `out`, resized to its exact size; `out`'s capacity is reused, so a
+// buffer kept across snapshots is faulted in once. Parameters must be CPU tensors.
+void serialize_state(const nn::Module& model, const optim::Optimizer& optimizer, const SnapshotMeta& meta,
+                     std::vector<std::byte>& out);
+
+// What the receiver expects of an image; unset fields are not checked.
+struct RestoreExpect {
+  std::string model = {};            // metadata "model"
+  std::string optimizer = {};        // metadata "optimizer"
+  std::optional<int64_t> step = {};  // metadata "step" (recovery: T of the plan)
+  std::string digest = {};           // rf_state_digest (recovery: the digest reported for T)
+};
+
+// R6: validates the WHOLE image first — header, every tensor's CRC32C, the metadata CRC,
+// the image digest, the snapshot metadata, every name/shape/dtype against the model and
+// optimizer (one MismatchError listing every difference), counters >= 0, `expect` — while
+// the image itself is the staging buffer and the live state is untouched. Only when all of
+// it checked out are the bytes copied into the parameters, buffers and counters (a step
+// that cannot fail). So a cut-short, corrupted or mismatched image throws FormatError (or a
+// subclass) naming `source` and leaves the old state bitwise intact.
+SnapshotMeta restore_state(std::span<const std::byte> image, nn::Module& model, optim::Optimizer& optimizer,
+                           const RestoreExpect& expect = {}, const std::string& source = "state image");
+
+// StateCopy — the state copied out at a step boundary into memory owned here (reused
+// across captures), so a background thread can serialize and write it while training
+// goes on (DESIGN.md data path 5). capture() costs one memcpy of the state.
+class StateCopy {
+ public:
+  void capture(const nn::Module& model, const optim::Optimizer& optimizer, const SnapshotMeta& meta);
+  const SnapshotMeta& meta() const { return meta_; }
+  // The same image serialize_state would have produced at capture time.
+  void serialize(std::vector<std::byte>& out) const;
+
+ private:
+  struct Entry {
+    std::string name;
+    DType dtype;
+    std::vector<int64_t> shape;
+    size_t offset, bytes;
+  };
+  std::vector<std::byte> data_;
+  std::vector<Entry> entries_;
+  SnapshotMeta meta_;
+  std::string rf_digest_;
+};
+
+}  // namespace rf::ckpt
