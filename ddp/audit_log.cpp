@@ -1,0 +1,29 @@
+#include "ddp/audit_log.h"
+
+#include "base/error.h"
+#include "base/str.h"
+
+namespace rf::ddp {
+
+AuditLog::AuditLog(const std::string& path, int slot, int64_t incarnation) : slot_(slot), incarnation_(incarnation) {
+  if (path.empty()) return;
+  f_ = std::fopen(path.c_str(), "a");
+  if (!f_) throw InvalidInput(str("audit log ", path, ": cannot open for appending"));
+}
+
+AuditLog::~AuditLog() {
+  if (f_) std::fclose(f_);
+}
+
+void AuditLog::record(const char* event, uint64_t generation, int64_t step, const std::string& digest, int rank,
+                      int world, const std::string& extra_json) {
+  if (!f_) return;
+  const std::string line =
+      str("{\"event\":\"", event, "\",\"g\":", generation, ",\"s\":", step, ",\"digest\":\"", digest,
+          "\",\"rank\":", rank, ",\"world\":", world, ",\"slot\":", slot_, ",\"inc\":", incarnation_,
+          extra_json.empty() ? "" : ",", extra_json, "}\n");
+  std::fwrite(line.data(), 1, line.size(), f_);
+  std::fflush(f_);
+}
+
+}  // namespace rf::ddp

@@ -1,0 +1,32 @@
+#pragma once
+// AuditLog — one JSON line per state change of this worker, so tests can check PROTOCOL.md's
+// "each step applied exactly once on every lineage" and "every replica bitwise identical":
+//   {"event":"apply","g":2,"s":41,"digest":"…","rank":1,"world":3,"slot":1,"inc":0,"loss":0.51}
+//   {"event":"transfer","g":2,"s":40,"digest":"…","source":0,…}   state received (R6)
+//   {"event":"start","g":1,"s":-1,"digest":"…",…}                 fresh start
+// Lines are written whole and flushed, so a SIGKILL loses at most the line being written.
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+namespace rf::ddp {
+
+class AuditLog {
+ public:
+  AuditLog() = default;
+  // Appends to `path` ("" = disabled). Throws rf::InvalidInput when it cannot be opened.
+  AuditLog(const std::string& path, int slot, int64_t incarnation);
+  ~AuditLog();
+  AuditLog(const AuditLog&) = delete;
+  AuditLog& operator=(const AuditLog&) = delete;
+  bool enabled() const { return f_ != nullptr; }
+  void record(const char* event, uint64_t generation, int64_t step, const std::string& digest, int rank,
+              int world, const std::string& extra_json = "");
+
+ private:
+  std::FILE* f_ = nullptr;
+  int slot_ = 0;
+  int64_t incarnation_ = 0;
+};
+
+}  // namespace rf::ddp

@@ -1,0 +1,53 @@
+#pragma once
+// FaultInjector — the worker side of `--inject` (elastic/fault_spec.h grammar): the
+// trainer calls at(phase, step) at each injection point and the chunk hook of the
+// communicator calls on_chunk during all-reduces. A spec fires at most once, only in
+// incarnation 0 of the process (a replacement must not repeat its predecessor's fault),
+// when this worker's CURRENT rank and the step match. A spec without phase= fires at the
+// start of the step (forward).
+//   kill  SIGKILL self          stop  SIGSTOP self (D2: the lease expires)
+//   hang  the calling thread blocks forever (the heartbeat thread goes on: D3 finds it)
+//   exit  _exit(3)              drop  force-closes this rank's endpoints (the hook given)
+//   slow  sleeps slow_ms once (a slow rank is not a failure)
+// Phases transfer/recovery match the step being redone (T+1) of a recovery.
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "elastic/fault_spec.h"
+
+namespace rf::ddp {
+
+class FaultInjector {
+ public:
+  FaultInjector() = default;
+  FaultInjector(std::vector<elastic::FaultSpec> specs, int64_t incarnation, int slot);
+  // From RINGFENCE_INJECT (workers ignore the launcher's at= specs).
+  static std::unique_ptr<FaultInjector> from_env(int64_t incarnation, int slot);
+
+  void set_rank(int rank) { rank_.store(rank); }
+  void set_drop(std::function<void()> drop) { drop_ = std::move(drop); }
+  void set_slow_ms(int ms) { slow_ms_ = ms; }
+  bool empty() const { return specs_.empty(); }
+
+  // An injection point of the training thread.
+  void at(elastic::FaultPhase phase, int64_t step);
+  // From the communicator's chunk hook (driving thread): phase=allreduce specs with
+  // after_chunks = k fire once k chunks of the step's all-reduce went through.
+  void on_chunk(uint64_t step, uint64_t chunks_done);
+
+ private:
+  void fire(size_t i, const char* where);
+  std::vector<elastic::FaultSpec> specs_;
+  std::vector<std::atomic<bool>> fired_;
+  int64_t incarnation_ = 0;
+  int slot_ = 0;
+  std::atomic<int> rank_{-1};
+  std::function<void()> drop_;
+  int slow_ms_ = 200;
+};
+
+}  // namespace rf::ddp

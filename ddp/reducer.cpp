@@ -1,0 +1,116 @@
+#include "ddp/reducer.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "base/enforce.h"
+#include "base/error.h"
+#include "base/str.h"
+
+namespace rf::ddp {
+namespace {
+constexpr int kTail = ControlBlock::kFloats + 1;  // control block, then the loss sum
+}  // namespace
+
+Reducer::Reducer(const std::vector<NamedTensor>& params, ReducerOptions options)
+    : opt_(options), self_(std::make_shared<Reducer*>(this)) {
+  std::vector<int64_t> numels;
+  numels.reserve(params.size());
+  for (const auto& [name, p] : params) {
+    if (!p.requires_grad() || !p.is_leaf())
+      throw InvalidInput(str("ddp reducer: '", name, "' is not a parameter (a leaf that requires grad)"));
+    numels.push_back(p.numel());
+  }
+  layout_ = make_bucket_layout(numels, opt_.bucket_cap_bytes);
+  // Allocated (and so faulted in) once; every step reuses them.
+  buffers_.resize(layout_.num_buckets());
+  for (int b = 0; b < layout_.num_buckets(); ++b) {
+    const bool last = b + 1 == layout_.num_buckets();
+    buffers_[b].assign(static_cast<size_t>(layout_.bucket_floats[b] + (last ? kTail : 0)), 0.0f);
+  }
+  pending_.assign(layout_.num_buckets(), 0);
+  work_.resize(layout_.num_buckets());
+  for (size_t k = 0; k < params.size(); ++k) {
+    const ParamSlot& slot = layout_.params[k];
+    Tensor p = params[k].second;
+    p.set_grad_view(buffers_[slot.bucket].data() + slot.offset, slot.numel);
+    std::weak_ptr<Reducer*> cell = self_;
+    p.register_hook([cell, k](const Tensor&) {
+      if (auto c = cell.lock(); c && *c) (*c)->on_grad_ready(static_cast<int>(k));
+    });
+  }
+}
+
+Reducer::~Reducer() { *self_ = nullptr; }
+
+void Reducer::begin_step(comm::Communicator& comm, uint64_t step, const ControlBlock& local) {
+  RF_ENFORCE(comm_ == nullptr, "begin_step while step ", step_, " is still open");
+  for (int b = 0; b < layout_.num_buckets(); ++b) {
+    std::memset(buffers_[b].data(), 0, sizeof(float) * static_cast<size_t>(layout_.bucket_floats[b]));
+    pending_[b] = static_cast<int>(layout_.bucket_params[b].size());
+    work_[b].reset();
+  }
+  float* tail = buffers_.back().data() + layout_.bucket_floats.back();
+  local.encode(tail);
+  tail[ControlBlock::kFloats] = 0.0f;
+  comm_ = &comm;
+  step_ = step;
+  next_start_ = 0;
+  started_early_ = 0;
+}
+
+void Reducer::set_local_loss(float loss_sum) {
+  buffers_.back()[static_cast<size_t>(layout_.bucket_floats.back() + ControlBlock::kFloats)] = loss_sum;
+}
+
+void Reducer::on_grad_ready(int param) {
+  if (!comm_) return;  // a backward outside a step (e.g. a user's own): nothing to reduce
+  const int b = layout_.params[param].bucket;
+  RF_ENFORCE(pending_[b] > 0, "gradient of parameter ", param, " final twice in step ", step_);
+  if (--pending_[b] == 0 && opt_.overlap) {
+    const int before = next_start_;
+    start_ready_buckets();
+    started_early_ += next_start_ - before;
+  }
+}
+
+void Reducer::start_ready_buckets() {
+  while (next_start_ < layout_.num_buckets() && pending_[next_start_] == 0) start_bucket(next_start_++);
+}
+
+void Reducer::start_bucket(int b) {
+  comm::Buffer buf{buffers_[b].data(), buffers_[b].size(), comm::DType::f32};
+  work_[b] = comm_->allreduce_start(buf, comm::OpId{step_, static_cast<uint32_t>(b)});
+}
+
+ControlBlock Reducer::finish() {
+  RF_ENFORCE(comm_ != nullptr, "finish without begin_step");
+  try {
+    // Buckets whose hooks did not all fire (an empty local batch, an unused parameter)
+    // still join the collective: all ranks start the same ones in the same order.
+    while (next_start_ < layout_.num_buckets()) start_bucket(next_start_++);
+    for (auto& w : work_) w->wait();
+  } catch (...) {
+    abandon();
+    throw;
+  }
+  comm_ = nullptr;
+  const float* tail = buffers_.back().data() + layout_.bucket_floats.back();
+  const ControlBlock sum = ControlBlock::decode(tail);
+  if (sum.samples <= 0) throw Error(str("ddp reducer: step ", step_, " has no samples on any rank"));
+  global_loss_ = static_cast<double>(tail[ControlBlock::kFloats]) / static_cast<double>(sum.samples);
+  const float n = static_cast<float>(sum.samples);
+  for (int b = 0; b < layout_.num_buckets(); ++b) {
+    float* g = buffers_[b].data();
+    const int64_t count = layout_.bucket_floats[b];
+    for (int64_t i = 0; i < count; ++i) g[i] /= n;
+  }
+  return sum;
+}
+
+void Reducer::abandon() {
+  for (auto& w : work_) w.reset();
+  comm_ = nullptr;
+}
+
+}  // namespace rf::ddp

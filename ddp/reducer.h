@@ -1,0 +1,85 @@
+#pragma once
+// Reducer — bucketed gradient all-reduce that overlaps backward (DESIGN.md data path,
+// steps 2-4; picotron's bucket.py is the model).
+//
+// Each parameter's gradient is a view into a flat bucket buffer (BucketLayout), so the
+// all-reduce works on the gradients in place: no copies. A hook on every parameter fires
+// when its gradient is final; when the last gradient of a bucket is final the bucket's
+// all-reduce is started with tag (g, s, bucket) while backward goes on. Buckets are
+// started strictly in index order (a bucket that is ready early waits for its
+// predecessors), because every rank must start the same collectives in the same order.
+// finish() starts what is left, waits for all, sums the control block and divides every
+// gradient by the GLOBAL sample count: the loss is a sum over local samples, so the
+// update is the mean over the global batch for any W (R3). The tail of the last bucket is
+// [control block (4 floats), loss sum].
+//
+// Threads: begin_step, the hooks (they run inside backward) and finish all run on the
+// training thread; the communicator moves the bytes on its own thread meanwhile.
+#include <cstddef>
+#include <memory>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "core/tensor.h"
+#include "ddp/bucket_layout.h"
+#include "ddp/control_block.h"
+
+namespace rf::ddp {
+
+struct ReducerOptions {
+  size_t bucket_cap_bytes = size_t{25} << 20;  // 25 MiB, as PyTorch DDP
+  bool overlap = true;  // false: every bucket is started in finish(), after backward
+};
+
+class Reducer {
+ public:
+  // Re-points every parameter's gradient at its bucket (existing values are dropped) and
+  // registers the hooks. The parameters must outlive the reducer.
+  Reducer(const std::vector<NamedTensor>& params, ReducerOptions options = {});
+  ~Reducer();  // the hooks stay registered but do nothing afterwards
+  Reducer(const Reducer&) = delete;
+  Reducer& operator=(const Reducer&) = delete;
+
+  // Before forward of step `step`: zeroes the gradients, writes this rank's control block
+  // and arms the hooks for `comm` (which must live until finish() or abandon()).
+  void begin_step(comm::Communicator& comm, uint64_t step, const ControlBlock& local);
+  // After forward: this rank's loss (a sum over its samples), carried in the control
+  // tail so every rank learns the global mean loss without another collective.
+  void set_local_loss(float loss_sum);
+  // After backward: starts the remaining buckets, waits for every bucket, and divides the
+  // gradients by the global sample count. Returns the control block summed over ranks.
+  // A communication failure is rethrown (comm::CommError); the gradients are then
+  // incomplete and must not be applied (R1). Throws rf::Error when the global count is 0.
+  ControlBlock finish();
+  // After a failure: forgets the step's outstanding work (the communicator, aborted or
+  // poisoned, owns finishing it) so the next begin_step starts clean.
+  void abandon();
+
+  // Mean loss over the global batch of the last finished step (same bits on every rank).
+  double global_loss() const { return global_loss_; }
+  const BucketLayout& layout() const { return layout_; }
+  int num_buckets() const { return layout_.num_buckets(); }
+  // Buckets started before finish() in the last step (how much overlapped backward).
+  int started_during_backward() const { return started_early_; }
+
+ private:
+  void on_grad_ready(int param);
+  void start_ready_buckets();
+  void start_bucket(int b);
+
+  ReducerOptions opt_;
+  BucketLayout layout_;
+  std::vector<std::vector<float>> buffers_;  // one per bucket; the last has the control tail
+  std::vector<int> pending_;                 // gradients not yet final, per bucket
+  std::vector<comm::WorkPtr> work_;
+  comm::Communicator* comm_ = nullptr;  // armed between begin_step and finish/abandon
+  uint64_t step_ = 0;
+  int next_start_ = 0;
+  int started_early_ = 0;
+  double global_loss_ = 0.0;
+  // The hooks outlive the reducer (they belong to the parameters): they reach it through
+  // this cell, which the destructor clears.
+  std::shared_ptr<Reducer*> self_;
+};
+
+}  // namespace rf::ddp

@@ -1,0 +1,367 @@
+#include "ddp/trainer.h"
+
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+#include "base/clock.h"
+#include "base/error.h"
+#include "base/str.h"
+#include "comm/errors.h"
+#include "comm/tag.h"
+#include "comm/ucx/ucx_communicator.h"
+#include "core/autograd.h"
+#include "core/data/data.h"
+#include "ddp/audit_log.h"
+#include "ddp/elastic_store.h"
+#include "ddp/fault_injector.h"
+#include "ddp/train_state.h"
+#include "elastic/client.h"
+
+namespace rf::ddp {
+
+using elastic::FaultPhase;
+using namespace std::chrono_literals;
+
+namespace {
+// Op numbers of the trainer's own collectives; buckets use 0 .. num_buckets-1.
+constexpr uint32_t kOpVerify = comm::StepTag::kMaxUserOp;          // digest all-gather
+constexpr uint32_t kOpTransfer = comm::StepTag::kMaxUserOp - 1;    // state image
+
+double ms_since(TimePoint t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+
+// A digest (32 hex characters) as 4 u64 words for the all-gather.
+void digest_words(const std::string& hex, uint64_t* out) {
+  char buf[32] = {};
+  std::memcpy(buf, hex.data(), std::min<size_t>(hex.size(), 32));
+  std::memcpy(out, buf, 32);
+}
+std::string words_digest(const uint64_t* w) { return std::string(reinterpret_cast<const char*>(w), 32); }
+
+// Why the training loop handed control back to recovery.
+enum class Leave { Recover, Finished, Stopped };
+}  // namespace
+
+struct Trainer::Impl {
+  nn::Module& model;
+  LossFn loss_fn;
+  const data::Dataset& ds;
+  optim::Optimizer& optimizer;
+  TrainerConfig cfg;
+  data::Sampler sampler;
+  Reducer reducer;
+  TrainState state;
+
+  elastic::ClientOptions copt;
+  std::unique_ptr<elastic::Client> client;
+  std::shared_ptr<comm::UcxContext> ctx;
+  std::unique_ptr<FaultInjector> inj;
+  std::unique_ptr<AuditLog> audit_;
+
+  // The communicator of the generation this worker works in. The heartbeat thread aborts
+  // it on revocation (step 1); the training thread swaps it between generations.
+  std::mutex comm_mu;
+  std::shared_ptr<comm::UcxCommunicator> comm;
+
+  elastic::Plan plan;
+  int rank = 0, world = 1;
+  std::vector<std::byte> staging;  // the image buffer, reused by every transfer (R6)
+  std::vector<float> x_buf;
+  std::vector<int32_t> y_buf;
+  TrainerResult result;
+
+  Impl(nn::Module& m, LossFn l, const data::Dataset& d, optim::Optimizer& o, TrainerConfig c)
+      : model(m), loss_fn(std::move(l)), ds(d), optimizer(o), cfg(std::move(c)),
+        sampler(d.n, cfg.global_batch, cfg.seed), reducer(m.named_parameters(), cfg.reducer), state(m, o) {}
+
+  void abort_comm(const std::string& why) {
+    std::lock_guard<std::mutex> lk(comm_mu);
+    if (comm) comm->abort(why);
+  }
+
+  // Destroys the communicator outside the lock: its destructor may run the chunk hook.
+  void drop_comm() {
+    std::shared_ptr<comm::UcxCommunicator> old;
+    {
+      std::lock_guard<std::mutex> lk(comm_mu);
+      old.swap(comm);
+    }
+    reducer.abandon();
+    old.reset();
+  }
+
+  bool generation_over() const {
+    return client->fenced() || client->seen_generation() > plan.generation;
+  }
+
+  elastic::StateReport report() const {
+    // A worker that never applied a step holds nothing worth sending: it reports no
+    // state, and when nobody holds any the plan says fresh_start (everyone starts from
+    // the identical initial state their program built from the seed).
+    if (state.step() < 0) return {};
+    return {true, state.step(), state.digest()};
+  }
+
+  // Steps 5-7 for the plan just received. Returns false when the generation was revoked
+  // on the way (go back to step 2).
+  bool form_generation() {
+    const elastic::PlanRank* me = plan.find(copt.slot);
+    if (!me) throw Error(str("plan of generation ", plan.generation, " does not include slot ", copt.slot));
+    rank = me->rank;
+    world = plan.world();
+    inj->set_rank(rank);
+    const int64_t redo = plan.target_step + 1;
+    inj->at(FaultPhase::Recovery, redo);
+
+    // Step 5: connect.
+    TimePoint t0 = Clock::now();
+    comm::UcxOptions uo;
+    uo.stall_timeout = cfg.stall_timeout;
+    uo.connect_timeout = cfg.connect_timeout;
+    if (!inj->empty()) uo.on_chunk = [this](const comm::ChunkEvent& e) { inj->on_chunk(e.step, e.chunks_done); };
+    try {
+      ElasticStore store(*client, plan.generation);
+      auto c = std::make_shared<comm::UcxCommunicator>(ctx, store, rank, world, plan.generation, uo);
+      std::lock_guard<std::mutex> lk(comm_mu);
+      comm = std::move(c);
+    } catch (const comm::CommError& e) {
+      std::fprintf(stderr, "ringfence worker slot %d: generation %llu: connect failed: %s\n", copt.slot,
+                   static_cast<unsigned long long>(plan.generation), e.what());
+      return false;
+    }
+    if (generation_over()) return false;  // revoked before the abort hook could see comm
+    const double connect_ms = ms_since(t0);
+
+    // Step 6: transfer S_T to every rank behind T (R6 on the receiving side).
+    t0 = Clock::now();
+    try {
+      if (plan.fresh_start) {
+        state.set_step(-1);
+        audit_->record("start", plan.generation, -1, state.digest(), rank, world);
+      } else {
+        std::vector<comm::WorkPtr> sends;
+        bool involved = me->source_rank.has_value();
+        for (const auto& pr : plan.ranks)
+          if (pr.source_rank == rank) involved = true;
+        if (involved) inj->at(FaultPhase::Transfer, redo);
+        for (const auto& pr : plan.ranks) {
+          if (pr.source_rank != rank) continue;
+          if (sends.empty()) {
+            staging.resize(state.image_bytes());
+            state.write_image(staging);
+          }
+          sends.push_back(comm->send_start(pr.rank, staging.data(), staging.size(),
+                                           comm::OpId{static_cast<uint64_t>(redo), kOpTransfer}));
+        }
+        for (auto& w : sends) w->wait();
+        if (me->source_rank) {
+          staging.resize(state.image_bytes());
+          comm->recv(*me->source_rank, staging.data(), staging.size(),
+                     comm::OpId{static_cast<uint64_t>(redo), kOpTransfer});
+          state.restore_verified(staging, plan.target_digest);
+          audit_->record("transfer", plan.generation, state.step(), state.digest(), rank, world,
+                       str("\"source\":", *me->source_rank));
+        }
+      }
+    } catch (const comm::CommError& e) {
+      std::fprintf(stderr, "ringfence worker slot %d: generation %llu: transfer failed: %s\n", copt.slot,
+                   static_cast<unsigned long long>(plan.generation), e.what());
+      failure(e);
+      return false;
+    }
+    const double transfer_ms = ms_since(t0);
+
+    // Step 7: every rank must hold the same (T, S).
+    t0 = Clock::now();
+    try {
+      verify_digests(static_cast<uint64_t>(redo), "recovery");
+    } catch (const comm::CommError& e) {
+      failure(e);
+      return false;
+    }
+    const double verify_ms = ms_since(t0);
+    client->set_step(state.step());
+    client->phase_timing(plan.generation, "connect", connect_ms);
+    client->phase_timing(plan.generation, "transfer", transfer_ms);
+    client->phase_timing(plan.generation, "verify", verify_ms);
+    return true;
+  }
+
+  // All-gather of digests; DivergenceError names every rank's digest on a mismatch.
+  void verify_digests(uint64_t tag_step, const char* when) {
+    const std::string mine = state.digest();
+    std::vector<uint64_t> in(4), out(4 * static_cast<size_t>(world));
+    digest_words(mine, in.data());
+    comm->allgather({in.data(), 4, comm::DType::u64}, {out.data(), out.size(), comm::DType::u64},
+                    comm::OpId{tag_step, kOpVerify});
+    std::string bad;
+    for (int r = 0; r < world; ++r) {
+      const std::string d = words_digest(out.data() + 4 * r);
+      if (d != mine) bad += str(" rank ", r, " has ", d, ";");
+    }
+    if (!bad.empty())
+      throw DivergenceError(str("replicas diverged (", when, ", generation ", plan.generation, ", step ",
+                                state.step(), "): rank ", rank, " has ", mine, ";", bad));
+  }
+
+  // A transport error, stall or abort seen by the training thread (step 1 from our side):
+  // tell the coordinator who failed, unless it already moved on.
+  void failure(const comm::CommError& e) {
+    if (generation_over()) return;
+    std::optional<int> peer_slot;
+    if (e.peer() >= 0 && e.peer() < world) peer_slot = plan.ranks[e.peer()].worker.slot;
+    try {
+      client->failure_report(plan.generation, state.step(), peer_slot, e.what());
+    } catch (const Error& re) {
+      std::fprintf(stderr, "ringfence worker slot %d: failure report: %s\n", copt.slot, re.what());
+    }
+  }
+
+  Leave train_generation() {
+    TimePoint window_t = Clock::now();
+    int64_t window_samples = 0;
+    while (state.step() + 1 < cfg.steps) {
+      if (generation_over()) return Leave::Recover;
+      const int64_t s = state.step() + 1;  // R2: contribute to s only after applying s-1
+      const auto idx = sampler.local_batch(s, rank, world);
+      const int64_t b = static_cast<int64_t>(idx.size());
+      x_buf.resize(static_cast<size_t>(b * ds.sample_size()));
+      y_buf.resize(static_cast<size_t>(b));
+      if (b) data::gather_batch(ds, idx, x_buf.data(), y_buf.data());
+      ControlBlock cb;
+      cb.samples = b;
+      cb.reconfigure = client->reconfigure_requested() ? 1 : 0;
+      cb.stop = client->stop_requested() ? 1 : 0;
+
+      ControlBlock sums;
+      try {
+        inj->at(FaultPhase::Forward, s);
+        reducer.begin_step(*comm, static_cast<uint64_t>(s), cb);
+        if (b > 0) {
+          Tensor x = Tensor::empty({b, ds.c, ds.h, ds.w});
+          std::memcpy(x.data(), x_buf.data(), sizeof(float) * x_buf.size());
+          Tensor loss = loss_fn(model(x), y_buf);
+          reducer.set_local_loss(loss.item());
+          inj->at(FaultPhase::Backward, s);
+          loss.backward();
+        } else {
+          inj->at(FaultPhase::Backward, s);
+        }
+        inj->at(FaultPhase::Allreduce, s);
+        sums = reducer.finish();
+      } catch (const comm::CommError& e) {
+        // R1: the gradient of s is incomplete; nothing is applied.
+        std::fprintf(stderr, "ringfence worker slot %d rank %d: step %lld not applied: %s\n", copt.slot, rank,
+                     static_cast<long long>(s), e.what());
+        reducer.abandon();
+        failure(e);
+        return Leave::Recover;
+      }
+      inj->at(FaultPhase::Optimizer, s);
+      {
+        NoGradGuard ng;
+        optimizer.step();  // the only writer of parameters (R1)
+      }
+      state.set_step(s);
+      client->set_step(s);
+      result.final_loss = reducer.global_loss();
+      if (audit_->enabled())
+        audit_->record("apply", plan.generation, s, state.digest(), rank, world,
+                     str("\"loss\":", reducer.global_loss()));
+      window_samples += sums.samples;
+      if (cfg.log_interval > 0 && rank == 0 && ((s + 1) % cfg.log_interval == 0 || s + 1 == cfg.steps)) {
+        const double dt = seconds_since(window_t);
+        std::fprintf(stderr, "step %lld/%lld  g %llu  W %d  loss %.4f  %.0f samples/s\n",
+                     static_cast<long long>(s + 1), static_cast<long long>(cfg.steps),
+                     static_cast<unsigned long long>(plan.generation), world, reducer.global_loss(),
+                     dt > 0 ? window_samples / dt : 0.0);
+        window_t = Clock::now();
+        window_samples = 0;
+      }
+      if (cfg.verify_every > 0 && (s + 1) % cfg.verify_every == 0) {
+        try {
+          verify_digests(static_cast<uint64_t>(s), "verify-every");
+        } catch (const comm::CommError& e) {
+          failure(e);
+          return Leave::Recover;
+        }
+      }
+      if (sums.stop > 0) return Leave::Stopped;          // R5: everyone stops after s
+      if (sums.reconfigure > 0) return Leave::Recover;   // R5: everyone leaves g after s
+    }
+    return Leave::Finished;
+  }
+
+  TrainerResult run() {
+    copt = elastic::ClientOptions::from_env();
+    inj = FaultInjector::from_env(copt.incarnation, copt.slot);
+    inj->set_drop([this] {
+      std::lock_guard<std::mutex> lk(comm_mu);
+      if (comm) comm->inject_drop();
+    });
+    audit_ = std::make_unique<AuditLog>(cfg.audit_log, copt.slot, copt.incarnation);
+    ctx = comm::UcxContext::create();
+    client = std::make_unique<elastic::Client>(copt);
+    client->on_revoked([this](const elastic::Revocation& r) {
+      abort_comm(str("generation revoked (", r.cause, "), now ", r.generation));
+    });
+    client->on_fenced([this](const std::string& why) { abort_comm(str("self-fenced (D4): ", why)); });
+    client->join();
+    const TimePoint t0 = Clock::now();
+    bool first = true;
+    while (true) {
+      if (client->fenced()) client->join();  // D4: come back as a new member
+      try {
+        plan = client->next_plan([this] { return report(); }, cfg.plan_timeout);
+      } catch (const elastic::JobFinished&) {
+        result.standby = true;
+        break;
+      } catch (const elastic::Refused& e) {
+        if (client->fenced()) continue;
+        throw;
+      }
+      drop_comm();
+      if (!form_generation()) {
+        drop_comm();
+        continue;
+      }
+      const elastic::ReadyQuery rq = client->ready(plan.generation, cfg.ready_timeout);
+      if (rq.kind == elastic::ReadyQuery::Stopped)
+        throw elastic::JobStopped(str("the coordinator stopped the job: ", rq.error));
+      if (rq.kind == elastic::ReadyQuery::Done) break;
+      if (rq.kind != elastic::ReadyQuery::Running) {
+        drop_comm();
+        continue;
+      }
+      if (!first) ++result.recoveries;
+      first = false;
+      const Leave why = train_generation();
+      if (why == Leave::Recover) {
+        drop_comm();
+        continue;
+      }
+      client->leave();
+      drop_comm();
+      break;
+    }
+    result.train_seconds = seconds_since(t0);
+    result.step = state.step();
+    result.digest = state.digest();
+    result.generation = plan.generation;
+    result.world = world;
+    client->close();
+    return result;
+  }
+};
+
+Trainer::Trainer(nn::Module& model, LossFn loss, const data::Dataset& dataset, optim::Optimizer& optimizer,
+                 TrainerConfig config)
+    : impl_(std::make_unique<Impl>(model, std::move(loss), dataset, optimizer, std::move(config))) {}
+
+Trainer::~Trainer() = default;
+
+TrainerResult Trainer::run() { return impl_->run(); }
+
+}  // namespace rf::ddp

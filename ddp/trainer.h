@@ -1,0 +1,89 @@
+#pragma once
+// Trainer — the resilient data-parallel training loop (issue 6): a library API that takes
+// a model, a loss, a dataset, an optimizer and a config, joins the job through the
+// elastic client (environment from `ringfence run`), trains, and survives failures by
+// PROTOCOL.md's recovery, rule by rule:
+//
+//   step 1  on revocation (heartbeat thread) or fencing the communicator of g is aborted;
+//           a transport error or stall in the training thread is reported (failure)
+//   step 2-4 report (step, digest) and wait for the plan (Client::next_plan)
+//   step 5  a new UcxCommunicator for the plan's generation, addresses via ElasticStore
+//   step 6  receivers get S_T from their source into a staging buffer, verified by digest
+//           before the swap (R6, TrainState::restore_verified)
+//   step 7  all-gather of digests: every rank must hold the same (T, S), then ready(g)
+//   step 8  resume at T+1; the batch of a step depends on (seed, s), its split on (rank,
+//           W) (R3), so a redone step computes exactly the same samples
+//
+// The normal step follows R1/R2: forward (loss = SUM over local samples), backward with
+// bucketed all-reduce overlapping it (Reducer), the control block (global sample count,
+// R5 flags) in the last bucket, and the optimizer update as the only writer of S.
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "base/error.h"
+#include "core/data/dataset.h"
+#include "core/nn/module.h"
+#include "core/optim/optimizer.h"
+#include "core/tensor.h"
+#include "ddp/reducer.h"
+
+namespace rf::ddp {
+
+// loss(output, labels) -> a 1-element tensor: the SUM over the samples (never the mean:
+// the reducer divides by the global count).
+using LossFn = std::function<Tensor(const Tensor& output, std::span<const int32_t> labels)>;
+
+struct TrainerConfig {
+  int64_t global_batch = 128;
+  uint64_t seed = 0;            // batch order (R3)
+  int64_t steps = 100;          // train steps 0 .. steps-1
+  ReducerOptions reducer;
+  int64_t verify_every = 0;     // > 0: digests compared every N steps (stop on divergence)
+  std::string audit_log;        // JSON lines of every state change ("" = none)
+  int64_t log_interval = 0;     // rank 0 prints step/loss/samples/s to stderr
+  std::chrono::milliseconds stall_timeout{30000};   // D3
+  std::chrono::milliseconds connect_timeout{30000};
+  std::chrono::milliseconds plan_timeout{120000};
+  std::chrono::milliseconds ready_timeout{60000};
+};
+
+struct TrainerResult {
+  int64_t step = -1;            // last applied step
+  std::string digest;           // TrainState digest of the final state
+  double final_loss = 0.0;      // global mean loss of the last step this worker applied
+  int64_t recoveries = 0;       // generations joined after the first
+  uint64_t generation = 0;
+  int world = 0;
+  bool standby = false;         // a spare that was never needed
+  double train_seconds = 0.0;
+};
+
+// Thrown when replicas that must be equal are not (verify-every, recovery step 7): the
+// job must stop, never continue on diverged state.
+class DivergenceError : public Error {
+ public:
+  using Error::Error;
+};
+
+class Trainer {
+ public:
+  Trainer(nn::Module& model, LossFn loss, const data::Dataset& dataset, optim::Optimizer& optimizer,
+          TrainerConfig config);
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+  // Runs until the last step, a graceful stop, or an unrecoverable error (elastic's
+  // JobStopped, DivergenceError, ...). Reads RINGFENCE_COORD/_TOKEN/_SLOT/_INCARNATION and
+  // RINGFENCE_INJECT.
+  TrainerResult run();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace rf::ddp
