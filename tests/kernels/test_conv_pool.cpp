@@ -68,3 +68,30 @@ TEST_CASE("max_pool2d picks the first maximum and routes the gradient there") {
   max_pool2d_backward(g, dy.data(), idx.data(), dx.data(), true);
   CHECK(dx == std::vector<float>{0, 1.5f, -2.0f, 0, 0, 0, 0, 0});
 }
+
+TEST_CASE("max_pool2d_backward: overwrite mode equals zero-then-accumulate, tiled or not") {
+  for (int64_t h : {4, 5}) {  // 4x6 tiles exactly (fast path), 5x6 does not
+    CAPTURE(h);
+    PoolGeometry g{3, h, 6, 2, 2};
+    const int64_t outs = g.planes * g.out_h() * g.out_w();
+    std::vector<float> x(g.planes * h * 6), y(outs), dy(outs);
+    std::vector<int32_t> idx(outs);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(2.1f * i);
+    for (size_t i = 0; i < dy.size(); ++i) dy[i] = 1.0f + i;
+    max_pool2d(g, x.data(), y.data(), idx.data());
+    std::vector<float> ref(x.size(), 0.0f), over(x.size(), 42.0f);
+    max_pool2d_backward(g, dy.data(), idx.data(), ref.data(), true);
+    max_pool2d_backward(g, dy.data(), idx.data(), over.data(), false);
+    CHECK(over == ref);
+  }
+}
+
+TEST_CASE("im2col with padding zeroes every tap outside the image, whatever the scratch held") {
+  ConvGeometry g{2, 3, 4, 3, 3, 1, 2};
+  std::vector<float> x(2 * 3 * 4, 1.0f), col(g.col_rows() * g.col_cols()), pad(g.padded_size(), 7.0f);
+  im2col(g, x.data(), col.data(), g.col_cols(), pad.data());
+  for (float v : col) CHECK((v == 0.0f || v == 1.0f));
+  // The centre tap of output (0, 0) reads input (-1, -1): padding.
+  const int64_t centre = (0 * 3 + 1) * 3 + 1;
+  CHECK(col[centre * g.col_cols()] == 0.0f);
+}
