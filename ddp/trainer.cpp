@@ -120,6 +120,7 @@ struct Trainer::Impl {
     comm::UcxOptions uo;
     uo.stall_timeout = cfg.stall_timeout;
     uo.connect_timeout = cfg.connect_timeout;
+    uo.flight_recorder_path = cfg.flight_recorder;
     if (!inj->empty()) uo.on_chunk = [this](const comm::ChunkEvent& e) { inj->on_chunk(e.step, e.chunks_done); };
     try {
       ElasticStore store(*client, plan.generation);

@@ -47,6 +47,7 @@ struct TrainerConfig {
   int64_t log_interval = 0;     // rank 0 prints step/loss/samples/s to stderr
   std::chrono::milliseconds stall_timeout{30000};   // D3
   std::chrono::milliseconds connect_timeout{30000};
+  std::string flight_recorder;  // comm's flight recorder dumps here on failure ("" = stderr)
   std::chrono::milliseconds plan_timeout{120000};
   std::chrono::milliseconds ready_timeout{60000};
 };

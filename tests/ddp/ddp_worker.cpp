@@ -4,7 +4,8 @@
 // compare between runs.
 //   ddp_worker --result-dir DIR [--audit-dir DIR] [--steps N] [--batch B] [--samples N]
 //              [--hidden H] [--seed S] [--verify-every N] [--bucket-kib K] [--no-overlap]
-//              [--stall-ms M] [--log-interval N]
+//              [--stall-ms M] [--log-interval N] [--lr LR]
+// --audit-dir also receives comm's flight records (flight-*.jsonl) instead of stderr.
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -27,6 +28,7 @@ int main(int argc, char** argv) {
   cfg.steps = 40;
   cfg.global_batch = 64;
   int64_t samples = 2048, hidden = 64;
+  float lr = 0.02f;
   std::string result_dir, audit_dir;
   for (int i = 1; i < argc; ++i) {
     const std::string f = argv[i];
@@ -38,6 +40,7 @@ int main(int argc, char** argv) {
       if (f == "--steps") cfg.steps = std::stoll(val());
       else if (f == "--batch") cfg.global_batch = std::stoll(val());
       else if (f == "--samples") samples = std::stoll(val());
+      else if (f == "--lr") lr = std::stof(val());
       else if (f == "--hidden") hidden = std::stoll(val());
       else if (f == "--seed") cfg.seed = std::stoull(val());
       else if (f == "--verify-every") cfg.verify_every = std::stoll(val());
@@ -59,11 +62,14 @@ int main(int argc, char** argv) {
   const char* slot = std::getenv("RINGFENCE_SLOT");
   const char* inc = std::getenv("RINGFENCE_INCARNATION");
   const std::string tag = str("slot", slot ? slot : "x", "-inc", inc ? inc : "x");
-  if (!audit_dir.empty()) cfg.audit_log = audit_dir + "/audit-" + tag + ".jsonl";
+  if (!audit_dir.empty()) {
+    cfg.audit_log = audit_dir + "/audit-" + tag + ".jsonl";
+    cfg.flight_recorder = audit_dir + "/flight-" + tag + ".jsonl";
+  }
   try {
     auto model = ddp::testing::make_test_mlp(cfg.seed + 1, hidden);
     const data::Dataset ds = ddp::testing::make_test_data(samples, cfg.seed + 2);
-    optim::SGD sgd(model->named_parameters(), {.lr = 0.05f, .momentum = 0.9f});
+    optim::SGD sgd(model->named_parameters(), {.lr = lr, .momentum = 0.9f});
     ddp::Trainer trainer(*model, ddp::testing::sum_loss, ds, sgd, cfg);
     const ddp::TrainerResult r = trainer.run();
     if (!result_dir.empty()) {

@@ -1,0 +1,168 @@
+#!/usr/bin/env python3
+"""Multi-process fault tests of the resilient trainer, through `ringfence run`.
+
+    fault_test.py RINGFENCE DDP_WORKER SCENARIO
+
+Each scenario first runs the same job without faults (the reference), then with its
+faults, and checks what PROTOCOL.md promises:
+  * the job finishes (exit 0, phase DONE) with every worker at the last step;
+  * every replica ends bitwise identical (same state digest);
+  * replace mode (same W): the final digest equals the failure-free run's;
+    shrink mode: same steps, final loss within 1 % of the failure-free run's;
+  * the audit logs show every step applied exactly once on every lineage: within one
+    worker, applied steps follow its last state (start -1, transfer T, apply s) by exactly
+    one, and every application of a step s anywhere has the same digest;
+  * the launcher's summary lists the expected recoveries with their phase timings.
+Every run has a deadline; on expiry the launcher's process group is killed (its workers
+die with it by PDEATHSIG) and the test fails.
+"""
+import glob
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+
+STEPS = 40
+W = 3
+KILL_MID = "kill:rank=1:step=20:phase=allreduce:after_chunks=1"
+
+# name: (launcher flags, worker flags, checks)
+SCENARIOS = {
+    "clean": ([], ["--verify-every", "5"], {"recoveries": 0}),
+    "kill_middle_allreduce": (["--inject", KILL_MID], [], {"recoveries": 1}),
+    "kill_rank0_backward": (["--inject", "kill:rank=0:step=15:phase=backward"], [], {"recoveries": 1}),
+    "sigstop_middle": (["--inject", "stop:rank=1:step=12:phase=forward", "--lease", "500ms"], [],
+                       {"recoveries": 1}),
+    "shrink_kill_middle": (["--inject", KILL_MID, "--max-restarts", "0"], [],
+                           {"recoveries": 1, "shrink": True}),
+    "exit_optimizer": (["--inject", "exit:rank=2:step=10:phase=optimizer"], [], {"recoveries": 1}),
+    "drop_allreduce": (["--inject", "drop:rank=1:step=18:phase=allreduce:after_chunks=1"], [],
+                       {"recoveries": 1}),
+    "two_failures": (["--inject", "kill:rank=1:step=10:phase=forward",
+                      "--inject", "kill:rank=2:step=25:phase=allreduce:after_chunks=1"], [],
+                     {"recoveries": 2}),
+    "kill_during_transfer": (["--inject", KILL_MID, "--inject", "kill:rank=0:step=20:phase=transfer"], [],
+                             {"recoveries": 1, "min_rounds": 2}),
+}
+
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAIL:", what, flush=True)
+
+
+def run_job(ringfence, worker, work, launcher_flags, worker_flags, timeout=90):
+    res, aud = os.path.join(work, "res"), os.path.join(work, "aud")
+    os.makedirs(res)
+    os.makedirs(aud)
+    summary = os.path.join(work, "summary.json")
+    cmd = [ringfence, "run", "-n", str(W), "--summary", summary, "--event-log", os.path.join(work, "events.jsonl"),
+           *launcher_flags, "--", worker, "--result-dir", res, "--audit-dir", aud, "--steps", str(STEPS),
+           *worker_flags]
+    with open(os.path.join(work, "output.txt"), "w") as out:
+        p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            rc = p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+            rc = None
+    results = {}
+    for f in glob.glob(os.path.join(res, "result-*.json")):
+        with open(f) as fh:
+            results[os.path.basename(f)] = json.load(fh)
+    audits = {}
+    for f in sorted(glob.glob(os.path.join(aud, "audit-*.jsonl"))):
+        with open(f) as fh:
+            audits[os.path.basename(f)] = [json.loads(line) for line in fh if line.strip()]
+    summ = None
+    if os.path.exists(summary):
+        with open(summary) as fh:
+            summ = json.load(fh)
+    return rc, results, audits, summ
+
+
+def check_job(name, rc, results, audits, summ, work):
+    check(rc == 0, f"{name}: launcher exit {rc} (see {work}/output.txt)")
+    check(summ is not None and summ.get("phase") == "DONE", f"{name}: job not DONE: {summ and summ.get('phase')}")
+    finals = [r for r in results.values() if not r["standby"]]
+    check(len(finals) >= 1, f"{name}: no worker result")
+    check(all(r["step"] == STEPS - 1 for r in finals), f"{name}: not every worker reached step {STEPS - 1}")
+    digests = {r["digest"] for r in finals}
+    check(len(digests) == 1, f"{name}: replicas differ at the end: {digests}")
+    # Exactly once per lineage, and one digest per step everywhere.
+    step_digest = {}
+    for fname, lines in audits.items():
+        cur = None
+        for ln in lines:
+            ev, s = ln["event"], ln["s"]
+            if ev == "start":
+                check(cur is None or cur == -1, f"{name}: {fname}: fresh start after applying {cur}")
+                cur = -1
+            elif ev == "transfer":
+                check(cur is None or s >= cur, f"{name}: {fname}: transfer to older step {s} after {cur}")
+                cur = s
+            elif ev == "apply":
+                check(cur is not None and s == cur + 1, f"{name}: {fname}: applied step {s} after state {cur}")
+                cur = s
+            if ev in ("apply", "transfer"):
+                d = step_digest.setdefault(s, ln["digest"])
+                check(d == ln["digest"], f"{name}: step {s} has two digests: {d} and {ln['digest']}")
+    return finals
+
+
+def main():
+    ringfence, worker, scenario = sys.argv[1], sys.argv[2], sys.argv[3]
+    launcher_flags, worker_flags, expect = SCENARIOS[scenario]
+    tmp = tempfile.mkdtemp(prefix=f"ddp_{scenario}_")
+    try:
+        ref_dir = os.path.join(tmp, "reference")
+        os.makedirs(ref_dir)
+        rc, results, audits, summ = run_job(ringfence, worker, ref_dir, [], worker_flags)
+        ref = check_job(f"{scenario}/reference", rc, results, audits, summ, ref_dir)
+        ref_digest = ref[0]["digest"] if ref else None
+        ref_loss = ref[0]["final_loss"] if ref else None
+
+        fault_dir = os.path.join(tmp, "faults")
+        os.makedirs(fault_dir)
+        rc, results, audits, summ = run_job(ringfence, worker, fault_dir, launcher_flags, worker_flags)
+        finals = check_job(scenario, rc, results, audits, summ, fault_dir)
+        recs = (summ or {}).get("recoveries", [])
+        check(len(recs) == expect["recoveries"], f"{scenario}: {len(recs)} recoveries, expected {expect['recoveries']}")
+        for r in recs:
+            check(r.get("finished"), f"{scenario}: recovery not finished: {r}")
+            for ph in ("detect", "agree", "connect", "transfer", "verify"):
+                check(r["phases"].get(ph) is not None, f"{scenario}: recovery without {ph} time: {r['phases']}")
+        if "min_rounds" in expect:
+            check(any(r.get("rounds", 0) >= expect["min_rounds"] for r in recs),
+                  f"{scenario}: no recovery took {expect['min_rounds']} rounds: {recs}")
+        if finals and ref_digest:
+            if expect.get("shrink"):
+                check(all(r["world"] == W - 1 for r in finals), f"{scenario}: did not shrink to {W - 1}")
+                loss = finals[0]["final_loss"]
+                check(abs(loss - ref_loss) <= 0.01 * abs(ref_loss),
+                      f"{scenario}: final loss {loss} not within 1 % of {ref_loss}")
+            else:
+                check(all(r["world"] == W for r in finals), f"{scenario}: world changed")
+                check(finals[0]["digest"] == ref_digest,
+                      f"{scenario}: final digest {finals[0]['digest']} != failure-free {ref_digest}")
+        for r in recs:
+            print(f"{scenario}: recovery {r['cause']} slot {r['worker']['slot']} T {r['target_step']} world "
+                  f"{r['world']} rounds {r['rounds']} total {r['total_ms']:.1f} ms phases {r['phases']}")
+    finally:
+        if failures:
+            print(f"{scenario}: {len(failures)} failure(s); files kept in {tmp}")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+    print(f"{scenario}: {'FAILED' if failures else 'ok'}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
