@@ -154,7 +154,7 @@ UcxCommunicator::UcxCommunicator(std::shared_ptr<UcxContext> context, BootstrapS
     opt_.idle_spins = static_cast<unsigned>(world) <= hw ? 8 : 0;
   }
   // Zero-filled vectors: the pages are touched now, once, not inside a collective.
-  if (opt_.small_allreduce_bytes < 0) opt_.small_allreduce_bytes = world == 2 ? (256 << 10) : (32 << 10);
+  if (opt_.small_allreduce_bytes < 0) opt_.small_allreduce_bytes = world <= 4 ? (128 << 10) : (16 << 10);
   small_staging_.assign(std::max<size_t>(static_cast<size_t>(opt_.small_allreduce_bytes), 8), 0);
   ring_staging_.assign(static_cast<size_t>(opt_.flows) * opt_.chunk_bytes, 0);
 

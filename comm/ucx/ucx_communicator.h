@@ -42,10 +42,11 @@ struct UcxOptions {
   size_t chunk_bytes = size_t{128} << 10;
   int flows = 2;
   // All-reduces up to this many bytes use recursive doubling, larger ones the ring.
-  // -1 = auto, measured here (bench/RESULTS.md "Communication", --small-bytes sweep):
-  // 256 KiB at W = 2 (both send N bytes, but recursive doubling has 1 round instead of 2
-  // and was as fast or faster up to 512 KiB), 32 KiB otherwise (W = 4: recursive doubling
-  // wins up to 8-16 KiB, the ring from 64 KiB; log2(W) x N bytes vs 2N(W-1)/W).
+  // -1 = auto, from the --small-bytes sweep in bench/RESULTS.md "Communication" (2 cores):
+  // 128 KiB for W <= 4 (recursive doubling as fast or faster up to 128 KiB at W = 2 and 4:
+  // log2 W rounds instead of 2(W-1) matter more than its extra bytes, log2(W) x N against
+  // 2N(W-1)/W, while ranks share cores), 16 KiB above (W = 8: even at 16 KiB, ring wins
+  // from 64 KiB).
   int64_t small_allreduce_bytes = -1;
   // Back-off of the wait loop when nothing happens: spin this many rounds, then yield the
   // core this many rounds, then nap 50 us per round (bench/RESULTS.md "Communication").
