@@ -3,7 +3,46 @@
 #include <cmath>
 #include <cstring>
 
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
 namespace rf::kernels::cpu {
+
+#if defined(__AVX512F__)
+// 16 outputs of one output row per iteration: the two input rows are split into their
+// even and odd columns (the four taps of 16 windows), then three compare-and-blend steps
+// in scan order, the same rule as the scalar loop (a strictly greater value or a NaN takes
+// over). Short rows (14 and 7 outputs in the CNN) are one masked iteration.
+static void pool_row_2x2(const float* r0, const float* r1, int32_t base, int32_t W, int64_t ow_n,
+                         float* o, int32_t* a) {
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+  for (int64_t ow = 0; ow < ow_n; ow += 16) {
+    const int64_t n = ow_n - ow < 16 ? ow_n - ow : 16, in_n = 2 * n;
+    const __mmask16 lo = static_cast<__mmask16>(in_n >= 16 ? 0xFFFFu : (1u << in_n) - 1u);
+    const __mmask16 hi = static_cast<__mmask16>(in_n >= 32 ? 0xFFFFu : in_n <= 16 ? 0u : (1u << (in_n - 16)) - 1u);
+    const __mmask16 out_m = static_cast<__mmask16>(n == 16 ? 0xFFFFu : (1u << n) - 1u);
+    const float* p0 = r0 + 2 * ow;
+    const float* p1 = r1 + 2 * ow;
+    const __m512 a0 = _mm512_maskz_loadu_ps(lo, p0), a1 = _mm512_maskz_loadu_ps(hi, p0 + 16);
+    const __m512 b0 = _mm512_maskz_loadu_ps(lo, p1), b1 = _mm512_maskz_loadu_ps(hi, p1 + 16);
+    const __m512i idx = _mm512_add_epi32(_mm512_set1_epi32(base + 2 * static_cast<int32_t>(ow)), even);
+    __m512 v = _mm512_permutex2var_ps(a0, even, a1);
+    __m512i best = idx;
+    auto take = [&](__m512 c, __m512i cand) {
+      const __mmask16 m = _mm512_cmp_ps_mask(c, v, _CMP_GT_OQ) | _mm512_cmp_ps_mask(c, c, _CMP_UNORD_Q);
+      v = _mm512_mask_blend_ps(m, v, c);
+      best = _mm512_mask_blend_epi32(m, best, cand);
+    };
+    take(_mm512_permutex2var_ps(a0, odd, a1), _mm512_add_epi32(idx, _mm512_set1_epi32(1)));
+    take(_mm512_permutex2var_ps(b0, even, b1), _mm512_add_epi32(idx, _mm512_set1_epi32(W)));
+    take(_mm512_permutex2var_ps(b0, odd, b1), _mm512_add_epi32(idx, _mm512_set1_epi32(W + 1)));
+    _mm512_mask_storeu_ps(o + ow, out_m, v);
+    _mm512_mask_storeu_epi32(a + ow, out_m, best);
+  }
+}
+#endif
 
 // The common 2x2, stride-2 window, without the generic loops: four compares per output.
 // Same tie and NaN rule as the general path (first maximum in scan order wins; a NaN wins).
@@ -16,6 +55,11 @@ static void max_pool2d_2x2(const PoolGeometry& g, const float* x, float* out, in
     for (int64_t oh = 0; oh < oh_n; ++oh) {
       const float* r0 = in + 2 * oh * W;
       const float* r1 = r0 + W;
+#if defined(__AVX512F__)
+      pool_row_2x2(r0, r1, static_cast<int32_t>(2 * oh * W), static_cast<int32_t>(W), ow_n,
+                   o + oh * ow_n, a + oh * ow_n);
+      continue;
+#endif
       for (int64_t ow = 0; ow < ow_n; ++ow) {
         const int64_t base = 2 * oh * W + 2 * ow;
         float v = r0[2 * ow];

@@ -95,3 +95,35 @@ TEST_CASE("im2col with padding zeroes every tap outside the image, whatever the 
   const int64_t centre = (0 * 3 + 1) * 3 + 1;
   CHECK(col[centre * g.col_cols()] == 0.0f);
 }
+
+TEST_CASE("2x2 max pooling fast path == the generic window loop, with ties and NaNs") {
+  // Widths give full 16-output rows, masked tails and odd sizes (the last column unused).
+  for (int64_t w : {4, 5, 14, 28, 33, 40}) {
+    CAPTURE(w);
+    const int64_t h = 6;
+    PoolGeometry g{3, h, w, 2, 2};
+    const int64_t outs = g.planes * g.out_h() * g.out_w();
+    std::vector<float> x(g.planes * h * w);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = std::round(3.0f * std::sin(1.7f * i));  // many ties
+    x[5] = std::nanf("");
+    x[w + 7] = std::nanf("");
+    std::vector<float> y(outs);
+    std::vector<int32_t> idx(outs);
+    max_pool2d(g, x.data(), y.data(), idx.data());
+    for (int64_t p = 0; p < g.planes; ++p)
+      for (int64_t oh = 0; oh < g.out_h(); ++oh)
+        for (int64_t ow = 0; ow < g.out_w(); ++ow) {
+          const float* in = x.data() + p * h * w;
+          int64_t best = 2 * oh * w + 2 * ow;
+          for (int64_t kh = 0; kh < 2; ++kh)
+            for (int64_t kw = 0; kw < 2; ++kw) {
+              const int64_t i = (2 * oh + kh) * w + 2 * ow + kw;
+              if (in[i] > in[best] || std::isnan(in[i])) best = i;
+            }
+          const int64_t o = (p * g.out_h() + oh) * g.out_w() + ow;
+          CHECK(idx[o] == best);
+          if (std::isnan(in[best])) CHECK(std::isnan(y[o]));
+          else CHECK(y[o] == in[best]);
+        }
+  }
+}
