@@ -1,5 +1,9 @@
 #include "ckpt/safetensors_reader.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -25,31 +29,35 @@ std::string hex32(uint32_t v) {
   return buf;
 }
 
-std::vector<std::byte> read_whole_file(const std::string& path) {
-  FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) throw FormatError(path, "", rf::str("cannot open: ", std::strerror(errno)));
+}  // namespace
+
+std::vector<std::byte> read_file_bytes(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw FormatError(path, "", rf::str("cannot open: ", std::strerror(errno)));
   std::vector<std::byte> out;
   try {
-    if (std::fseek(f, 0, SEEK_END) != 0) throw FormatError(path, "", rf::str("cannot seek: ", std::strerror(errno)));
-    const long size = std::ftell(f);
-    if (size < 0) throw FormatError(path, "", rf::str("cannot tell its size: ", std::strerror(errno)));
-    std::rewind(f);
-    out.resize(static_cast<size_t>(size));
-    if (std::fread(out.data(), 1, out.size(), f) != out.size()) {
-      throw FormatError(path, "", rf::str("read failed: ", std::ferror(f) ? std::strerror(errno) : "file shrank while reading"));
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) throw FormatError(path, "", rf::str("cannot stat: ", std::strerror(errno)));
+    if (!S_ISREG(st.st_mode)) throw FormatError(path, "", "not a regular file");
+    out.resize(static_cast<size_t>(st.st_size));
+    size_t at = 0;
+    while (at < out.size()) {
+      const ssize_t n = ::read(fd, out.data() + at, out.size() - at);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) throw FormatError(path, "", rf::str("read failed: ", std::strerror(errno)));
+      if (n == 0) throw FormatError(path, "", "file shrank while reading");
+      at += static_cast<size_t>(n);
     }
   } catch (...) {
-    std::fclose(f);
+    ::close(fd);
     throw;
   }
-  std::fclose(f);
+  ::close(fd);
   return out;
 }
 
-}  // namespace
-
 SafetensorsReader SafetensorsReader::open(const std::string& path, ReadOptions opts) {
-  std::vector<std::byte> bytes = read_whole_file(path);
+  std::vector<std::byte> bytes = read_file_bytes(path);
   const std::span<const std::byte> view(bytes);
   return SafetensorsReader(std::move(bytes), view, path, opts);
 }

@@ -18,6 +18,9 @@ struct ReadOptions {
   bool require_integrity = false;
 };
 
+// The whole file; FormatError naming it when it cannot be opened or read.
+std::vector<std::byte> read_file_bytes(const std::string& path);
+
 class SafetensorsReader {
  public:
   static SafetensorsReader open(const std::string& path, ReadOptions opts = {});

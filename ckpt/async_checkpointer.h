@@ -1,0 +1,73 @@
+#pragma once
+// AsyncCheckpointer — disk checkpoints that training does not wait for (DESIGN.md data
+// path 5). save() runs on the training thread at a step boundary: it copies the state
+// into a buffer reused from save to save (one memcpy of S) and returns; a background
+// thread serializes the copy (CRCs, digest) into a second reused buffer and writes it
+// with write_checkpoint_file (temp, fsync, rename, fsync dir), then prunes to the newest
+// `keep`. One write is in flight at most: a save() that finds the previous write still
+// running waits for it (back-pressure, reported in wait_seconds()).
+//
+// The constructor takes the directory's writer lock (CheckpointLocked if another writer
+// holds it) and removes temp files a killed writer left. A background failure (disk full)
+// is rethrown by the next save() or flush(). The destructor finishes the write in flight.
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <ostream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ckpt/checkpoint_dir.h"
+#include "ckpt/state.h"
+
+namespace rf::ckpt {
+
+struct CheckpointerOptions {
+  std::string dir;
+  int64_t keep = 3;                   // checkpoints kept on disk (>= 1)
+  PartialWriteHook partial_write_hook = {};  // tests only (checkpoint_dir.h)
+};
+
+class AsyncCheckpointer {
+ public:
+  // log (may be null) gets one line per checkpoint written or file removed, printed by
+  // the training thread in save()/flush() (the writer thread never touches log).
+  AsyncCheckpointer(CheckpointerOptions options, std::ostream* log);
+  ~AsyncCheckpointer();
+  AsyncCheckpointer(const AsyncCheckpointer&) = delete;
+  AsyncCheckpointer& operator=(const AsyncCheckpointer&) = delete;
+
+  // Copies the state now; the file DIR/ckpt-<meta.step>.safetensors appears later.
+  void save(const nn::Module& model, const optim::Optimizer& optimizer, const SnapshotMeta& meta);
+  // Waits until every saved state is on disk; rethrows a background failure.
+  void flush();
+
+  int64_t last_written_step() const;  // -1 before the first
+  int64_t saves() const { return saves_; }
+  double wait_seconds() const { return wait_seconds_; }  // training time spent waiting on the writer
+
+ private:
+  void run();
+  void wait_idle(std::unique_lock<std::mutex>& lk);
+  void print_notes(std::unique_lock<std::mutex>& lk);
+
+  CheckpointerOptions opt_;
+  std::ostream* log_;
+  CheckpointLock lock_;
+  StateCopy copy_;               // written by save() only while the writer is idle
+  std::vector<std::byte> image_;  // the writer thread's, reused
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool pending_ = false, stop_ = false;
+  int64_t last_written_ = -1;
+  std::exception_ptr error_;
+  std::string notes_;  // log lines from the writer thread, printed by save()/flush()
+  int64_t saves_ = 0;
+  double wait_seconds_ = 0;
+  std::thread thread_;  // last: started after everything above exists
+};
+
+}  // namespace rf::ckpt

@@ -1,0 +1,43 @@
+#include "ckpt/resume.h"
+
+#include <filesystem>
+
+#include "base/str.h"
+#include "ckpt/checkpoint_dir.h"
+#include "ckpt/format_error.h"
+#include "ckpt/safetensors_reader.h"
+
+namespace rf::ckpt {
+
+ResumePoint resume_from_file(const std::string& path, nn::Module& model, optim::Optimizer& optimizer,
+                             const RestoreExpect& expect) {
+  // The file's bytes are the staging buffer restore_state validates in place (R6).
+  const std::vector<std::byte> image = read_file_bytes(path);
+  // A checkpoint's name promises a step: one renamed by hand must not stand in for
+  // another, so the name's step is an expectation checked before anything is copied.
+  RestoreExpect want = expect;
+  const auto named = parse_checkpoint_name(std::filesystem::path(path).filename().string());
+  if (named && want.step && *want.step != *named) {
+    throw MismatchError(path, "", str("is named for step ", *named, ", expected step ", *want.step));
+  }
+  if (named) want.step = *named;
+  return {path, restore_state(image, model, optimizer, want, path)};
+}
+
+std::optional<ResumePoint> resume_newest(const std::string& dir, nn::Module& model, optim::Optimizer& optimizer,
+                                         const RestoreExpect& expect, std::ostream& warn) {
+  const auto files = list_checkpoints(dir);
+  for (const auto& f : files) {
+    try {
+      return resume_from_file(f.path, model, optimizer, expect);
+    } catch (const rf::Error& e) {
+      // restore_state left the state untouched (R6), so the previous file can be tried.
+      warn << "resume: skipping " << f.path << ": " << e.what() << "\n";
+    }
+  }
+  warn << "resume: no valid checkpoint in " << dir
+       << (files.empty() ? " (none found)" : rf::str(" (", files.size(), " skipped)")) << "; starting fresh\n";
+  return std::nullopt;
+}
+
+}  // namespace rf::ckpt

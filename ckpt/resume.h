@@ -1,0 +1,31 @@
+#pragma once
+// Resuming from disk (PROTOCOL.md "Whole-job failure"): the newest VALID checkpoint in a
+// directory. Each candidate, newest first, goes through restore_state (which validates
+// all of it before touching the state, R6); one that is missing, truncated, corrupted
+// (bad CRC), mismatched (other model, shape, optimizer) or named for another step than it
+// holds is skipped with a warning naming the file and the reason, and the previous one
+// is tried. Steps are deterministic (R3, R4), so training continues at meta.step + 1 and
+// ends bitwise identical to an uninterrupted run.
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "ckpt/state.h"
+
+namespace rf::ckpt {
+
+struct ResumePoint {
+  std::string path;  // the file restored
+  SnapshotMeta meta;
+};
+
+// nullopt (after a warning) when dir holds no valid checkpoint: the caller starts fresh.
+std::optional<ResumePoint> resume_newest(const std::string& dir, nn::Module& model, optim::Optimizer& optimizer,
+                                         const RestoreExpect& expect, std::ostream& warn);
+
+// The user named the file: any problem is an error (FormatError naming it), not a skip.
+ResumePoint resume_from_file(const std::string& path, nn::Module& model, optim::Optimizer& optimizer,
+                             const RestoreExpect& expect);
+
+}  // namespace rf::ckpt
