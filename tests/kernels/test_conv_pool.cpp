@@ -70,11 +70,14 @@ TEST_CASE("max_pool2d picks the first maximum and routes the gradient there") {
 }
 
 TEST_CASE("max_pool2d_backward: overwrite mode equals zero-then-accumulate, tiled or not") {
-  for (int64_t h : {4, 5}) {  // 4x6 tiles exactly (fast path), 5x6 does not
+  // 4 x {6, 28, 40} tile exactly (the vector path: masked tails and full 16-window rows);
+  // 5 x 6 and 4 x 7 do not (zero, then scatter).
+  for (auto [h, w] : {std::pair<int64_t, int64_t>{4, 6}, {4, 28}, {4, 40}, {5, 6}, {4, 7}}) {
     CAPTURE(h);
-    PoolGeometry g{3, h, 6, 2, 2};
+    CAPTURE(w);
+    PoolGeometry g{3, h, w, 2, 2};
     const int64_t outs = g.planes * g.out_h() * g.out_w();
-    std::vector<float> x(g.planes * h * 6), y(outs), dy(outs);
+    std::vector<float> x(g.planes * h * w), y(outs), dy(outs);
     std::vector<int32_t> idx(outs);
     for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(2.1f * i);
     for (size_t i = 0; i < dy.size(); ++i) dy[i] = 1.0f + i;
