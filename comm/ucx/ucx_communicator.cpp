@@ -536,7 +536,7 @@ bool UcxCommunicator::pump() {
     for (Pending* p : active_) {
       if (!p->running) {
         p->running = true;
-        p->last_progress = Clock::now();
+        p->progress_seen = true;  // the next stall check starts its clock (no read here)
       }
       bool progressed = false;
       try {
