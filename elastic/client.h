@@ -91,8 +91,9 @@ class Client {
   PlanQuery wait_plan(uint64_t round, Duration timeout);
   // Reports `state()` for the round this worker must join (the open one, or g+1 after
   // a planned change, or "the next" for a new worker) and waits for its plan, reporting
-  // again whenever the round is revoked. Throws JobStopped, JobFinished, Refused
-  // (fenced) or CallTimeout.
+  // again whenever the round is revoked. `timeout` bounds the whole wait, standby
+  // included (a spare waits until a hole opens: give it a long one). Throws JobStopped,
+  // JobFinished, Refused (fenced) or CallTimeout.
   Plan next_plan(const std::function<StateReport()>& state, Duration timeout);
   // Step 7: ready(g), then wait until g runs (Running) or was revoked (Revoked).
   ReadyQuery ready(uint64_t generation, Duration timeout);

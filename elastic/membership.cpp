@@ -185,8 +185,10 @@ ReportResult Membership::report(WorkerId w, uint64_t round, const StateReport& s
   }
   r.generation = generation_;
   wk->report = state;
-  // A report arriving after the plan was made waits for the next round.
-  wk->report_round = round_plan_ ? 0 : generation_;
+  // A report arriving after the plan was made waits for the next round, unless it comes
+  // from a rank of that plan (a repeated report must not take it out of its own round).
+  const PlanRank* placed = round_plan_ ? round_plan_->find(w.slot) : nullptr;
+  wk->report_round = round_plan_ && !(placed && placed->worker == w) ? 0 : generation_;
   log({"report", state.has_state ? "state" : "no_state", w, generation_, state.step, now, std::nullopt,
        state.digest});
   try_close_round(now);

@@ -644,6 +644,24 @@ TEST_CASE("edge answers: unknown workers, rounds not open, early ready, out-of-r
   CHECK(s.m.generation() == 2);
 }
 
+TEST_CASE("a rank of the plan reporting again stays in its round; a late joiner waits for the next") {
+  Sim s(2);
+  auto ws = s.form(2);
+  s.m.connection_lost({1, 0}, s.now);
+  s.report({0, 0}, 2, 4, "x");
+  s.join({1, 1});
+  s.report_new({1, 1});
+  REQUIRE(s.m.plan());
+  CHECK(s.report({0, 0}, 2, 4, "x").ok());  // repeated
+  CHECK(s.m.plan_for({0, 0}, 2).kind == PlanQuery::Ready);
+  s.join({5, 0});
+  s.report_new({5, 0});
+  CHECK(s.m.plan_for({5, 0}, 0).kind == PlanQuery::Pending);
+  s.ready_all();
+  CHECK(s.m.phase() == Phase::Running);
+  CHECK(s.m.plan_for({5, 0}, 0).kind == PlanQuery::Pending);  // standby at full W
+}
+
 TEST_CASE("after the job stopped or finished, joins and reports are answered 'stopped'") {
   Sim s(2);
   auto ws = s.form(2);

@@ -79,7 +79,7 @@ int main(int argc, char** argv) {
             [&] {
               return step >= 0 || init_state ? StateReport{true, step, digest(step)} : StateReport{};
             },
-            120s);
+            24h);  // a standby spare may wait for a hole as long as the job runs
       } catch (const JobFinished&) {
         return 0;  // a spare that was never needed
       }
