@@ -24,12 +24,22 @@ std::unique_ptr<FaultInjector> FaultInjector::from_env(int64_t incarnation, int 
   return std::make_unique<FaultInjector>(elastic::parse_fault_specs(env ? env : ""), incarnation, slot);
 }
 
+void FaultInjector::on_plan(int64_t redo, bool fresh) {
+  prev_max_redo_.store(max_redo_.load());
+  if (!fresh && redo > max_redo_.load()) max_redo_.store(redo);
+}
+
+bool FaultInjector::eligible(FaultPhase phase, int64_t step) const {
+  if (phase == FaultPhase::Transfer || phase == FaultPhase::Recovery) return step > prev_max_redo_.load();
+  return step > max_redo_.load();
+}
+
 void FaultInjector::at(FaultPhase phase, int64_t step) {
   if (incarnation_ != 0) return;
   for (size_t i = 0; i < specs_.size(); ++i) {
     const auto& f = specs_[i];
     const FaultPhase p = f.phase.value_or(FaultPhase::Forward);
-    if (p != phase || f.step != step || f.rank != rank_.load()) continue;
+    if (p != phase || f.step != step || f.rank != rank_.load() || !eligible(p, step)) continue;
     if (p == FaultPhase::Allreduce && f.after_chunks.value_or(0) > 0) continue;  // on_chunk's
     fire(i, elastic::to_string(phase));
   }
@@ -41,7 +51,7 @@ void FaultInjector::on_chunk(uint64_t step, uint64_t chunks_done) {
     const auto& f = specs_[i];
     if (f.phase != FaultPhase::Allreduce || f.after_chunks.value_or(0) <= 0) continue;
     if (static_cast<int64_t>(step) != f.step || f.rank != rank_.load()) continue;
-    if (static_cast<int64_t>(chunks_done) < *f.after_chunks) continue;
+    if (static_cast<int64_t>(chunks_done) < *f.after_chunks || !eligible(FaultPhase::Allreduce, *f.step)) continue;
     fire(i, "allreduce");
   }
 }

@@ -10,6 +10,11 @@
 //   exit  _exit(3)              drop  force-closes this rank's endpoints (the hook given)
 //   slow  sleeps slow_ms once (a slow rank is not a failure)
 // Phases transfer/recovery match the step being redone (T+1) of a recovery.
+// Once per job, not once per attempt: a step that is redone after a recovery does not
+// fire its faults again (else a shrunk group, whose new rank R is another worker, would
+// repeat the fault for ever). So training-phase specs of step s fire only while s is
+// beyond every redone step seen so far, and transfer/recovery specs only in the first
+// recovery that redoes s.
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -29,6 +34,8 @@ class FaultInjector {
   static std::unique_ptr<FaultInjector> from_env(int64_t incarnation, int slot);
 
   void set_rank(int rank) { rank_.store(rank); }
+  // A plan arrived that resumes at step `redo` (T+1); fresh starts do not count.
+  void on_plan(int64_t redo, bool fresh);
   void set_drop(std::function<void()> drop) { drop_ = std::move(drop); }
   void set_slow_ms(int ms) { slow_ms_ = ms; }
   bool empty() const { return specs_.empty(); }
@@ -46,6 +53,8 @@ class FaultInjector {
   int64_t incarnation_ = 0;
   int slot_ = 0;
   std::atomic<int> rank_{-1};
+  std::atomic<int64_t> max_redo_{-1}, prev_max_redo_{-1};
+  bool eligible(elastic::FaultPhase phase, int64_t step) const;
   std::function<void()> drop_;
   int slow_ms_ = 200;
 };

@@ -113,6 +113,7 @@ struct Trainer::Impl {
     world = plan.world();
     inj->set_rank(rank);
     const int64_t redo = plan.target_step + 1;
+    inj->on_plan(redo, plan.fresh_start);
     inj->at(FaultPhase::Recovery, redo);
 
     // Step 5: connect.

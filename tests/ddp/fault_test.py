@@ -36,7 +36,7 @@ SCENARIOS = {
     "kill_rank0_backward": (["--inject", "kill:rank=0:step=15:phase=backward"], [], {"recoveries": 1}),
     "sigstop_middle": (["--inject", "stop:rank=1:step=12:phase=forward", "--lease", "500ms"], [],
                        {"recoveries": 1}),
-    "shrink_kill_middle": (["--inject", KILL_MID, "--max-restarts", "0"], [],
+    "shrink_kill_middle": (["--inject", KILL_MID, "--max-restarts", "0", "--min-world", "2", "--join-window", "300ms"], [],
                            {"recoveries": 1, "shrink": True}),
     "exit_optimizer": (["--inject", "exit:rank=2:step=10:phase=optimizer"], [], {"recoveries": 1}),
     "drop_allreduce": (["--inject", "drop:rank=1:step=18:phase=allreduce:after_chunks=1"], [],
@@ -146,6 +146,7 @@ def main():
             if expect.get("shrink"):
                 check(all(r["world"] == W - 1 for r in finals), f"{scenario}: did not shrink to {W - 1}")
                 loss = finals[0]["final_loss"]
+                print(f"{scenario}: final loss {loss} (failure-free {ref_loss}), digests {finals[0]['digest']} vs {ref_digest}")
                 check(abs(loss - ref_loss) <= 0.01 * abs(ref_loss),
                       f"{scenario}: final loss {loss} not within 1 % of {ref_loss}")
             else:
@@ -154,7 +155,7 @@ def main():
                       f"{scenario}: final digest {finals[0]['digest']} != failure-free {ref_digest}")
         for r in recs:
             print(f"{scenario}: recovery {r['cause']} slot {r['worker']['slot']} T {r['target_step']} world "
-                  f"{r['world']} rounds {r['rounds']} total {r['total_ms']:.1f} ms phases {r['phases']}")
+                  f"{r['world']} rounds {r['rounds']} total {r['total_ms']} ms phases {r['phases']}")
     finally:
         if failures:
             print(f"{scenario}: {len(failures)} failure(s); files kept in {tmp}")
