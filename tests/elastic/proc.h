@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -137,5 +138,14 @@ inline std::string temp_dir(const std::string& name) {
   if (!mkdtemp(t.data())) throw std::runtime_error("mkdtemp failed");
   return t;
 }
+
+// Removes a temp_dir() on scope exit (failure messages already carry the logs).
+struct TempDirGuard {
+  std::string path;
+  ~TempDirGuard() {
+    std::error_code ec;
+    if (path.rfind("/tmp/rf-", 0) == 0) std::filesystem::remove_all(path, ec);
+  }
+};
 
 }  // namespace rf::test

@@ -16,8 +16,9 @@ namespace {
 
 struct Run {
   std::string dir, out, summary, log;
+  TempDirGuard cleanup;  // destroyed after proc: the launcher is reaped first
   Proc proc;
-  explicit Run(const std::string& name) : dir(temp_dir(name)) {
+  explicit Run(const std::string& name) : dir(temp_dir(name)), cleanup{dir} {
     out = dir + "/launcher.log";
     summary = dir + "/summary.json";
     log = dir + "/events.jsonl";
@@ -135,6 +136,7 @@ TEST_CASE("run: diverged replicas stop the job with an error naming workers and 
 
 TEST_CASE("coord + two launchers (--coord --nnodes 2 --node-rank I) form one job") {
   const std::string dir = temp_dir("multinode");
+  TempDirGuard cleanup{dir};
   const std::string token_file = dir + "/token", coord_out = dir + "/coord.log";
   Proc coord({RF_RINGFENCE, "coord", "-n", "2", "--port", "0", "--token-file", token_file, "--heartbeat", "50ms",
               "--lease", "500ms", "--event-log", dir + "/events.jsonl"},

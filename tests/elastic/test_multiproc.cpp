@@ -40,6 +40,7 @@ struct Job {
   ~Job() {
     procs.clear();  // kill and reap every child before the coordinator goes
     coord.reset();
+    TempDirGuard{dir};
   }
   Proc& start(int slot, int64_t inc = 0, const std::string& token_override = "") {
     auto key = std::make_pair(slot, inc);
