@@ -624,7 +624,7 @@ void UcxCommunicator::poison(const char* kind, CommErrorInfo info) {
     poison_info_ = info;
   }
   // Make sure UCX writes into none of these buffers any more, within a few ms.
-  const TimePoint until = Clock::now() + std::chrono::milliseconds(5);
+  const TimePoint until = Clock::now() + std::chrono::milliseconds(3);  // within the 10 ms abort bound
   for (;;) {
     transport_->progress();
     bool quiet = true;

@@ -270,6 +270,7 @@ int scenario_abort() {
       const double ms = static_cast<double>(rf::now_ns() - aborted_ns.load()) / 1e6;
       EXPECT(r == 0, "rank ", r, " got Aborted: ", err.what());
       EXPECT(ms <= 10.0, "failed ", ms, " ms after abort()");
+      std::cerr << "rank 0: " << err.what() << " (" << ms << " ms after abort())\n";
       EXPECT(err.generation() == 7 && std::string(err.what()).find("g=7") != std::string::npos &&
                  std::string(err.what()).find("coordinator revoked") != std::string::npos,
              err.what());
