@@ -258,6 +258,11 @@ struct Coordinator::Impl {
     } catch (const ProtocolError& e) {
       log.write({{"ts_us", rf::wall_us()}, {"event", "protocol_error"}, {"peer", c.peer}, {"error", e.what()}});
       send_error(c, e.what());
+    } catch (const std::exception& e) {
+      // Not expected (every input is validated above); still, one connection's request
+      // must never take the coordinator down: answer, close it, keep serving.
+      log.write({{"ts_us", rf::wall_us()}, {"event", "internal_error"}, {"peer", c.peer}, {"error", e.what()}});
+      send_error(c, rf::str("internal error: ", e.what()));
     }
     // after_events() runs once per loop iteration, not here: it may erase connections
     // while the loop is iterating over them.
