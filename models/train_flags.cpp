@@ -4,6 +4,7 @@
 #include <cmath>
 #include <functional>
 #include <map>
+#include <set>
 
 #include "base/str.h"
 
@@ -54,6 +55,15 @@ std::string train_usage(ModelKind kind) {
          "                     samples_per_sec, state_digest, ...)\n"
          "  --loss-log FILE    JSON lines {\"step\":s,\"loss\":x} (mean over the global batch)\n"
          "  --batch-log FILE   JSON lines {\"step\":s,\"indices\":[...]} (global batch samples)\n"
+         "  --ckpt-dir DIR     write checkpoints to DIR (ckpt-<step>.safetensors), at the end\n"
+         "                     of training and every --ckpt-every steps; one writer per DIR\n"
+         "  --ckpt-every N     also checkpoint every N steps (default 0: only at the end)\n"
+         "  --ckpt-keep K      keep the K newest checkpoints (default 3)\n"
+         "  --resume           continue from the newest valid checkpoint in --ckpt-dir\n"
+         "                     (damaged ones are skipped with a warning; none: start fresh)\n"
+         "  --resume-from FILE continue from this checkpoint (an error if it is not valid)\n"
+         "  --ckpt-test-pause-in-write STEP  (tests) stop half-way through writing the\n"
+         "                     checkpoint of STEP and wait to be killed\n"
          "  --help             this text\n";
 }
 
@@ -77,11 +87,22 @@ ParsedFlags parse_train_flags(const std::vector<std::string>& args, ModelKind ki
       {"--metrics", [&](auto&, auto& v) { o.metrics_file = v; }},
       {"--loss-log", [&](auto&, auto& v) { o.loss_log = v; }},
       {"--batch-log", [&](auto&, auto& v) { o.batch_log = v; }},
+      {"--ckpt-dir", [&](auto&, auto& v) { o.ckpt_dir = v; }},
+      {"--ckpt-every", [&](auto& f, auto& v) { o.ckpt_every = parse_int(f, v, 0); }},
+      {"--ckpt-keep", [&](auto& f, auto& v) { o.ckpt_keep = parse_int(f, v, 1); }},
+      {"--resume-from", [&](auto&, auto& v) { o.resume_from = v; }},
+      {"--ckpt-test-pause-in-write", [&](auto& f, auto& v) { o.ckpt_test_pause_step = parse_int(f, v, 0); }},
   };
+  std::set<std::string> given;
   for (size_t i = 0; i < args.size(); ++i) {
     std::string flag = args[i], value;
     if (flag == "--help" || flag == "-h") {
       out.help = true;
+      continue;
+    }
+    if (flag == "--resume") {  // the one flag without a value
+      o.resume = true;
+      given.insert(flag);
       continue;
     }
     const size_t eq = flag.find('=');
@@ -99,8 +120,14 @@ ParsedFlags parse_train_flags(const std::vector<std::string>& args, ModelKind ki
     }
     if (value.empty()) throw FlagError(str(flag, ": empty value"));
     it->second(flag, value);
+    given.insert(flag);
   }
   if (o.threads > 1024) throw FlagError(str("--threads: ", o.threads, " is too many"));
+  if (o.ckpt_dir.empty()) {
+    for (const char* f : {"--ckpt-every", "--ckpt-keep", "--resume", "--ckpt-test-pause-in-write"})
+      if (given.count(f)) throw FlagError(str(f, ": needs --ckpt-dir"));
+  }
+  if (o.resume && !o.resume_from.empty()) throw FlagError("--resume and --resume-from: give one of them");
   return out;
 }
 

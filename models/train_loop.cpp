@@ -1,14 +1,22 @@
 #include "models/train_loop.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <iostream>
+#include <memory>
 #include <ostream>
+#include <sstream>
 
 #include "base/clock.h"
 #include "base/error.h"
 #include "base/str.h"
+#include "ckpt/async_checkpointer.h"
+#include "ckpt/checkpoint_dir.h"
+#include "ckpt/resume.h"
 #include "core/data/data.h"
 #include "core/ops.h"
 #include "core/optim/sgd.h"
@@ -42,6 +50,59 @@ std::ofstream open_log(const std::string& path, const char* flag) {
   return f;
 }
 
+// The test hook of --ckpt-test-pause-in-write: runs on the writer thread half-way through
+// the temp file of the chosen step, says so on stderr (the test waits for that line) and
+// waits to be killed. It never returns, so the checkpoint is never completed.
+ckpt::PartialWriteHook pause_in_write_hook(int64_t step) {
+  if (step < 0) return {};
+  const std::string temp_name = str(".", ckpt::checkpoint_name(step), ".tmp");
+  return [temp_name](const std::string& temp_path, size_t written, size_t total) {
+    if (temp_path.size() < temp_name.size() ||
+        temp_path.compare(temp_path.size() - temp_name.size(), temp_name.size(), temp_name) != 0)
+      return;
+    std::cerr << "ckpt: test hook: paused inside the write of " << temp_path << " (" << written << " of "
+              << total << " bytes)" << std::endl;
+    for (;;) ::pause();  // until SIGKILL
+  };
+}
+
+// Restores the state per --resume / --resume-from; returns the step to start at. With
+// --ckpt-dir, the directory must belong to this lineage: a fresh start refuses a directory
+// that already holds checkpoints (they would be mixed with and pruned by this run).
+int64_t restore_for_resume(const TrainOptions& opt, nn::Module& model, optim::SGD& sgd,
+                           const ckpt::SnapshotMeta& ours, TrainResult& r, std::ostream& log) {
+  const ckpt::RestoreExpect expect{.model = ours.model, .optimizer = ours.optimizer};
+  std::optional<ckpt::ResumePoint> point;
+  if (!opt.resume_from.empty()) {
+    point = ckpt::resume_from_file(opt.resume_from, model, sgd, expect);
+  } else if (opt.resume) {
+    std::ostringstream warn;
+    point = ckpt::resume_newest(opt.ckpt_dir, model, sgd, expect, warn);
+    std::string line;
+    for (std::istringstream lines(warn.str()); std::getline(lines, line);) log << "warning: " << line << "\n";
+  }
+  const int64_t from = point ? point->meta.step : -1;
+  if (!opt.ckpt_dir.empty()) {
+    const auto existing = ckpt::list_checkpoints(opt.ckpt_dir);
+    // After --resume every file newer than `from` failed validation (else it would have
+    // been chosen); this run's first checkpoint prunes them. Otherwise newer files may be
+    // valid work of another run: refuse rather than delete it.
+    if (!opt.resume && !existing.empty() && existing.front().step > from) {
+      throw InvalidInput(str("--ckpt-dir ", opt.ckpt_dir, " already holds checkpoints (newest ",
+                             existing.front().path, ")", point ? " newer than the one resumed" : "",
+                             "; pass --resume to continue from them, or choose another directory"));
+    }
+  }
+  if (!point) return 0;
+  if (point->meta.optimizer_hparams != ours.optimizer_hparams) {
+    log << "warning: " << point->path << " was trained with " << point->meta.optimizer_hparams
+        << ", continuing with " << ours.optimizer_hparams << "\n";
+  }
+  log << "== resumed from " << point->path << " (step " << from << "), continuing at step " << from + 1 << "\n";
+  r.resumed_step = from;
+  return from + 1;
+}
+
 }  // namespace
 
 TrainResult train(const TrainOptions& opt, std::ostream& log) {
@@ -59,6 +120,11 @@ TrainResult train(const TrainOptions& opt, std::ostream& log) {
   optim::SGD sgd(model->named_parameters(), {.lr = opt.lr, .momentum = opt.momentum});
   data::Sampler sampler(train_set.n, opt.batch, opt.seed);
 
+  TrainResult r;
+  ckpt::SnapshotMeta meta{.model = model_name(opt.model), .step = -1, .generation = 0, .world_size = 1,
+                          .optimizer = "sgd",
+                          .optimizer_hparams = nlohmann::json{{"lr", opt.lr}, {"momentum", opt.momentum}}.dump()};
+
   std::ofstream loss_log, batch_log;
   if (!opt.loss_log.empty()) loss_log = open_log(opt.loss_log, "--loss-log");
   if (!opt.batch_log.empty()) batch_log = open_log(opt.batch_log, "--batch-log");
@@ -68,13 +134,22 @@ TrainResult train(const TrainOptions& opt, std::ostream& log) {
   log << "== train_" << model_name(opt.model) << ": " << model->num_parameters()
       << " parameters, " << train_set.n << " training samples, batch " << opt.batch << ", "
       << total_steps << " steps, " << opt.threads << " thread(s)\n";
+  // The lock first: two runs must never share a checkpoint directory (one writer per job).
+  std::unique_ptr<ckpt::AsyncCheckpointer> checkpointer;
+  if (!opt.ckpt_dir.empty()) {
+    checkpointer = std::make_unique<ckpt::AsyncCheckpointer>(
+        ckpt::CheckpointerOptions{.dir = opt.ckpt_dir, .keep = opt.ckpt_keep,
+                                  .partial_write_hook = pause_in_write_hook(opt.ckpt_test_pause_step)},
+        &log);
+  }
+  const int64_t first_step = restore_for_resume(opt, *model, sgd, meta, r, log);
 
-  TrainResult r;
   std::vector<int32_t> labels;
   const TimePoint t0 = Clock::now();
   TimePoint window_t = t0;
   int64_t window_samples = 0;
-  for (int64_t step = 0; step < total_steps; ++step) {
+  int64_t saved_step = first_step - 1;  // the resumed state is on disk already
+  for (int64_t step = first_step; step < total_steps; ++step) {
     const std::vector<int64_t> idx = sampler.global_batch(step);
     const int64_t b = static_cast<int64_t>(idx.size());
     // Tensors come from the caching allocator: the same sizes every step, no page faults.
@@ -87,6 +162,12 @@ TrainResult train(const TrainOptions& opt, std::ostream& log) {
     const float loss_value = loss.item();
     loss.backward();
     sgd.step();
+    // Step boundary: S is the state after `step` (R1). save() copies it and returns.
+    if (checkpointer && opt.ckpt_every > 0 && (step + 1) % opt.ckpt_every == 0) {
+      meta.step = step;
+      checkpointer->save(*model, sgd, meta);
+      saved_step = step;
+    }
 
     r.final_loss = loss_value;
     r.losses.push_back(loss_value);
@@ -105,6 +186,15 @@ TrainResult train(const TrainOptions& opt, std::ostream& log) {
       window_t = Clock::now();
       window_samples = 0;
     }
+  }
+  if (checkpointer) {
+    if (total_steps - 1 > saved_step) {  // the final state, unless it was just saved
+      meta.step = total_steps - 1;
+      checkpointer->save(*model, sgd, meta);
+    }
+    checkpointer->flush();
+    r.checkpoints = checkpointer->saves();
+    r.ckpt_wait_seconds = checkpointer->wait_seconds();
   }
   r.train_seconds = seconds_since(t0);
   r.steps = total_steps;
@@ -138,7 +228,10 @@ void write_metrics(const std::string& path, const TrainOptions& opt, const Train
                       {"state_digest", r.state_digest},
                       {"batch", opt.batch},
                       {"threads", opt.threads},
-                      {"seed", opt.seed}};
+                      {"seed", opt.seed},
+                      {"resumed_step", r.resumed_step},
+                      {"checkpoints", r.checkpoints},
+                      {"ckpt_wait_seconds", r.ckpt_wait_seconds}};
   std::ofstream f = open_log(path, "--metrics");
   f << j.dump(2) << "\n";
   if (!f) throw Error(str("--metrics ", path, ": write failed"));

@@ -2,7 +2,9 @@
 // The single-process training loop of the reference models: the global batch of step s
 // comes from the sampler (a pure function of (seed, s), PROTOCOL.md R3), loss =
 // cross-entropy averaged over the batch, SGD with momentum. It prints step, loss and
-// samples/s every log interval and the test accuracy at the end.
+// samples/s every log interval and the test accuracy at the end. With checkpoints, a
+// resumed run continues at the checkpoint's step + 1 with the same batches (R3) and ends
+// bitwise identical to an uninterrupted one.
 #include <cstdint>
 #include <iosfwd>
 #include <string>
@@ -28,6 +30,17 @@ struct TrainOptions {
   std::string metrics_file;  // JSON summary
   std::string loss_log;      // JSON lines {"step":s,"loss":x}
   std::string batch_log;     // JSON lines {"step":s,"indices":[...]}
+  // Checkpoints (ckpt/, docs/ckpt.md). With ckpt_dir set, the state is checkpointed every
+  // ckpt_every steps (0: only at the end) and at the end of training, keeping ckpt_keep.
+  std::string ckpt_dir;
+  int64_t ckpt_every = 0;
+  int64_t ckpt_keep = 3;
+  bool resume = false;       // continue from the newest valid checkpoint in ckpt_dir
+  std::string resume_from;   // continue from this file (an error if it is not valid)
+  // Test hook: the write of the checkpoint of this step stops half-way (temp file half
+  // written and synced), prints "ckpt: test hook: paused ..." to stderr and waits to be
+  // killed. -1: off.
+  int64_t ckpt_test_pause_step = -1;
 };
 
 struct TrainResult {
@@ -39,6 +52,9 @@ struct TrainResult {
   double train_seconds = 0.0;  // the training loop only (no data loading, no evaluation)
   double samples_per_sec = 0.0;
   std::string state_digest;    // parameters + optimizer state, 32 hex
+  int64_t resumed_step = -1;   // the checkpoint's step when resumed (training began after it)
+  int64_t checkpoints = 0;     // checkpoints saved by this process
+  double ckpt_wait_seconds = 0;  // training time spent waiting for the checkpoint writer
   std::vector<float> losses;   // per step
 };
 

@@ -51,3 +51,36 @@ TEST_CASE("bad flags are errors naming the flag") {
   CHECK(fails({"--threads="}, "empty"));
   CHECK(fails({"positional"}, "positional"));
 }
+
+TEST_CASE("checkpoint flags") {
+  auto p = parse_train_flags({"--ckpt-dir", "/c", "--ckpt-every=10", "--ckpt-keep", "2", "--resume",
+                              "--ckpt-test-pause-in-write", "19"},
+                             ModelKind::CNN);
+  CHECK(p.options.ckpt_dir == "/c");
+  CHECK(p.options.ckpt_every == 10);
+  CHECK(p.options.ckpt_keep == 2);
+  CHECK(p.options.resume);
+  CHECK(p.options.ckpt_test_pause_step == 19);
+  auto d = parse_train_flags({}, ModelKind::MLP).options;
+  CHECK(d.ckpt_dir.empty());
+  CHECK(d.ckpt_every == 0);
+  CHECK(d.ckpt_keep == 3);
+  CHECK_FALSE(d.resume);
+  CHECK(d.ckpt_test_pause_step == -1);
+  CHECK(parse_train_flags({"--resume-from", "f.safetensors"}, ModelKind::MLP).options.resume_from == "f.safetensors");
+
+  auto fails = [](std::vector<std::string> args, const std::string& needle) {
+    try {
+      parse_train_flags(args, ModelKind::MLP);
+    } catch (const FlagError& e) {
+      return std::string(e.what()).find(needle) != std::string::npos;
+    }
+    return false;
+  };
+  CHECK(fails({"--resume"}, "--resume: needs --ckpt-dir"));
+  CHECK(fails({"--ckpt-every", "5"}, "--ckpt-every: needs --ckpt-dir"));
+  CHECK(fails({"--ckpt-keep=2"}, "--ckpt-keep: needs --ckpt-dir"));
+  CHECK(fails({"--ckpt-dir", "/c", "--ckpt-keep", "0"}, "minimum 1"));
+  CHECK(fails({"--ckpt-dir", "/c", "--ckpt-every", "-1"}, "--ckpt-every"));
+  CHECK(fails({"--ckpt-dir", "/c", "--resume", "--resume-from", "f"}, "give one of them"));
+}

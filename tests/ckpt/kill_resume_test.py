@@ -1,0 +1,156 @@
+#!/usr/bin/env python3
+"""SIGKILL a training run, mid-training and in the middle of a checkpoint write, then
+--resume: the final state digest equals the uninterrupted run's (PROTOCOL.md "Whole-job
+failure", R3). Also: a damaged newest checkpoint is skipped with a warning naming it, and
+a second writer on a directory in use is refused.
+
+    kill_resume_test.py TRAIN_PROGRAM
+
+Every child runs in its own process group with a deadline, is reaped by PID, and is
+killed (group) on any failure. Synchronisation is on output lines, never on sleeps.
+"""
+import json
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+PROG = sys.argv[1]
+ARGS = ["--synthetic", "3000", "--batch", "32", "--epochs", "2", "--max-steps", "150", "--seed", "5",
+        "--log-interval", "10"]
+DEADLINE_S = 120
+children = []
+
+
+def fail(msg):
+    for p in children:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+    print("FAIL:", msg, file=sys.stderr)
+    sys.exit(1)
+
+
+def start(extra, merge_stderr=True):
+    p = subprocess.Popen([PROG] + ARGS + extra, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
+                         start_new_session=True, text=True)
+    children.append(p)
+    return p
+
+
+def run(extra):
+    """Runs to completion within the deadline; returns (returncode, output)."""
+    p = start(extra)
+    try:
+        out, _ = p.communicate(timeout=DEADLINE_S)
+    except subprocess.TimeoutExpired:
+        fail(f"{' '.join(extra)}: no exit within {DEADLINE_S} s")
+    return p.returncode, out
+
+
+def wait_for_line(p, stream, needle):
+    """Reads p's lines until one contains needle (the condition); returns all read."""
+    sel = selectors.DefaultSelector()
+    sel.register(stream, selectors.EVENT_READ)
+    seen = []
+    end = time.monotonic() + DEADLINE_S
+    while True:
+        left = end - time.monotonic()
+        if left <= 0 or not sel.select(timeout=left):
+            fail(f"no line with {needle!r} within {DEADLINE_S} s; got:\n" + "".join(seen))
+        line = stream.readline()
+        if not line:
+            fail(f"exited ({p.wait()}) before a line with {needle!r}; got:\n" + "".join(seen))
+        seen.append(line)
+        if needle in line:
+            return "".join(seen)
+
+
+def kill(p):
+    os.killpg(p.pid, signal.SIGKILL)
+    p.wait()  # reaped by PID
+    if p.returncode != -signal.SIGKILL:
+        fail(f"expected the run to die by SIGKILL, it exited {p.returncode}")
+
+
+def digest(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def resume_and_compare(tag, d, ref, expect_in_log=()):
+    m = os.path.join(d, f"{tag}.json")
+    rc, out = run(["--ckpt-dir", os.path.join(d, tag), "--ckpt-every", "10", "--resume", "--metrics", m])
+    if rc != 0:
+        fail(f"{tag}: resumed run exited {rc}:\n{out}")
+    for needle in expect_in_log:
+        if needle not in out:
+            fail(f"{tag}: resumed run's output lacks {needle!r}:\n{out}")
+    got = digest(m)
+    if got["state_digest"] != ref["state_digest"]:
+        fail(f"{tag}: final state {got['state_digest']} != uninterrupted {ref['state_digest']}:\n{out}")
+    print(f"ok {tag}: resumed after step {got['resumed_step']}, final state {got['state_digest']} == uninterrupted")
+    return got, out
+
+
+def main():
+    d = tempfile.mkdtemp(prefix="rf_kill_resume_")
+    ref_path = os.path.join(d, "ref.json")
+    rc, out = run(["--metrics", ref_path])
+    if rc != 0:
+        fail(f"uninterrupted run exited {rc}:\n{out}")
+    ref = digest(ref_path)
+    print("uninterrupted:", ref["state_digest"], "after", ref["steps"], "steps")
+
+    # 1. Killed mid-training, right after the checkpoint of step 29 is on disk.
+    p = start(["--ckpt-dir", os.path.join(d, "mid"), "--ckpt-every", "10"])
+    wait_for_line(p, p.stdout, "ckpt-000000029.safetensors")
+    kill(p)
+    got, _ = resume_and_compare("mid", d, ref, ["== resumed from"])
+    if not 29 <= got["resumed_step"] < ref["steps"] - 1:
+        fail(f"mid: resumed from step {got['resumed_step']}, expected a mid-training checkpoint")
+
+    # 2. Killed inside the write of the checkpoint of step 59 (temp file half written). While
+    #    it is paused there it holds the directory: a second writer must be refused.
+    wdir = os.path.join(d, "write")
+    p = start(["--ckpt-dir", wdir, "--ckpt-every", "10", "--ckpt-test-pause-in-write", "59"],
+              merge_stderr=False)
+    wait_for_line(p, p.stderr, "paused inside the write")
+    temp = os.path.join(wdir, ".ckpt-000000059.safetensors.tmp")
+    if not os.path.exists(temp):
+        fail("no half-written temp file while paused in the write")
+    rc, out = run(["--ckpt-dir", wdir, "--resume"])
+    if rc != 1 or "another checkpoint writer" not in out:
+        fail(f"a second writer on {wdir} was not refused (exit {rc}):\n{out}")
+    print("ok lock: a second writer is refused while the first holds the directory")
+    kill(p)
+    if os.path.exists(os.path.join(wdir, "ckpt-000000059.safetensors")):
+        fail("a checkpoint name appeared for a write that never finished")
+    resume_and_compare("write", d, ref, ["(left by an interrupted write)", "ckpt-000000049.safetensors (step 49)"])
+
+    # 3. Killed, then the newest checkpoint damaged on disk: skipped with a warning naming
+    #    the file and the reason, the previous one used, same final state.
+    p = start(["--ckpt-dir", os.path.join(d, "damaged"), "--ckpt-every", "10"])
+    wait_for_line(p, p.stdout, "ckpt-000000039.safetensors")
+    kill(p)
+    files = sorted(f for f in os.listdir(os.path.join(d, "damaged")) if f.startswith("ckpt-"))
+    newest = os.path.join(d, "damaged", files[-1])
+    with open(newest, "r+b") as f:
+        f.seek(-7, os.SEEK_END)
+        b = f.read(1)
+        f.seek(-7, os.SEEK_END)
+        f.write(bytes([b[0] ^ 0x40]))
+    got, out = resume_and_compare("damaged", d, ref, [f"warning: resume: skipping {newest}", "corrupted"])
+    if got["resumed_step"] >= int(files[-1][5:14]):
+        fail("damaged: resumed from the damaged file")
+
+    subprocess.run(["rm", "-rf", d], check=True)
+    print("PASS")
+
+
+if __name__ == "__main__":
+    main()
