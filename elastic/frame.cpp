@@ -8,7 +8,9 @@ using nlohmann::json;
 
 std::string encode_frame(json message) {
   if (!message.contains("v")) message["v"] = kProtocolVersion;
-  std::string body = message.dump();
+  // Invalid UTF-8 (never from a parsed frame, but maybe in an error text) is replaced,
+  // not thrown: building a reply must not fail.
+  std::string body = message.dump(-1, ' ', false, json::error_handler_t::replace);
   if (body.size() > kMaxFrameBytes)
     throw ProtocolError(rf::str("message of ", body.size(), " bytes exceeds the frame limit of ",
                                 kMaxFrameBytes));

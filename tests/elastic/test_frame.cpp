@@ -41,6 +41,15 @@ TEST_CASE("round trip, byte by byte") {
   CHECK(std::holds_alternative<Leave>(decode_request(parse_message(got[1]))));
 }
 
+TEST_CASE("encoding never throws on invalid UTF-8 (it is replaced)") {
+  std::string wire = encode_frame({{"type", "error"}, {"error", std::string("bad \xff byte")}});
+  FrameReader r;
+  r.feed(wire.data(), wire.size());
+  auto p = r.next();
+  REQUIRE(p);
+  CHECK(parse_message(*p)["error"].get<std::string>().find("bad") == 0);
+}
+
 TEST_CASE("truncated frames are incomplete, not errors") {
   std::string wire = encode_frame({{"type", "status"}});
   FrameReader r;
