@@ -23,17 +23,19 @@ Reducer::Reducer(const std::vector<NamedTensor>& params, ReducerOptions options)
   }
   layout_ = make_bucket_layout(numels, opt_.bucket_cap_bytes);
   // Allocated (and so faulted in) once; every step reuses them.
-  buffers_.resize(layout_.num_buckets());
   for (int b = 0; b < layout_.num_buckets(); ++b) {
     const bool last = b + 1 == layout_.num_buckets();
-    buffers_[b].assign(static_cast<size_t>(layout_.bucket_floats[b] + (last ? kTail : 0)), 0.0f);
+    const size_t n = static_cast<size_t>(layout_.bucket_floats[b] + (last ? kTail : 0));
+    buffers_.push_back(Storage::allocate(sizeof(float) * n));
+    buffer_floats_.push_back(n);
+    std::memset(buf(b), 0, sizeof(float) * n);
   }
   pending_.assign(layout_.num_buckets(), 0);
   work_.resize(layout_.num_buckets());
   for (size_t k = 0; k < params.size(); ++k) {
     const ParamSlot& slot = layout_.params[k];
     Tensor p = params[k].second;
-    p.set_grad_view(buffers_[slot.bucket].data() + slot.offset, slot.numel);
+    p.set_grad_view(buffers_[slot.bucket], slot.offset);
     std::weak_ptr<Reducer*> cell = self_;
     p.register_hook([cell, k](const Tensor&) {
       if (auto c = cell.lock(); c && *c) (*c)->on_grad_ready(static_cast<int>(k));
@@ -46,11 +48,11 @@ Reducer::~Reducer() { *self_ = nullptr; }
 void Reducer::begin_step(comm::Communicator& comm, uint64_t step, const ControlBlock& local) {
   RF_ENFORCE(comm_ == nullptr, "begin_step while step ", step_, " is still open");
   for (int b = 0; b < layout_.num_buckets(); ++b) {
-    std::memset(buffers_[b].data(), 0, sizeof(float) * static_cast<size_t>(layout_.bucket_floats[b]));
+    std::memset(buf(b), 0, sizeof(float) * static_cast<size_t>(layout_.bucket_floats[b]));
     pending_[b] = static_cast<int>(layout_.bucket_params[b].size());
     work_[b].reset();
   }
-  float* tail = buffers_.back().data() + layout_.bucket_floats.back();
+  float* tail = buf(layout_.num_buckets() - 1) + layout_.bucket_floats.back();
   local.encode(tail);
   tail[ControlBlock::kFloats] = 0.0f;
   comm_ = &comm;
@@ -60,7 +62,7 @@ void Reducer::begin_step(comm::Communicator& comm, uint64_t step, const ControlB
 }
 
 void Reducer::set_local_loss(float loss_sum) {
-  buffers_.back()[static_cast<size_t>(layout_.bucket_floats.back() + ControlBlock::kFloats)] = loss_sum;
+  buf(layout_.num_buckets() - 1)[layout_.bucket_floats.back() + ControlBlock::kFloats] = loss_sum;
 }
 
 void Reducer::on_grad_ready(int param) {
@@ -79,8 +81,8 @@ void Reducer::start_ready_buckets() {
 }
 
 void Reducer::start_bucket(int b) {
-  comm::Buffer buf{buffers_[b].data(), buffers_[b].size(), comm::DType::f32};
-  work_[b] = comm_->allreduce_start(buf, comm::OpId{step_, static_cast<uint32_t>(b)});
+  comm::Buffer whole{buf(b), buffer_floats_[b], comm::DType::f32};
+  work_[b] = comm_->allreduce_start(whole, comm::OpId{step_, static_cast<uint32_t>(b)});
 }
 
 ControlBlock Reducer::finish() {
@@ -95,13 +97,13 @@ ControlBlock Reducer::finish() {
     throw;
   }
   comm_ = nullptr;
-  const float* tail = buffers_.back().data() + layout_.bucket_floats.back();
+  const float* tail = buf(layout_.num_buckets() - 1) + layout_.bucket_floats.back();
   const ControlBlock sum = ControlBlock::decode(tail);
   if (sum.samples <= 0) throw Error(str("ddp reducer: step ", step_, " has no samples on any rank"));
   global_loss_ = static_cast<double>(tail[ControlBlock::kFloats]) / static_cast<double>(sum.samples);
   const float n = static_cast<float>(sum.samples);
   for (int b = 0; b < layout_.num_buckets(); ++b) {
-    float* g = buffers_[b].data();
+    float* g = buf(b);
     const int64_t count = layout_.bucket_floats[b];
     for (int64_t i = 0; i < count; ++i) g[i] /= n;
   }

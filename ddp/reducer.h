@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "core/storage.h"
 #include "core/tensor.h"
 #include "ddp/bucket_layout.h"
 #include "ddp/control_block.h"
@@ -69,7 +70,11 @@ class Reducer {
 
   ReducerOptions opt_;
   BucketLayout layout_;
-  std::vector<std::vector<float>> buffers_;  // one per bucket; the last has the control tail
+  // One per bucket (the last also holds the control tail). Shared with the parameters,
+  // whose gradients view them, so a parameter never points at freed memory.
+  std::vector<std::shared_ptr<Storage>> buffers_;
+  std::vector<size_t> buffer_floats_;
+  float* buf(int b) const { return buffers_[b]->data<float>(); }
   std::vector<int> pending_;                 // gradients not yet final, per bucket
   std::vector<comm::WorkPtr> work_;
   comm::Communicator* comm_ = nullptr;  // armed between begin_step and finish/abandon

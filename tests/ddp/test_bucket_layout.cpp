@@ -1,0 +1,41 @@
+#include <doctest/doctest.h>
+
+#include "base/error.h"
+#include "ddp/bucket_layout.h"
+
+using namespace rf::ddp;
+
+TEST_CASE("buckets take parameters in reverse registration order, up to the cap") {
+  // 4 parameters of 10, 20, 30, 40 floats; cap 50 floats (200 bytes).
+  const BucketLayout l = make_bucket_layout({10, 20, 30, 40}, 200);
+  REQUIRE(l.num_buckets() == 3);
+  CHECK(l.bucket_params[0] == std::vector<int>{3});      // 40: alone (40 + 30 > 50)
+  CHECK(l.bucket_params[1] == std::vector<int>{2, 1});   // 30 + 20 = 50
+  CHECK(l.bucket_params[2] == std::vector<int>{0});      // 10
+  CHECK(l.bucket_floats == std::vector<int64_t>{40, 50, 10});
+  CHECK(l.params[2].bucket == 1);
+  CHECK(l.params[2].offset == 0);
+  CHECK(l.params[1].offset == 30);
+  CHECK(l.params[0].bucket == 2);
+}
+
+TEST_CASE("a parameter larger than the cap gets a bucket of its own, never split") {
+  const BucketLayout l = make_bucket_layout({5, 1000, 5}, 16);
+  REQUIRE(l.num_buckets() == 3);
+  CHECK(l.bucket_floats == std::vector<int64_t>{5, 1000, 5});
+}
+
+TEST_CASE("the default cap keeps a small model in one bucket") {
+  const BucketLayout l = make_bucket_layout({784 * 512, 512, 512 * 512, 512, 5120, 10}, size_t{25} << 20);
+  CHECK(l.num_buckets() == 1);
+  CHECK(l.bucket_floats[0] == 784 * 512 + 512 + 512 * 512 + 512 + 5120 + 10);
+}
+
+TEST_CASE("bad layouts are refused with a reason") {
+  CHECK_THROWS_AS(make_bucket_layout({}, 100), rf::InvalidInput);
+  CHECK_THROWS_AS(make_bucket_layout({4, 0}, 100), rf::InvalidInput);
+  CHECK_THROWS_AS(make_bucket_layout({4}, 0), rf::InvalidInput);
+  // 300 parameters of one float each with a 4-byte cap: more buckets than tag ops.
+  CHECK_THROWS_WITH_AS(make_bucket_layout(std::vector<int64_t>(300, 1), 4),
+                       doctest::Contains("raise the bucket cap"), rf::InvalidInput);
+}

@@ -1,0 +1,166 @@
+// Reducer against a fake communicator: an all-reduce over W identical ranks is the buffer
+// times W, which makes every expectation exact. (The real multi-process case is
+// reducer_mp_test.)
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <exception>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "comm/errors.h"
+#include "core/optim/sgd.h"
+#include "ddp/reducer.h"
+#include "test_model.h"
+
+using namespace rf;
+
+namespace {
+
+class DoneWork : public comm::Work {
+ public:
+  explicit DoneWork(std::exception_ptr e = nullptr) : error_(e) {}
+  bool test() override {
+    if (error_) std::rethrow_exception(error_);
+    return true;
+  }
+  void wait(TimePoint) override { test(); }
+
+ private:
+  std::exception_ptr error_;
+};
+
+// W identical ranks: sum = W x buffer. Records the order of the ops it was given and
+// whether backward was still running (a flag the test sets around backward).
+class TimesW : public comm::Communicator {
+ public:
+  explicit TimesW(int w) : w_(w) {}
+  int rank() const override { return 0; }
+  int world_size() const override { return w_; }
+  uint64_t generation() const override { return 1; }
+  comm::WorkPtr allreduce_start(comm::Buffer b, comm::OpId id, comm::Stream) override {
+    ops.push_back(id.op);
+    steps.push_back(id.step);
+    during_backward.push_back(in_backward);
+    if (fail_op >= 0 && static_cast<int>(id.op) == fail_op) {
+      comm::CommErrorInfo info;
+      info.collective = "all-reduce";
+      info.cause = "injected";
+      return std::make_shared<DoneWork>(std::make_exception_ptr(comm::PeerFailed(info)));
+    }
+    float* f = static_cast<float*>(b.data);
+    for (size_t i = 0; i < b.count; ++i) f[i] *= static_cast<float>(w_);
+    return std::make_shared<DoneWork>();
+  }
+  comm::WorkPtr broadcast_start(comm::Buffer, int, comm::OpId, comm::Stream) override { return nullptr; }
+  comm::WorkPtr allgather_start(comm::Buffer, comm::Buffer, comm::OpId, comm::Stream) override { return nullptr; }
+  comm::WorkPtr barrier_start(comm::OpId) override { return nullptr; }
+  comm::WorkPtr send_start(int, const void*, size_t, comm::OpId) override { return nullptr; }
+  comm::WorkPtr recv_start(int, void*, size_t, comm::OpId) override { return nullptr; }
+  void abort(const std::string&) override {}
+  bool aborted() const override { return false; }
+
+  std::vector<uint32_t> ops;
+  std::vector<uint64_t> steps;
+  std::vector<bool> during_backward;
+  bool in_backward = false;
+  int fail_op = -1;
+
+ private:
+  int w_;
+};
+
+struct Batch {
+  Tensor x;
+  std::vector<int32_t> y;
+};
+Batch batch(int64_t n) {
+  const data::Dataset ds = ddp::testing::make_test_data(n, 11);
+  Batch b{Tensor::from({n, 1, 8, 8}, ds.images), ds.labels};
+  return b;
+}
+
+}  // namespace
+
+TEST_CASE("gradients are views into the buckets, buckets start in order during backward") {
+  auto model = ddp::testing::make_test_mlp(3, 32);
+  // 64*32+32 | 32*32+32 | 32*10+10 floats: a 4 KiB cap gives several buckets.
+  ddp::Reducer red(model->named_parameters(), {.bucket_cap_bytes = 4096, .overlap = true});
+  REQUIRE(red.num_buckets() >= 3);
+  TimesW comm(3);
+  Batch b = batch(5);
+  red.begin_step(comm, 7, {.samples = 5});
+  Tensor loss = ddp::testing::sum_loss((*model)(b.x), b.y);
+  red.set_local_loss(loss.item());
+  comm.in_backward = true;
+  loss.backward();
+  comm.in_backward = false;
+  const ddp::ControlBlock sum = red.finish();
+  CHECK(sum.samples == 15);
+  CHECK(red.global_loss() == doctest::Approx(loss.item() / 5.0));
+  REQUIRE(comm.ops.size() == static_cast<size_t>(red.num_buckets()));
+  for (size_t i = 0; i < comm.ops.size(); ++i) {
+    CHECK(comm.ops[i] == i);
+    CHECK(comm.steps[i] == 7);
+    CHECK(comm.during_backward[i]);  // every bucket overlapped backward
+  }
+  CHECK(red.started_during_backward() == red.num_buckets());
+
+  // The result equals the single-process mean-loss gradient (W identical ranks of 5
+  // samples each = the mean over 15 samples that are 3 copies of those 5).
+  auto ref = ddp::testing::make_test_mlp(3, 32);
+  cross_entropy((*ref)(b.x), b.y, Reduction::Mean).backward();
+  auto mine = model->named_parameters(), theirs = ref->named_parameters();
+  for (size_t k = 0; k < mine.size(); ++k) {
+    auto g = mine[k].second.grad().values(), r = theirs[k].second.grad().values();
+    for (size_t i = 0; i < g.size(); ++i) CHECK(g[i] == doctest::Approx(r[i]).epsilon(1e-5));
+  }
+}
+
+TEST_CASE("overlap off: every bucket starts after backward; an empty local batch still joins") {
+  auto model = ddp::testing::make_test_mlp(3, 32);
+  ddp::Reducer red(model->named_parameters(), {.bucket_cap_bytes = 4096, .overlap = false});
+  TimesW comm(2);
+  Batch b = batch(4);
+  red.begin_step(comm, 0, {.samples = 4});
+  Tensor loss = ddp::testing::sum_loss((*model)(b.x), b.y);
+  comm.in_backward = true;
+  loss.backward();
+  comm.in_backward = false;
+  red.finish();
+  CHECK(red.started_during_backward() == 0);
+  for (bool d : comm.during_backward) CHECK_FALSE(d);
+
+  // A rank with no samples (W > batch) runs no backward but still starts every bucket, in
+  // the same order, contributing zeros. (Here every fake rank is empty, so the global
+  // count is 0, which must be an error rather than a division by zero.)
+  TimesW comm2(2);
+  red.begin_step(comm2, 1, {.samples = 0});
+  CHECK_THROWS_WITH(red.finish(), doctest::Contains("no samples"));
+  CHECK(comm2.ops.size() == static_cast<size_t>(red.num_buckets()));
+  for (auto& p : model->parameters())
+    for (float g : p.grad().values()) CHECK(g == 0.0f);
+}
+
+TEST_CASE("a failed bucket fails the step; nothing is divided; the next step starts clean") {
+  auto model = ddp::testing::make_test_mlp(3, 32);
+  ddp::Reducer red(model->named_parameters(), {.bucket_cap_bytes = 4096, .overlap = true});
+  TimesW comm(2);
+  comm.fail_op = 1;
+  Batch b = batch(4);
+  red.begin_step(comm, 3, {.samples = 4});
+  ddp::testing::sum_loss((*model)(b.x), b.y).backward();
+  CHECK_THROWS_AS(red.finish(), comm::PeerFailed);
+  comm.fail_op = -1;
+  red.begin_step(comm, 3, {.samples = 4});  // redo the step
+  ddp::testing::sum_loss((*model)(b.x), b.y).backward();
+  CHECK(red.finish().samples == 8);
+}
+
+TEST_CASE("a reducer destroyed before its parameters leaves harmless hooks") {
+  auto model = ddp::testing::make_test_mlp(3, 8);
+  { ddp::Reducer red(model->named_parameters()); }
+  Batch b = batch(2);
+  ddp::testing::sum_loss((*model)(b.x), b.y).backward();  // hooks fire into nothing
+  CHECK(model->parameters()[0].grad().defined());
+}
