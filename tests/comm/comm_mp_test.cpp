@@ -5,7 +5,8 @@
 //   comm_mp_test <scenario> <W>           the launcher: starts W ranks, checks how each ended
 //   (ranks run the same binary with RF_RANK/RF_WORLD/RF_STORE set)
 //
-// Scenarios: allreduce, large, collectives, abort, kill, stall, fence, drop.
+// Scenarios: allreduce, large, collectives, blob_size, abort, kill, stall, fence, drop,
+// destroy.
 // A rank reports a failed check on stderr and exits 1; the launcher fails if any rank
 // ended other than expected (only `kill`'s victim is expected to die by SIGKILL).
 #include <signal.h>
@@ -429,12 +430,41 @@ int scenario_drop() {
   return g_failures ? 1 : 0;
 }
 
+// Destroying a communicator with a collective in flight (its progress thread driving it, a
+// peer that never joins): bounded, and the Work then says why it failed.
+int scenario_destroy() {
+  Env e = make_env();
+  const int r = e.re.rank;
+  UcxOptions o;
+  o.flight_recorder_path = e.re.store_dir + "/flight." + std::to_string(r);
+  auto comm = std::make_unique<UcxCommunicator>(e.ctx, *e.store, r, e.re.world, 11, o);
+  if (r == 1) {
+    e.store->wait_get("destroyed", std::chrono::seconds(20));
+    return 0;
+  }
+  std::vector<float> buf(size_t{1} << 20, 1.0f);
+  WorkPtr w = comm->allreduce_start(Buffer{buf.data(), buf.size(), DType::f32}, OpId{1, 0});
+  EXPECT(!w->test(), "finished without rank 1");
+  const TimePoint t = rf::Clock::now();
+  comm.reset();
+  EXPECT(elapsed_ms(t) < 1000, "destroying took ", elapsed_ms(t), " ms");
+  try {
+    w->wait();
+    EXPECT(false, "the collective succeeded after its communicator was destroyed");
+  } catch (const Aborted& err) {
+    EXPECT(std::string(err.what()).find("communicator destroyed") != std::string::npos, err.what());
+  }
+  e.store->set("destroyed", {1});
+  return g_failures ? 1 : 0;
+}
+
 int run_rank(const std::string& scenario) {
   try {
     if (scenario == "allreduce") return scenario_allreduce(false);
     if (scenario == "large") return scenario_allreduce(true);
     if (scenario == "collectives") return scenario_collectives();
     if (scenario == "blob_size") return scenario_blob_size();
+    if (scenario == "destroy") return scenario_destroy();
     if (scenario == "abort") return scenario_abort();
     if (scenario == "kill") return scenario_kill();
     if (scenario == "stall") return scenario_stall();
