@@ -501,6 +501,9 @@ int main(int argc, char** argv) {
   // Strays of the fence test and leftovers of aborted collectives are expected; UCX's
   // warnings about them would only bury the report.
   if (!std::getenv("UCX_LOG_LEVEL")) l.env.push_back({"UCX_LOG_LEVEL", "error"});
+  // UCX's own fatal-signal handlers (backtraces, "freeze") must not get in the way of a
+  // rank that the test kills or that crashes: the launcher reports how each rank ended.
+  if (!std::getenv("UCX_HANDLE_ERRORS")) l.env.push_back({"UCX_HANDLE_ERRORS", "none"});
   const TimePoint t = rf::Clock::now();
   int rc = 0;
   for (const RankExit& x : run_local_ranks(l)) {
