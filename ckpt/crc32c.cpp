@@ -3,6 +3,10 @@
 #include <array>
 #include <cstring>
 
+#if defined(__SSE4_2__)
+#include <nmmintrin.h>
+#endif
+
 namespace rf::ckpt {
 namespace {
 
@@ -27,7 +31,7 @@ constexpr Tables kT = make_tables();
 
 }  // namespace
 
-uint32_t crc32c(const void* data, size_t bytes, uint32_t crc) {
+uint32_t crc32c_software(const void* data, size_t bytes, uint32_t crc) {
   auto p = static_cast<const unsigned char*>(data);
   crc = ~crc;
   while (bytes >= 8) {
@@ -41,6 +45,37 @@ uint32_t crc32c(const void* data, size_t bytes, uint32_t crc) {
   }
   while (bytes-- > 0) crc = kT[0][(crc ^ *p++) & 0xFF] ^ (crc >> 8);
   return ~crc;
+}
+
+// x86's crc32 instruction computes exactly this polynomial (SSE4.2, always there with
+// -march=native on the machines we build for): ~8 bytes per 3 cycles in one dependency
+// chain, several times the tables' rate. This matters because the checkpoint writer CRCs
+// the whole state each time, on a core training wants too.
+uint32_t crc32c(const void* data, size_t bytes, uint32_t crc) {
+#if defined(__SSE4_2__)
+  auto p = static_cast<const unsigned char*>(data);
+  uint64_t c = ~crc;
+  while (bytes >= 8) {
+    uint64_t w;
+    std::memcpy(&w, p, 8);
+    c = _mm_crc32_u64(c, w);
+    p += 8;
+    bytes -= 8;
+  }
+  uint32_t c32 = static_cast<uint32_t>(c);
+  while (bytes-- > 0) c32 = _mm_crc32_u8(c32, *p++);
+  return ~c32;
+#else
+  return crc32c_software(data, bytes, crc);
+#endif
+}
+
+bool crc32c_is_hardware() {
+#if defined(__SSE4_2__)
+  return true;
+#else
+  return false;
+#endif
 }
 
 }  // namespace rf::ckpt
