@@ -4,8 +4,10 @@
 // compare between runs.
 //   ddp_worker --result-dir DIR [--audit-dir DIR] [--steps N] [--batch B] [--samples N]
 //              [--hidden H] [--seed S] [--verify-every N] [--bucket-kib K] [--no-overlap]
-//              [--stall-ms M] [--log-interval N] [--lr LR]
+//              [--stall-ms M] [--log-interval N] [--lr LR] [--replacement-delay-ms M]
 // --audit-dir also receives comm's flight records (flight-*.jsonl) instead of stderr.
+#include <poll.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -29,6 +31,7 @@ int main(int argc, char** argv) {
   cfg.global_batch = 64;
   int64_t samples = 2048, hidden = 64;
   float lr = 0.02f;
+  int replacement_delay_ms = 0;
   std::string result_dir, audit_dir;
   for (int i = 1; i < argc; ++i) {
     const std::string f = argv[i];
@@ -48,6 +51,7 @@ int main(int argc, char** argv) {
       else if (f == "--no-overlap") cfg.reducer.overlap = false;
       else if (f == "--stall-ms") cfg.stall_timeout = std::chrono::milliseconds(std::stoll(val()));
       else if (f == "--log-interval") cfg.log_interval = std::stoll(val());
+      else if (f == "--replacement-delay-ms") replacement_delay_ms = std::stoi(val());
       else if (f == "--result-dir") result_dir = val();
       else if (f == "--audit-dir") audit_dir = val();
       else {
@@ -66,6 +70,9 @@ int main(int argc, char** argv) {
     cfg.audit_log = audit_dir + "/audit-" + tag + ".jsonl";
     cfg.flight_recorder = audit_dir + "/flight-" + tag + ".jsonl";
   }
+  // A slow restart (models a replacement that comes after the join window, so the group
+  // shrinks first and grows back at a step boundary: PROTOCOL.md "Planned changes").
+  if (replacement_delay_ms > 0 && inc && std::string(inc) != "0") ::poll(nullptr, 0, replacement_delay_ms);
   try {
     auto model = ddp::testing::make_test_mlp(cfg.seed + 1, hidden);
     const data::Dataset ds = ddp::testing::make_test_data(samples, cfg.seed + 2);

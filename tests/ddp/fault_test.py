@@ -46,6 +46,18 @@ SCENARIOS = {
                      {"recoveries": 2}),
     "kill_during_transfer": (["--inject", KILL_MID, "--inject", "kill:rank=0:step=20:phase=transfer"], [],
                              {"recoveries": 1, "min_rounds": 2}),
+    "hang_forward": (["--inject", "hang:rank=1:step=15:phase=forward"], ["--stall-ms", "1000"], {"recoveries": 1}),
+    "sigstop_rank0": (["--inject", "stop:rank=0:step=8:phase=backward", "--lease", "500ms"], [], {"recoveries": 1}),
+    "kill_during_recovery": (["--inject", KILL_MID, "--inject", "kill:rank=2:step=20:phase=recovery"], [],
+                             {"recoveries": 1, "min_rounds": 2}),
+    "exit_backward_rank0": (["--inject", "exit:rank=0:step=5:phase=backward"], [], {"recoveries": 1}),
+    "drop_rank0": (["--inject", "drop:rank=0:step=30:phase=allreduce:after_chunks=1"], [], {"recoveries": 1}),
+    # The replacement comes after the join window: shrink to 2, then grow back to 3 at a
+    # step boundary (reconfigure flag in the control block, R5).
+    "shrink_then_grow": (["--inject", "kill:rank=1:step=10:phase=forward", "--join-window", "100ms",
+                          "--min-world", "2"], ["--replacement-delay-ms", "400"],
+                         {"recoveries": 2, "shrink": True, "grow": True}),
+    "spare_replaces": (["--inject", KILL_MID, "--max-restarts", "0", "--spares", "1"], [], {"recoveries": 1}),
 }
 
 failures = []
@@ -144,7 +156,12 @@ def main():
                   f"{scenario}: no recovery took {expect['min_rounds']} rounds: {recs}")
         if finals and ref_digest:
             if expect.get("shrink"):
-                check(all(r["world"] == W - 1 for r in finals), f"{scenario}: did not shrink to {W - 1}")
+                if expect.get("grow"):
+                    check(all(r["world"] == W for r in finals), f"{scenario}: did not grow back to {W}")
+                    check(any(r.get("planned") for r in recs), f"{scenario}: no planned recovery (grow): {recs}")
+                    check(any(r["world"] == W - 1 for r in recs), f"{scenario}: never shrank: {recs}")
+                else:
+                    check(all(r["world"] == W - 1 for r in finals), f"{scenario}: did not shrink to {W - 1}")
                 loss = finals[0]["final_loss"]
                 print(f"{scenario}: final loss {loss} (failure-free {ref_loss}), digests {finals[0]['digest']} vs {ref_digest}")
                 check(abs(loss - ref_loss) <= 0.01 * abs(ref_loss),
