@@ -272,6 +272,7 @@ struct Trainer::Impl {
       if (audit_->enabled())
         audit_->record("apply", plan.generation, s, state.digest(), rank, world,
                      str("\"loss\":", reducer.global_loss()));
+      if (cfg.on_step) cfg.on_step(s, reducer.global_loss());
       window_samples += sums.samples;
       if (cfg.log_interval > 0 && rank == 0 && ((s + 1) % cfg.log_interval == 0 || s + 1 == cfg.steps)) {
         const double dt = seconds_since(window_t);
@@ -287,6 +288,13 @@ struct Trainer::Impl {
           verify_digests(static_cast<uint64_t>(s), "verify-every");
         } catch (const comm::CommError& e) {
           failure(e);
+          return Leave::Recover;
+        } catch (const DivergenceError& e) {
+          // Never continue, and never let a restart paper over it: revoke g so that every
+          // rank reports its (s, digest); the coordinator's plan finds the holders of T
+          // disagreeing and stops the whole job naming them (PROTOCOL.md step 4).
+          std::fprintf(stderr, "ringfence worker slot %d: %s\n", copt.slot, e.what());
+          if (!generation_over()) client->failure_report(plan.generation, s, std::nullopt, e.what());
           return Leave::Recover;
         }
       }

@@ -47,6 +47,9 @@ struct TrainerConfig {
   int64_t log_interval = 0;     // rank 0 prints step/loss/samples/s to stderr
   std::chrono::milliseconds stall_timeout{30000};   // D3
   std::chrono::milliseconds connect_timeout{30000};
+  // Called on the training thread after every applied step (step, global mean loss):
+  // metrics, progress, or a test that corrupts a replica to prove --verify-every works.
+  std::function<void(int64_t step, double loss)> on_step;
   std::string flight_recorder;  // comm's flight recorder dumps here on failure ("" = stderr)
   std::chrono::milliseconds plan_timeout{120000};
   std::chrono::milliseconds ready_timeout{60000};

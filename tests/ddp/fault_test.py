@@ -58,6 +58,9 @@ SCENARIOS = {
                           "--min-world", "2"], ["--replacement-delay-ms", "400"],
                          {"recoveries": 2, "shrink": True, "grow": True}),
     "spare_replaces": (["--inject", KILL_MID, "--max-restarts", "0", "--spares", "1"], [], {"recoveries": 1}),
+    # A replica silently corrupted after step 12: --verify-every 5 must stop the job at
+    # step 14 with an error naming the digests, never finish on diverged replicas.
+    "divergence_detected": ([], ["--verify-every", "5", "--corrupt-at", "12"], {"diverge": True}),
 }
 
 failures = []
@@ -134,6 +137,25 @@ def main():
     launcher_flags, worker_flags, expect = SCENARIOS[scenario]
     tmp = tempfile.mkdtemp(prefix=f"ddp_{scenario}_")
     try:
+        if expect.get("diverge"):  # no reference needed: the job must fail
+            fault_dir = os.path.join(tmp, "faults")
+            os.makedirs(fault_dir)
+            rc, results, audits, summ = run_job(ringfence, worker, fault_dir, launcher_flags, worker_flags)
+            with open(os.path.join(fault_dir, "output.txt")) as fh:
+                out = fh.read()
+            check(rc not in (0, None), f"{scenario}: the job did not fail (exit {rc})")
+            check(summ is not None and summ.get("phase") == "STOPPED" and "digest mismatch" in summ.get("error", ""),
+                  f"{scenario}: the coordinator did not stop the job on a digest mismatch: {summ and summ.get('error')}")
+            # (The launcher may restart a worker that exited just before it saw STOPPED; the
+            # coordinator refuses it, so it never trains.)
+            late = [f for f, lines in audits.items() if "-inc0" not in f and any(l["event"] == "apply" for l in lines)]
+            check(not late, f"{scenario}: restarted workers trained after the divergence: {late}")
+            check("replicas diverged (verify-every" in out, f"{scenario}: no divergence error in the output")
+            check(not any(r["step"] == STEPS - 1 for r in results.values()), f"{scenario}: a worker finished")
+            applied = max((ln["s"] for lines in audits.values() for ln in lines if ln["event"] == "apply"), default=-1)
+            check(applied == 14, f"{scenario}: last applied step {applied}, expected 14 (first check after 12)")
+            print(f"{scenario}: {'FAILED' if failures else 'ok'}")
+            return 1 if failures else 0
         ref_dir = os.path.join(tmp, "reference")
         os.makedirs(ref_dir)
         rc, results, audits, summ = run_job(ringfence, worker, ref_dir, [], worker_flags)
