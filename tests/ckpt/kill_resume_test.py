@@ -97,6 +97,48 @@ def resume_and_compare(tag, d, ref, expect_in_log=()):
     return got, out
 
 
+PY_CHECK = r"""
+import json, sys
+sys.path.insert(0, sys.argv[3])
+import numpy as np
+from safetensors import safe_open
+from safetensors.numpy import load_file
+from check_with_python import crc32c
+path, digest = sys.argv[1], sys.argv[2]
+t = load_file(path)
+meta = safe_open(path, framework="numpy").metadata()
+assert meta["step"] == "149" and meta["model"] == "mlp" and meta["optimizer"] == "sgd", meta
+assert meta["rf_state_digest"] == digest, (meta["rf_state_digest"], digest)
+assert t["1.weight"].shape == (512, 784) and t["1.weight"].dtype == np.float32
+assert t["optim.1.weight.momentum_buffer"].shape == (512, 784)
+assert t["optim.5.bias.step"].shape == () and int(t["optim.5.bias.step"]) == 150
+crcs = json.loads(meta["crc32c"])
+assert sorted(crcs) == sorted(t), "a CRC for every tensor"
+for name, a in t.items():
+    assert crcs[name] == "%08x" % crc32c(a.tobytes()), name
+print("ok python: the final checkpoint opens with safetensors", len(t), "tensors, CRCs recomputed, step 149")
+"""
+
+
+def python_check(path, metrics):
+    """The checkpoint a training run wrote opens with Python's safetensors package."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    for py in ("/usr/bin/python3", "python3"):
+        try:
+            ok = subprocess.run([py, "-c", "import safetensors.numpy, numpy"], capture_output=True,
+                                timeout=DEADLINE_S).returncode == 0
+        except FileNotFoundError:
+            continue
+        if ok:
+            r = subprocess.run([py, "-c", PY_CHECK, path, metrics["state_digest"], here], capture_output=True,
+                               text=True, timeout=DEADLINE_S)
+            if r.returncode != 0:
+                fail(f"python check of {path}:\n{r.stdout}{r.stderr}")
+            print(r.stdout.strip())
+            return
+    print("skipped python check: no python3 with the 'safetensors' and 'numpy' packages")
+
+
 def main():
     d = tempfile.mkdtemp(prefix="rf_kill_resume_")
     ref_path = os.path.join(d, "ref.json")
@@ -113,6 +155,8 @@ def main():
     got, _ = resume_and_compare("mid", d, ref, ["== resumed from"])
     if not 29 <= got["resumed_step"] < ref["steps"] - 1:
         fail(f"mid: resumed from step {got['resumed_step']}, expected a mid-training checkpoint")
+
+    python_check(os.path.join(d, "mid", "ckpt-000000149.safetensors"), got)
 
     # 2. Killed inside the write of the checkpoint of step 59 (temp file half written). While
     #    it is paused there it holds the directory: a second writer must be refused.
