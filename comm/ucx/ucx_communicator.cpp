@@ -94,7 +94,9 @@ class UcxCommunicator::Pending : public Work {
     if (s == kRunning && owner_->driver_mu_.try_lock()) {
       // Help along, once, without waiting for the driver lock.
       std::lock_guard dl(owner_->driver_mu_, std::adopt_lock);
+      owner_->driver_id_.store(std::this_thread::get_id());
       owner_->pump();
+      owner_->driver_id_.store(std::thread::id{});
       s = state.load(std::memory_order_acquire);
     }
     if (s == kFailed) std::rethrow_exception(error);
@@ -414,6 +416,17 @@ void UcxCommunicator::abort(const std::string& reason) {
     abort_reason_ = reason;
   }
   abort_flag_.store(true, std::memory_order_release);
+  // Fail everything now, from this thread, if nobody drives at this instant (a driver that
+  // gives its core away lets go of the lock); else the driver sees the flag next round.
+  // Never from the driving thread itself (an on_chunk callback): it holds the lock.
+  if (driver_id_.load() != std::this_thread::get_id()) {
+    std::unique_lock dl(driver_mu_, std::try_to_lock);
+    if (dl.owns_lock()) {
+      driver_id_.store(std::this_thread::get_id());
+      pump();
+      driver_id_.store(std::thread::id{});
+    }
+  }
   { std::lock_guard lk(queue_mu_); }  // no lost wake-up for the progress thread
   cv_.notify_all();
 }
@@ -427,8 +440,8 @@ void UcxCommunicator::inject_drop() {
 void UcxCommunicator::wait_for(Pending& p, TimePoint deadline) {
   waiters_.fetch_add(1, std::memory_order_acq_rel);
   {
-    std::lock_guard dl(driver_mu_);  // the progress thread lets go within one pump
-    drive([&] { return p.state.load(std::memory_order_acquire) != kRunning; }, deadline);
+    std::unique_lock dl(driver_mu_);  // the progress thread lets go within one pump
+    drive(dl, [&] { return p.state.load(std::memory_order_acquire) != kRunning; }, deadline);
   }
   waiters_.fetch_sub(1, std::memory_order_acq_rel);
   if (queued_.load(std::memory_order_acquire) > 0) {  // hand the rest back to the progress thread
@@ -439,21 +452,33 @@ void UcxCommunicator::wait_for(Pending& p, TimePoint deadline) {
 
 // THE wait loop: every thread that drives UCX runs this, and only this.
 template <typename Until>
-void UcxCommunicator::drive(Until until, TimePoint deadline) {
+void UcxCommunicator::drive(std::unique_lock<std::mutex>& dl, Until until, TimePoint deadline) {
   // Back-off when nothing happens: spin briefly (a reply is often < 1 us away), then
   // yield the core (2 cores shared by W ranks: a spinning rank starves the peer it waits
   // for), then nap 50 us. Naps stay far below the 10 ms abort bound.
   const unsigned spins = static_cast<unsigned>(opt_.idle_spins), yields = spins + opt_.idle_yields;
   const bool has_deadline = deadline != TimePoint::max();  // clock reads cost here
   unsigned idle = 0;
+  driver_id_.store(std::this_thread::get_id());
   while (!until()) {
     if (pump()) idle = 0;
     else ++idle;
-    if (until() || (has_deadline && Clock::now() >= deadline)) return;
-    if (idle < spins) cpu_relax();
-    else if (idle < yields) sched_yield();
+    if (until() || (has_deadline && Clock::now() >= deadline)) break;
+    if (idle < spins) {
+      cpu_relax();
+      continue;
+    }
+    // Let go of the driver lock while giving the core away: on an overloaded machine we
+    // may not run again for milliseconds, and abort() must not wait for us (it fails
+    // everything from its own thread when it finds the lock free).
+    driver_id_.store(std::thread::id{});
+    dl.unlock();
+    if (idle < yields) sched_yield();
     else std::this_thread::sleep_for(std::chrono::microseconds(50));
+    dl.lock();
+    driver_id_.store(std::this_thread::get_id());
   }
+  driver_id_.store(std::thread::id{});
 }
 
 bool UcxCommunicator::pump() {
@@ -676,6 +701,7 @@ void UcxCommunicator::progress_thread_main() {
       continue;
     }
     drive(
+        dl,
         [&] {
           if (waiters_.load(std::memory_order_acquire) > 0 || drop_flag_.load()) return waiters_.load() > 0;
           std::lock_guard lk(queue_mu_);

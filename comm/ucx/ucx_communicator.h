@@ -111,7 +111,7 @@ class UcxCommunicator : public Communicator {
   void validate(const Buffer& b, OpId id, Stream stream, const char* what) const;
   void wait_for(Pending& p, TimePoint deadline);
   template <typename Until>
-  void drive(Until until, TimePoint deadline);
+  void drive(std::unique_lock<std::mutex>& driver_lock, Until until, TimePoint deadline);
   bool pump();
   void poison(const char* kind, CommErrorInfo info);
   void progress_thread_main();
@@ -125,6 +125,7 @@ class UcxCommunicator : public Communicator {
   std::vector<char> small_staging_, ring_staging_;  // pre-touched, reused by every call
 
   std::mutex driver_mu_;  // whoever holds it drives UCX (transport_, the collectives)
+  std::atomic<std::thread::id> driver_id_{};  // who holds driver_mu_ (none while napping)
   std::unique_ptr<UcxTransport> transport_;
   std::vector<std::unique_ptr<Collective>> graveyard_;  // failed collectives with requests in flight
   bool poisoned_ = false;
