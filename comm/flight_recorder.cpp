@@ -17,8 +17,13 @@ uint64_t FlightRecorder::start(const char* collective, uint64_t generation, uint
   std::lock_guard lk(mu_);
   const uint64_t seq = next_seq_++;
   FlightRecord& r = ring_[seq % ring_.size()];
-  r = FlightRecord{};
+  // Field by field: no temporary record (and string) per collective on the fast path.
   r.seq = seq;
+  r.chunk = -1;
+  r.peer = -1;
+  r.state = FlightRecord::State::started;
+  r.end_us = 0;
+  r.cause.clear();
   r.collective = collective;
   r.generation = generation;
   r.step = step;
