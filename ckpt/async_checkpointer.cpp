@@ -64,6 +64,11 @@ void AsyncCheckpointer::flush() {
   wait_idle(lk);
 }
 
+void AsyncCheckpointer::report() {
+  std::unique_lock<std::mutex> lk(mu_, std::try_to_lock);  // the writer holds it only briefly
+  if (lk.owns_lock() && !notes_.empty()) print_notes(lk);
+}
+
 int64_t AsyncCheckpointer::last_written_step() const {
   std::lock_guard<std::mutex> lk(mu_);
   return last_written_;

@@ -44,6 +44,9 @@ class AsyncCheckpointer {
   void save(const nn::Module& model, const optim::Optimizer& optimizer, const SnapshotMeta& meta);
   // Waits until every saved state is on disk; rethrows a background failure.
   void flush();
+  // Prints what the writer finished since the last call (never waits; call it at every
+  // step boundary so "ckpt: wrote" lines appear when the write ends, not at the next save).
+  void report();
 
   int64_t last_written_step() const;  // -1 before the first
   int64_t saves() const { return saves_; }

@@ -64,7 +64,8 @@ std::string train_usage(ModelKind kind) {
          "  --resume-from FILE continue from this checkpoint (an error if it is not valid)\n"
          "  --ckpt-test-pause-in-write STEP  (tests) stop half-way through writing the\n"
          "                     checkpoint of STEP and wait to be killed\n"
-         "  --help             this text\n";
+         "  --help             this text\n"
+         "SIGTERM / SIGINT: stop after the current step (checkpointed with --ckpt-dir), exit 0.\n";
 }
 
 ParsedFlags parse_train_flags(const std::vector<std::string>& args, ModelKind kind) {

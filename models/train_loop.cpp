@@ -149,7 +149,8 @@ TrainResult train(const TrainOptions& opt, std::ostream& log) {
   TimePoint window_t = t0;
   int64_t window_samples = 0;
   int64_t saved_step = first_step - 1;  // the resumed state is on disk already
-  for (int64_t step = first_step; step < total_steps; ++step) {
+  int64_t end_step = total_steps;       // one past the last step applied
+  for (int64_t step = first_step; step < end_step; ++step) {
     const std::vector<int64_t> idx = sampler.global_batch(step);
     const int64_t b = static_cast<int64_t>(idx.size());
     // Tensors come from the caching allocator: the same sizes every step, no page faults.
@@ -168,6 +169,7 @@ TrainResult train(const TrainOptions& opt, std::ostream& log) {
       checkpointer->save(*model, sgd, meta);
       saved_step = step;
     }
+    if (checkpointer) checkpointer->report();
 
     r.final_loss = loss_value;
     r.losses.push_back(loss_value);
@@ -175,7 +177,13 @@ TrainResult train(const TrainOptions& opt, std::ostream& log) {
     window_samples += b;
     if (loss_log.is_open()) loss_log << "{\"step\":" << step << ",\"loss\":" << nlohmann::json(loss_value).dump() << "}\n";
     if (batch_log.is_open()) batch_log << "{\"step\":" << step << ",\"indices\":" << nlohmann::json(idx).dump() << "}\n";
-    if (opt.log_interval > 0 && ((step + 1) % opt.log_interval == 0 || step + 1 == total_steps)) {
+    const bool stop = opt.stop_requested && opt.stop_requested->load(std::memory_order_relaxed);
+    if (stop) {
+      end_step = step + 1;  // the loop ends after this step; the final checkpoint below holds it
+      r.stopped = true;
+      log << "== stop requested: stopping after step " << step << "\n";
+    }
+    if (opt.log_interval > 0 && ((step + 1) % opt.log_interval == 0 || step + 1 == end_step)) {
       const double dt = seconds_since(window_t);
       char line[160];
       std::snprintf(line, sizeof line, "step %6lld/%lld  epoch %lld  loss %.4f  %.0f samples/s\n",
@@ -188,8 +196,8 @@ TrainResult train(const TrainOptions& opt, std::ostream& log) {
     }
   }
   if (checkpointer) {
-    if (total_steps - 1 > saved_step) {  // the final state, unless it was just saved
-      meta.step = total_steps - 1;
+    if (end_step - 1 > saved_step) {  // the final state, unless it was just saved
+      meta.step = end_step - 1;
       checkpointer->save(*model, sgd, meta);
     }
     checkpointer->flush();
@@ -197,7 +205,7 @@ TrainResult train(const TrainOptions& opt, std::ostream& log) {
     r.ckpt_wait_seconds = checkpointer->wait_seconds();
   }
   r.train_seconds = seconds_since(t0);
-  r.steps = total_steps;
+  r.steps = std::max(end_step, first_step);
   r.samples_per_sec = r.train_seconds > 0 ? r.samples / r.train_seconds : 0.0;
   r.state_digest = state_digest(*model, sgd);
 
@@ -230,6 +238,7 @@ void write_metrics(const std::string& path, const TrainOptions& opt, const Train
                       {"threads", opt.threads},
                       {"seed", opt.seed},
                       {"resumed_step", r.resumed_step},
+                      {"stopped", r.stopped},
                       {"checkpoints", r.checkpoints},
                       {"ckpt_wait_seconds", r.ckpt_wait_seconds}};
   std::ofstream f = open_log(path, "--metrics");

@@ -5,6 +5,7 @@
 // samples/s every log interval and the test accuracy at the end. With checkpoints, a
 // resumed run continues at the checkpoint's step + 1 with the same batches (R3) and ends
 // bitwise identical to an uninterrupted one.
+#include <atomic>
 #include <cstdint>
 #include <iosfwd>
 #include <string>
@@ -41,13 +42,18 @@ struct TrainOptions {
   // written and synced), prints "ckpt: test hook: paused ..." to stderr and waits to be
   // killed. -1: off.
   int64_t ckpt_test_pause_step = -1;
+  // Graceful stop: when this becomes true (the programs set it on SIGTERM / SIGINT), the
+  // loop stops after the step in flight, checkpoints it (with ckpt_dir), evaluates and
+  // returns normally; --resume continues from there. Null: never.
+  const std::atomic<bool>* stop_requested = nullptr;
 };
 
 struct TrainResult {
   double test_accuracy = 0.0;  // fraction in [0, 1]
   double test_loss = 0.0;
   double final_loss = 0.0;     // loss of the last step
-  int64_t steps = 0;
+  int64_t steps = 0;           // steps applied in total (resumed ones included)
+  bool stopped = false;        // a graceful stop ended training early
   int64_t samples = 0;
   double train_seconds = 0.0;  // the training loop only (no data loading, no evaluation)
   double samples_per_sec = 0.0;

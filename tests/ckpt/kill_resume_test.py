@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """SIGKILL a training run, mid-training and in the middle of a checkpoint write, then
 --resume: the final state digest equals the uninterrupted run's (PROTOCOL.md "Whole-job
-failure", R3). Also: a damaged newest checkpoint is skipped with a warning naming it, and
-a second writer on a directory in use is refused.
+failure", R3). Also: a damaged newest checkpoint is skipped with a warning naming it, a
+second writer on a directory in use is refused, the final checkpoint opens in Python's
+safetensors, and SIGTERM is a graceful stop that checkpoints and resumes exactly.
 
     kill_resume_test.py TRAIN_PROGRAM
 
@@ -191,6 +192,25 @@ def main():
     got, out = resume_and_compare("damaged", d, ref, [f"warning: resume: skipping {newest}", "corrupted"])
     if got["resumed_step"] >= int(files[-1][5:14]):
         fail("damaged: resumed from the damaged file")
+
+    # 4. A graceful stop (SIGTERM): training ends after the step in flight, checkpoints it
+    #    and exits 0; --resume continues from exactly there.
+    sdir = os.path.join(d, "term")
+    p = start(["--ckpt-dir", sdir, "--ckpt-every", "10", "--metrics", os.path.join(d, "term_stop.json")])
+    wait_for_line(p, p.stdout, "ckpt-000000029.safetensors")
+    os.killpg(p.pid, signal.SIGTERM)
+    try:
+        out, _ = p.communicate(timeout=DEADLINE_S)
+    except subprocess.TimeoutExpired:
+        fail("no exit within the deadline after SIGTERM")
+    if p.returncode != 0 or "== stop requested: stopping after step" not in out:
+        fail(f"graceful stop: exit {p.returncode}, output:\n{out}")
+    stopped = digest(os.path.join(d, "term_stop.json"))
+    last = stopped["steps"] - 1
+    if not stopped["stopped"] or not os.path.exists(os.path.join(sdir, f"ckpt-{last:09d}.safetensors")):
+        fail(f"graceful stop after step {last}: no checkpoint of it, or metrics without stopped:\n{out}")
+    got, _ = resume_and_compare("term", d, ref, [f"(step {last}), continuing at step {last + 1}"])
+    print(f"ok term: SIGTERM stopped after step {last} with a checkpoint of it")
 
     subprocess.run(["rm", "-rf", d], check=True)
     print("PASS")
