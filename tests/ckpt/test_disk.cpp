@@ -217,6 +217,18 @@ TEST_CASE("resume: the newest valid checkpoint; damaged newer ones are skipped w
     f.put(static_cast<char>(c ^ 0x10));
     reason = "corrupted: crc32c";
   }
+  SUBCASE("a wrong header length") {
+    std::fstream f(newest, std::ios::in | std::ios::out | std::ios::binary);
+    const char len[8] = {0x00, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00};  // 2^32 bytes
+    f.write(len, 8);
+    reason = "header";
+  }
+  SUBCASE("a header that is not JSON") {
+    std::fstream f(newest, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(8);
+    f.put('#');  // was '{'
+    reason = "JSON";
+  }
   SUBCASE("wrong shape (another model's state)") {
     Trainee other(1, /*hidden=*/5);
     std::vector<std::byte> image;
