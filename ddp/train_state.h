@@ -1,16 +1,12 @@
 #pragma once
-// TrainState — the state S of PROTOCOL.md (parameters + optimizer buffers + step) as a
-// list of named float spans and counters, with its digest and a flat byte image for peer
-// transfer (recovery step 6).
+// TrainState — the state S of PROTOCOL.md (parameters + optimizer buffers + step) as the
+// trainer handles it: its digest, and its image for peer transfer (recovery step 6),
+// which is ckpt/state.h's snapshot image — the very bytes a disk checkpoint holds.
 //
 // R6: a receiver never writes S directly. It receives the image into a staging buffer
-// (pre-allocated, reused), checks the image's size and header and the digest of the
-// STAGED state against the digest the plan promised, and only then copies it in
-// (`restore_verified`). A transfer cut short or corrupted leaves the live S intact.
-//
-// Image: "RFSTATE1" | u64 step+1 | u64 #tensors | u64 #counters | floats of every tensor
-// in order | i64 of every counter. Both sides hold the same model and optimizer, so the
-// size is known to the receiver before anything arrives (comm's receives name the size).
+// (reused), and ckpt::restore_state validates the whole image (CRCs, shapes, the step T of
+// the plan and the digest every holder of T reported) before it copies anything in. A
+// transfer cut short or corrupted leaves the live S bitwise intact.
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -24,31 +20,27 @@ namespace rf::ddp {
 
 class TrainState {
  public:
-  TrainState(nn::Module& model, optim::Optimizer& optimizer);
+  TrainState(nn::Module& model, optim::Optimizer& optimizer, std::string model_name = "model");
 
   int64_t step() const { return step_; }
   void set_step(int64_t s) { step_ = s; }  // after the optimizer update of step s (R1)
-  // Digest of (step, every tensor with its name, every counter): what a worker reports
-  // (step 2) and what ranks compare (step 7).
+  // rf::state_digest(model, optimizer): the one digest of S (reports, step 7, --metrics).
+  // The step travels beside it (reports and the all-gather carry both).
   std::string digest() const;
-  size_t image_bytes() const { return image_bytes_; }
-  // Writes the image of the live state into `out` (image_bytes() of it).
-  void write_image(std::span<std::byte> out) const;
-  // R6: checks `image` (size, header, digest of the staged contents == expected_digest)
-  // and only then copies it into the live state. Throws rf::InvalidInput naming what was
-  // wrong, with the live state untouched.
-  void restore_verified(std::span<const std::byte> image, const std::string& expected_digest);
+  // The image of the live state (resized to fit; capacity reused).
+  void write_image(uint64_t generation, int world, std::vector<std::byte>& out) const;
+  // R6: validates `image` completely — it must hold step `expect_step` with digest
+  // `expect_digest` — and only then copies it into the live state. Throws
+  // rf::InvalidInput (ckpt::FormatError) naming `source` and what was wrong, with the live
+  // state untouched.
+  void restore_verified(std::span<const std::byte> image, int64_t expect_step, const std::string& expect_digest,
+                        const std::string& source);
 
  private:
-  struct Named {
-    std::string name;
-    float* data;
-    size_t count;
-  };
-  std::vector<Named> tensors_;  // parameters then optimizer buffers
+  nn::Module& model_;
   optim::Optimizer& optimizer_;
+  std::string model_name_;
   int64_t step_ = -1;
-  size_t image_bytes_ = 0;
 };
 
 }  // namespace rf::ddp

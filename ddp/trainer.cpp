@@ -68,13 +68,13 @@ struct Trainer::Impl {
   elastic::Plan plan;
   int rank = 0, world = 1;
   std::vector<std::byte> staging;  // the image buffer, reused by every transfer (R6)
-  std::vector<float> x_buf;
+  uint64_t staging_size = 0;
   std::vector<int32_t> y_buf;
   TrainerResult result;
 
   Impl(nn::Module& m, LossFn l, const data::Dataset& d, optim::Optimizer& o, TrainerConfig c)
       : model(m), loss_fn(std::move(l)), ds(d), optimizer(o), cfg(std::move(c)),
-        sampler(d.n, cfg.global_batch, cfg.seed), reducer(m.named_parameters(), cfg.reducer), state(m, o) {}
+        sampler(d.n, cfg.global_batch, cfg.seed), reducer(m.named_parameters(), cfg.reducer), state(m, o, cfg.model_name) {}
 
   void abort_comm(const std::string& why) {
     std::lock_guard<std::mutex> lk(comm_mu);
@@ -143,34 +143,48 @@ struct Trainer::Impl {
         state.set_step(-1);
         audit_->record("start", plan.generation, -1, state.digest(), rank, world);
       } else {
+        // The image's size travels first (comm's receives name their size), then the
+        // image itself: the same safetensors bytes a disk checkpoint holds.
         std::vector<comm::WorkPtr> sends;
         bool involved = me->source_rank.has_value();
         for (const auto& pr : plan.ranks)
           if (pr.source_rank == rank) involved = true;
         if (involved) inj->at(FaultPhase::Transfer, redo);
+        const comm::OpId size_op{static_cast<uint64_t>(redo), kOpTransfer - 1};
+        const comm::OpId image_op{static_cast<uint64_t>(redo), kOpTransfer};
         for (const auto& pr : plan.ranks) {
           if (pr.source_rank != rank) continue;
           if (sends.empty()) {
-            staging.resize(state.image_bytes());
-            state.write_image(staging);
+            state.write_image(plan.generation, world, staging);
+            staging_size = staging.size();
           }
-          sends.push_back(comm->send_start(pr.rank, staging.data(), staging.size(),
-                                           comm::OpId{static_cast<uint64_t>(redo), kOpTransfer}));
+          sends.push_back(comm->send_start(pr.rank, &staging_size, sizeof staging_size, size_op));
+          sends.push_back(comm->send_start(pr.rank, staging.data(), staging.size(), image_op));
         }
         for (auto& w : sends) w->wait();
         if (me->source_rank) {
-          staging.resize(state.image_bytes());
-          comm->recv(*me->source_rank, staging.data(), staging.size(),
-                     comm::OpId{static_cast<uint64_t>(redo), kOpTransfer});
-          state.restore_verified(staging, plan.target_digest);
+          uint64_t size = 0;
+          comm->recv(*me->source_rank, &size, sizeof size, size_op);
+          if (size > (uint64_t{1} << 40)) throw InvalidInput(str("state image of ", size, " bytes announced"));
+          staging.resize(size);  // capacity reused: the staging buffer of R6
+          comm->recv(*me->source_rank, staging.data(), staging.size(), image_op);
+          state.restore_verified(staging, plan.target_step, plan.target_digest,
+                                 str("state image from rank ", *me->source_rank, " (generation ", plan.generation, ")"));
           audit_->record("transfer", plan.generation, state.step(), state.digest(), rank, world,
-                       str("\"source\":", *me->source_rank));
+                         str("\"source\":", *me->source_rank));
         }
       }
     } catch (const comm::CommError& e) {
       std::fprintf(stderr, "ringfence worker slot %d: generation %llu: transfer failed: %s\n", copt.slot,
                    static_cast<unsigned long long>(plan.generation), e.what());
       failure(e);
+      return false;
+    } catch (const InvalidInput& e) {
+      // A damaged image (R6 kept the old state): this generation cannot start; say so and
+      // go round again (a new round picks a source again).
+      std::fprintf(stderr, "ringfence worker slot %d: generation %llu: state transfer refused: %s\n", copt.slot,
+                   static_cast<unsigned long long>(plan.generation), e.what());
+      if (!generation_over()) client->failure_report(plan.generation, state.step(), std::nullopt, e.what());
       return false;
     }
     const double transfer_ms = ms_since(t0);
@@ -193,19 +207,23 @@ struct Trainer::Impl {
 
   // All-gather of digests; DivergenceError names every rank's digest on a mismatch.
   void verify_digests(uint64_t tag_step, const char* when) {
+    // (step, digest) of every rank: 1 + 4 words each.
     const std::string mine = state.digest();
-    std::vector<uint64_t> in(4), out(4 * static_cast<size_t>(world));
-    digest_words(mine, in.data());
-    comm->allgather({in.data(), 4, comm::DType::u64}, {out.data(), out.size(), comm::DType::u64},
+    std::vector<uint64_t> in(5), out(5 * static_cast<size_t>(world));
+    in[0] = static_cast<uint64_t>(state.step());
+    digest_words(mine, in.data() + 1);
+    comm->allgather({in.data(), in.size(), comm::DType::u64}, {out.data(), out.size(), comm::DType::u64},
                     comm::OpId{tag_step, kOpVerify});
     std::string bad;
     for (int r = 0; r < world; ++r) {
-      const std::string d = words_digest(out.data() + 4 * r);
-      if (d != mine) bad += str(" rank ", r, " has ", d, ";");
+      const uint64_t* w = out.data() + 5 * r;
+      const std::string d = words_digest(w + 1);
+      if (d != mine || w[0] != in[0])
+        bad += str(" rank ", r, " has step ", static_cast<int64_t>(w[0]), " digest ", d, ";");
     }
     if (!bad.empty())
-      throw DivergenceError(str("replicas diverged (", when, ", generation ", plan.generation, ", step ",
-                                state.step(), "): rank ", rank, " has ", mine, ";", bad));
+      throw DivergenceError(str("replicas diverged (", when, ", generation ", plan.generation, "): rank ", rank,
+                                " has step ", state.step(), " digest ", mine, ";", bad));
   }
 
   // A transport error, stall or abort seen by the training thread (step 1 from our side):
@@ -229,9 +247,14 @@ struct Trainer::Impl {
       const int64_t s = state.step() + 1;  // R2: contribute to s only after applying s-1
       const auto idx = sampler.local_batch(s, rank, world);
       const int64_t b = static_cast<int64_t>(idx.size());
-      x_buf.resize(static_cast<size_t>(b * ds.sample_size()));
+      // The batch goes straight into a tensor from the caching allocator (same size every
+      // step: no page faults).
+      Tensor x;
       y_buf.resize(static_cast<size_t>(b));
-      if (b) data::gather_batch(ds, idx, x_buf.data(), y_buf.data());
+      if (b) {
+        x = Tensor::empty({b, ds.c, ds.h, ds.w});
+        data::gather_batch(ds, idx, x.data(), y_buf.data());
+      }
       ControlBlock cb;
       cb.samples = b;
       cb.reconfigure = client->reconfigure_requested() ? 1 : 0;
@@ -242,8 +265,6 @@ struct Trainer::Impl {
         inj->at(FaultPhase::Forward, s);
         reducer.begin_step(*comm, static_cast<uint64_t>(s), cb);
         if (b > 0) {
-          Tensor x = Tensor::empty({b, ds.c, ds.h, ds.w});
-          std::memcpy(x.data(), x_buf.data(), sizeof(float) * x_buf.size());
           Tensor loss = loss_fn(model(x), y_buf);
           reducer.set_local_loss(loss.item());
           inj->at(FaultPhase::Backward, s);

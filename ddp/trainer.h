@@ -38,6 +38,7 @@ namespace rf::ddp {
 using LossFn = std::function<Tensor(const Tensor& output, std::span<const int32_t> labels)>;
 
 struct TrainerConfig {
+  std::string model_name = "model";  // recorded in state images; a receiver checks it
   int64_t global_batch = 128;
   uint64_t seed = 0;            // batch order (R3)
   int64_t steps = 100;          // train steps 0 .. steps-1

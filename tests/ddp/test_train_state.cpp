@@ -1,5 +1,6 @@
-// TrainState: the digest covers every part of S, the image round-trips bitwise, and a
-// damaged image is refused with the live state untouched (R6).
+// TrainState: the image (ckpt/state.h's snapshot bytes) round-trips bitwise, and an image
+// that is damaged, cut, of another step or another digest is refused with the live state
+// untouched (R6).
 #include <doctest/doctest.h>
 
 #include <cstring>
@@ -43,15 +44,17 @@ TEST_CASE("image of a trained replica restores another bitwise, only with the ri
   a.train_one(0.25f);
   a.state.set_step(1);
   CHECK(a.state.digest() != b.state.digest());
-  std::vector<std::byte> img(a.state.image_bytes());
-  a.state.write_image(img);
+  std::vector<std::byte> img;
+  a.state.write_image(2, 3, img);
 
   const std::string before = b.state.digest();
-  CHECK_THROWS_WITH_AS(b.state.restore_verified(img, before), doctest::Contains("live state left unchanged"),
-                       rf::InvalidInput);
+  CHECK_THROWS_AS(b.state.restore_verified(img, 1, before, "test"), rf::InvalidInput);  // wrong digest
+  CHECK_THROWS_WITH_AS(b.state.restore_verified(img, 0, a.state.digest(), "test"), doctest::Contains("step"),
+                       rf::InvalidInput);  // wrong step
   CHECK(b.state.digest() == before);
+  CHECK(b.state.step() == -1);
 
-  b.state.restore_verified(img, a.state.digest());
+  b.state.restore_verified(img, 1, a.state.digest(), "test");
   CHECK(b.state.step() == 1);
   CHECK(b.state.digest() == a.state.digest());
   CHECK(state_digest(*b.model, b.sgd) == state_digest(*a.model, a.sgd));
@@ -65,30 +68,28 @@ TEST_CASE("a damaged, cut or foreign image is refused and nothing changes (R6)")
   Replica a, b;
   a.train_one(0.5f);
   a.state.set_step(0);
-  std::vector<std::byte> img(a.state.image_bytes());
-  a.state.write_image(img);
+  std::vector<std::byte> img;
+  a.state.write_image(1, 2, img);
   const std::string promised = a.state.digest();
   const std::string before = b.state.digest();
 
   auto flipped = img;
   flipped[img.size() / 2] ^= std::byte{1};
-  CHECK_THROWS_AS(b.state.restore_verified(flipped, promised), rf::InvalidInput);
+  CHECK_THROWS_AS(b.state.restore_verified(flipped, 0, promised, "flipped"), rf::InvalidInput);
   std::vector<std::byte> cut(img.begin(), img.end() - 8);
-  CHECK_THROWS_AS(b.state.restore_verified(cut, promised), rf::InvalidInput);
-  auto magic = img;
-  magic[0] = std::byte{'X'};
-  CHECK_THROWS_WITH_AS(b.state.restore_verified(magic, promised), doctest::Contains("magic"), rf::InvalidInput);
+  CHECK_THROWS_AS(b.state.restore_verified(cut, 0, promised, "cut"), rf::InvalidInput);
+  auto header = img;
+  header[9] = std::byte{'#'};
+  CHECK_THROWS_WITH_AS(b.state.restore_verified(header, 0, promised, "from rank 4"), doctest::Contains("from rank 4"),
+                       rf::InvalidInput);
   CHECK(b.state.digest() == before);
   CHECK(b.state.step() == -1);
 }
 
-TEST_CASE("the digest names the step and every tensor") {
+TEST_CASE("the digest is rf::state_digest: parameters, buffers and counters") {
   Replica a;
   const std::string d0 = a.state.digest();
-  a.state.set_step(5);
-  CHECK(a.state.digest() != d0);
-  a.state.set_step(-1);
-  CHECK(a.state.digest() == d0);
+  CHECK(d0 == state_digest(*a.model, a.sgd));
   a.model->parameters()[0].values()[3] += 1.0f;
   CHECK(a.state.digest() != d0);
 }
