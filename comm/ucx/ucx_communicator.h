@@ -9,8 +9,11 @@
 // time (the driver lock), and both run the same loop, drive(), which is the ONE place that
 // checks the abort flag, the stall timeout (D3) and failed peers (D1).
 //
-// Lock order: driver_mu_ before queue_mu_. abort() and inject_drop() take neither for
-// long: they set a flag and notify.
+// A driver lets go of the driver lock while it yields or naps; abort() sets its flag and,
+// if it finds the lock free, runs one round itself, so a revoked generation fails at once
+// even when the waiting thread is not scheduled. inject_drop() only sets a flag.
+//
+// Lock order: driver_mu_ before queue_mu_ (and before abort_mu_ and the recorder's).
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
