@@ -1,5 +1,6 @@
 #include "ddp/audit_log.h"
 
+#include "base/clock.h"
 #include "base/error.h"
 #include "base/str.h"
 
@@ -19,7 +20,7 @@ void AuditLog::record(const char* event, uint64_t generation, int64_t step, cons
                       int world, const std::string& extra_json) {
   if (!f_) return;
   const std::string line =
-      str("{\"event\":\"", event, "\",\"g\":", generation, ",\"s\":", step, ",\"digest\":\"", digest,
+      str("{\"event\":\"", event, "\",\"ts_us\":", wall_us(), ",\"g\":", generation, ",\"s\":", step, ",\"digest\":\"", digest,
           "\",\"rank\":", rank, ",\"world\":", world, ",\"slot\":", slot_, ",\"inc\":", incarnation_,
           extra_json.empty() ? "" : ",", extra_json, "}\n");
   std::fwrite(line.data(), 1, line.size(), f_);

@@ -1,9 +1,11 @@
 #pragma once
 // AuditLog — one JSON line per state change of this worker, so tests can check PROTOCOL.md's
 // "each step applied exactly once on every lineage" and "every replica bitwise identical":
-//   {"event":"apply","g":2,"s":41,"digest":"…","rank":1,"world":3,"slot":1,"inc":0,"loss":0.51}
+//   {"event":"apply","ts_us":1796…,"g":2,"s":41,"digest":"…","rank":1,"world":3,"slot":1,"inc":0,"loss":0.51}
 //   {"event":"transfer","g":2,"s":40,"digest":"…","source":0,…}   state received (R6)
 //   {"event":"start","g":1,"s":-1,"digest":"…",…}                 fresh start
+//   {"event":"inject","g":1,"s":20,"spec":"kill:rank=1:…",…}        a fault about to fire
+// ts_us is wall time (µs since the epoch), comparable across processes on one machine.
 // Lines are written whole and flushed, so a SIGKILL loses at most the line being written.
 #include <cstdint>
 #include <cstdio>

@@ -62,6 +62,7 @@ void FaultInjector::fire(size_t i, const char* where) {
   std::fprintf(stderr, "ringfence worker slot %d rank %d: inject %s (at %s)\n", slot_, rank_.load(),
                f.to_string().c_str(), where);
   std::fflush(stderr);
+  if (before_fire_) before_fire_(f, *f.step);
   switch (f.kind) {
     case FaultKind::Kill: ::raise(SIGKILL); break;
     case FaultKind::Stop: ::raise(SIGSTOP); break;

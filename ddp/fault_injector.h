@@ -38,6 +38,9 @@ class FaultInjector {
   void on_plan(int64_t redo, bool fresh);
   void set_drop(std::function<void()> drop) { drop_ = std::move(drop); }
   void set_slow_ms(int ms) { slow_ms_ = ms; }
+  // Called just before a fault fires (the audit log records it: a benchmark measures
+  // recovery from this moment). Runs on the thread that fires.
+  void set_before_fire(std::function<void(const elastic::FaultSpec&, int64_t step)> cb) { before_fire_ = std::move(cb); }
   bool empty() const { return specs_.empty(); }
 
   // An injection point of the training thread.
@@ -56,6 +59,7 @@ class FaultInjector {
   std::atomic<int64_t> max_redo_{-1}, prev_max_redo_{-1};
   bool eligible(elastic::FaultPhase phase, int64_t step) const;
   std::function<void()> drop_;
+  std::function<void(const elastic::FaultSpec&, int64_t)> before_fire_;
   int slow_ms_ = 200;
 };
 

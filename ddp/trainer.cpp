@@ -333,6 +333,9 @@ struct Trainer::Impl {
       if (comm) comm->inject_drop();
     });
     audit_ = std::make_unique<AuditLog>(cfg.audit_log, copt.slot, copt.incarnation);
+    inj->set_before_fire([this](const elastic::FaultSpec& f, int64_t s) {
+      audit_->record("inject", plan.generation, s, "", rank, world, str("\"spec\":\"", f.to_string(), "\""));
+    });
     ctx = comm::UcxContext::create();
     client = std::make_unique<elastic::Client>(copt);
     client->on_revoked([this](const elastic::Revocation& r) {
