@@ -1,6 +1,7 @@
 #include "ddp/trainer.h"
 
 #include <cstdio>
+#include <iostream>
 #include <cstring>
 #include <mutex>
 #include <optional>
@@ -9,6 +10,8 @@
 #include "base/clock.h"
 #include "base/error.h"
 #include "base/str.h"
+#include "ckpt/async_checkpointer.h"
+#include "ckpt/resume.h"
 #include "comm/errors.h"
 #include "comm/tag.h"
 #include "comm/ucx/ucx_communicator.h"
@@ -71,6 +74,8 @@ struct Trainer::Impl {
   uint64_t staging_size = 0;
   std::vector<int32_t> y_buf;
   TrainerResult result;
+  std::unique_ptr<ckpt::AsyncCheckpointer> checkpointer;  // made when this worker is rank 0
+  int64_t saved_step = -1;
 
   Impl(nn::Module& m, LossFn l, const data::Dataset& d, optim::Optimizer& o, TrainerConfig c)
       : model(m), loss_fn(std::move(l)), ds(d), optimizer(o), cfg(std::move(c)),
@@ -239,6 +244,36 @@ struct Trainer::Impl {
     }
   }
 
+  // Rank 0 alone writes (every replica holds the same S, R4); the directory's writer lock
+  // is taken when this worker first is rank 0 (a rank 0 that died released it).
+  void checkpoint(bool force) {
+    if (cfg.ckpt_dir.empty() || rank != 0 || state.step() < 0 || state.step() == saved_step) return;
+    if (!force && !(cfg.ckpt_every > 0 && (state.step() + 1) % cfg.ckpt_every == 0)) return;
+    if (!checkpointer)
+      checkpointer = std::make_unique<ckpt::AsyncCheckpointer>(
+          ckpt::CheckpointerOptions{.dir = cfg.ckpt_dir, .keep = cfg.ckpt_keep}, &std::cerr);
+    ckpt::SnapshotMeta meta;
+    meta.model = cfg.model_name;
+    meta.step = state.step();
+    meta.generation = static_cast<int64_t>(plan.generation);
+    meta.world_size = world;
+    meta.optimizer = "optimizer";
+    checkpointer->save(model, optimizer, meta);
+    saved_step = state.step();
+  }
+
+  void restore_from_disk() {
+    ckpt::RestoreExpect expect;
+    expect.model = cfg.model_name;
+    auto point = ckpt::resume_newest(cfg.ckpt_dir, model, optimizer, expect, std::cerr);
+    if (!point) return;
+    state.set_step(point->meta.step);
+    saved_step = point->meta.step;
+    result.resumed_step = point->meta.step;
+    std::fprintf(stderr, "ringfence worker slot %d: resumed from %s (step %lld)\n", copt.slot, point->path.c_str(),
+                 static_cast<long long>(point->meta.step));
+  }
+
   Leave train_generation() {
     TimePoint window_t = Clock::now();
     int64_t window_samples = 0;
@@ -319,6 +354,8 @@ struct Trainer::Impl {
           return Leave::Recover;
         }
       }
+      checkpoint(sums.checkpoint > 0 || sums.stop > 0);
+      if (checkpointer) checkpointer->report();
       if (sums.stop > 0) return Leave::Stopped;          // R5: everyone stops after s
       if (sums.reconfigure > 0) return Leave::Recover;   // R5: everyone leaves g after s
     }
@@ -342,6 +379,11 @@ struct Trainer::Impl {
       abort_comm(str("generation revoked (", r.cause, "), now ", r.generation));
     });
     client->on_fenced([this](const std::string& why) { abort_comm(str("self-fenced (D4): ", why)); });
+    if (cfg.resume) {
+      if (cfg.ckpt_dir.empty()) throw InvalidInput("resume needs a checkpoint directory (ckpt_dir)");
+      restore_from_disk();
+      audit_->record("resume", 0, state.step(), state.digest(), -1, 0);
+    }
     client->join();
     const TimePoint t0 = Clock::now();
     bool first = true;
@@ -376,6 +418,8 @@ struct Trainer::Impl {
         drop_comm();
         continue;
       }
+      checkpoint(true);  // the final state (or the stop's) is on disk before we leave
+      if (checkpointer) checkpointer->flush();
       client->leave();
       drop_comm();
       break;

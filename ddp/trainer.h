@@ -51,6 +51,15 @@ struct TrainerConfig {
   // Called on the training thread after every applied step (step, global mean loss):
   // metrics, progress, or a test that corrupts a replica to prove --verify-every works.
   std::function<void(int64_t step, double loss)> on_step;
+  // Disk checkpoints (PROTOCOL.md "Whole-job failure"): rank 0 of the generation writes
+  // ckpt_dir/ckpt-<step>.safetensors in the background every ckpt_every steps, when the
+  // control block asks for one (R5), at a graceful stop and at the end. With `resume`, the
+  // worker first restores the newest valid checkpoint and reports that state, so a job
+  // restarted after every worker died continues at its step + 1.
+  std::string ckpt_dir;
+  int64_t ckpt_every = 0;
+  int64_t ckpt_keep = 3;
+  bool resume = false;
   std::string flight_recorder;  // comm's flight recorder dumps here on failure ("" = stderr)
   std::chrono::milliseconds plan_timeout{120000};
   std::chrono::milliseconds ready_timeout{60000};
@@ -65,6 +74,7 @@ struct TrainerResult {
   int world = 0;
   bool standby = false;         // a spare that was never needed
   double train_seconds = 0.0;
+  int64_t resumed_step = -1;    // the disk checkpoint restored with `resume` (-1: none)
 };
 
 // Thrown when replicas that must be equal are not (verify-every, recovery step 7): the

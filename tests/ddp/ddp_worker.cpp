@@ -5,6 +5,7 @@
 //   ddp_worker --result-dir DIR [--audit-dir DIR] [--steps N] [--batch B] [--samples N]
 //              [--hidden H] [--seed S] [--verify-every N] [--bucket-kib K] [--no-overlap]
 //              [--stall-ms M] [--log-interval N] [--lr LR] [--replacement-delay-ms M]
+//              [--ckpt-dir D --ckpt-every N [--resume]]
 //              [--corrupt-at STEP]  (slot 1 silently changes a weight after STEP)
 // --audit-dir also receives comm's flight records (flight-*.jsonl) instead of stderr.
 #include <poll.h>
@@ -55,6 +56,9 @@ int main(int argc, char** argv) {
       else if (f == "--log-interval") cfg.log_interval = std::stoll(val());
       else if (f == "--replacement-delay-ms") replacement_delay_ms = std::stoi(val());
       else if (f == "--corrupt-at") corrupt_at = std::stoll(val());
+      else if (f == "--ckpt-dir") cfg.ckpt_dir = val();
+      else if (f == "--ckpt-every") cfg.ckpt_every = std::stoll(val());
+      else if (f == "--resume") cfg.resume = true;
       else if (f == "--result-dir") result_dir = val();
       else if (f == "--audit-dir") audit_dir = val();
       else {
@@ -90,7 +94,8 @@ int main(int argc, char** argv) {
       nlohmann::json j = {{"step", r.step},           {"digest", r.digest},         {"final_loss", r.final_loss},
                           {"generation", r.generation}, {"world", r.world},         {"recoveries", r.recoveries},
                           {"standby", r.standby},     {"state_digest", state_digest(*model, sgd)},
-                          {"train_seconds", r.train_seconds}};
+                          {"train_seconds", r.train_seconds},
+                          {"resumed_step", r.resumed_step}};
       std::ofstream f(result_dir + "/result-" + tag + ".json");
       f << j.dump() << "\n";
     }

@@ -24,6 +24,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 
 STEPS = 40
 W = 3
@@ -61,6 +62,11 @@ SCENARIOS = {
     # A replica silently corrupted after step 12: --verify-every 5 must stop the job at
     # step 14 with an error naming the digests, never finish on diverged replicas.
     "divergence_detected": ([], ["--verify-every", "5", "--corrupt-at", "12"], {"diverge": True}),
+    # Rank 0 freezes (SIGSTOP) before step 23, so the job cannot pass step 22; then the
+    # launcher and every worker are SIGKILLed, and the job is run again with --resume: it
+    # continues from the newest checkpoint on disk (every 5 steps) and ends bitwise equal
+    # to the uninterrupted run.
+    "whole_job_resume": ([], [], {"whole_job": True}),
 }
 
 failures = []
@@ -72,10 +78,57 @@ def check(cond, what):
         print("FAIL:", what, flush=True)
 
 
+def procs_mentioning(text):
+    """PIDs of processes whose command line contains text (our unique temp dir)."""
+    pids = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/cmdline", "rb") as f:
+                if text.encode() in f.read():
+                    pids.append(int(d))
+        except OSError:
+            pass
+    return pids
+
+
+def kill_whole_job(work, ringfence, worker, launcher_flags, worker_flags, at_step, deadline_s=60):
+    """Starts the job with rank 0 set to SIGSTOP itself before step at_step + 1, waits (by
+    polling the audit logs) until it did, then SIGKILLs the launcher's process group and every worker, and waits until all are
+    gone. Returns the largest step any worker applied."""
+    res, aud = os.path.join(work, "res"), os.path.join(work, "aud")
+    os.makedirs(res, exist_ok=True)
+    os.makedirs(aud, exist_ok=True)
+    cmd = [ringfence, "run", "-n", str(W), *launcher_flags, "--inject", f"stop:rank=0:step={at_step + 1}:phase=forward",
+           "--", worker, "--result-dir", res, "--audit-dir", aud,
+           "--steps", str(STEPS), *worker_flags]
+    out = open(os.path.join(work, "output-killed.txt"), "w")
+    p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    t_end = time.monotonic() + deadline_s
+    frozen = False
+    while time.monotonic() < t_end and not frozen and p.poll() is None:
+        frozen = any('"inject"' in l for f in glob.glob(os.path.join(aud, "audit-*.jsonl")) for l in open(f))
+        time.sleep(0.002)  # polling a file for a condition, not a timed wait for one
+    victims = procs_mentioning(work)
+    os.killpg(p.pid, signal.SIGKILL)
+    for pid in victims:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    p.wait()
+    out.close()
+    while procs_mentioning(work) and time.monotonic() < t_end + 10:
+        time.sleep(0.002)
+    check(not procs_mentioning(work), "whole-job kill: processes survived")
+    check(frozen, f"whole-job kill: rank 0 never froze before step {at_step + 1}")
+
+
 def run_job(ringfence, worker, work, launcher_flags, worker_flags, timeout=90):
     res, aud = os.path.join(work, "res"), os.path.join(work, "aud")
-    os.makedirs(res)
-    os.makedirs(aud)
+    os.makedirs(res, exist_ok=True)
+    os.makedirs(aud, exist_ok=True)
     summary = os.path.join(work, "summary.json")
     cmd = [ringfence, "run", "-n", str(W), "--summary", summary, "--event-log", os.path.join(work, "events.jsonl"),
            *launcher_flags, "--", worker, "--result-dir", res, "--audit-dir", aud, "--steps", str(STEPS),
@@ -120,13 +173,15 @@ def check_job(name, rc, results, audits, summ, work):
             if ev == "start":
                 check(cur is None or cur == -1, f"{name}: {fname}: fresh start after applying {cur}")
                 cur = -1
+            elif ev == "resume":  # a whole-job restart from disk: a new lineage begins
+                cur = s
             elif ev == "transfer":
                 check(cur is None or s >= cur, f"{name}: {fname}: transfer to older step {s} after {cur}")
                 cur = s
             elif ev == "apply":
                 check(cur is not None and s == cur + 1, f"{name}: {fname}: applied step {s} after state {cur}")
                 cur = s
-            if ev in ("apply", "transfer"):
+            if ev in ("apply", "transfer") or (ev == "resume" and s >= 0):
                 d = step_digest.setdefault(s, ln["digest"])
                 check(d == ln["digest"], f"{name}: step {s} has two digests: {d} and {ln['digest']}")
     return finals
@@ -154,6 +209,33 @@ def main():
             check(not any(r["step"] == STEPS - 1 for r in results.values()), f"{scenario}: a worker finished")
             applied = max((ln["s"] for lines in audits.values() for ln in lines if ln["event"] == "apply"), default=-1)
             check(applied == 14, f"{scenario}: last applied step {applied}, expected 14 (first check after 12)")
+            print(f"{scenario}: {'FAILED' if failures else 'ok'}")
+            return 1 if failures else 0
+        if expect.get("whole_job"):
+            ref_dir = os.path.join(tmp, "reference")
+            os.makedirs(ref_dir)
+            rc, results, audits, summ = run_job(ringfence, worker, ref_dir, [], worker_flags)
+            ref = check_job(f"{scenario}/reference", rc, results, audits, summ, ref_dir)
+            job = os.path.join(tmp, "job")
+            os.makedirs(job)
+            ck = ["--ckpt-dir", os.path.join(job, "ckpt"), "--ckpt-every", "5"]
+            kill_whole_job(job, ringfence, worker, launcher_flags, worker_flags + ck, 22)
+            rc, results, audits, summ = run_job(ringfence, worker, job, launcher_flags, worker_flags + ck + ["--resume"])
+            finals = check_job(scenario, rc, results, audits, summ, job)
+            # the steps applied before the whole job died (lines before each "resume")
+            reached = max([-1] + [ln["s"] for lines in audits.values() for ln in
+                                       lines[:next((i for i, x in enumerate(lines) if x["event"] == "resume"), 0)]
+                                       if ln["event"] == "apply"])
+            resumed = {r["resumed_step"] for r in finals}
+            # 19 unless its background write had not finished when everything died
+            check(len(resumed) == 1 and next(iter(resumed)) >= 14 and next(iter(resumed)) % 5 == 4,
+                  f"{scenario}: resumed from {resumed}, expected one checkpoint step (a multiple of 5, minus 1) >= 14")
+            check(reached == 22, f"{scenario}: the first run applied up to step {reached}, expected 22")
+            if finals and ref:
+                check(finals[0]["digest"] == ref[0]["digest"],
+                      f"{scenario}: final digest {finals[0]['digest']} != uninterrupted {ref[0]['digest']}")
+                print(f"{scenario}: killed at step {reached}, resumed from step {next(iter(resumed))}, "
+                      f"redone {reached - next(iter(resumed))} step(s); final digest {finals[0]['digest']}")
             print(f"{scenario}: {'FAILED' if failures else 'ok'}")
             return 1 if failures else 0
         ref_dir = os.path.join(tmp, "reference")
