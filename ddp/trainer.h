@@ -38,6 +38,10 @@ namespace rf::ddp {
 using LossFn = std::function<Tensor(const Tensor& output, std::span<const int32_t> labels)>;
 
 struct TrainerConfig {
+  // false: plain data-parallel training for comparison (the failure-free overhead of all
+  // of this): no coordinator, no heartbeats, no recovery — ranks from comm's local
+  // launcher (RF_RANK, RF_WORLD, RF_STORE: a FileStore), and any failure is fatal.
+  bool fault_tolerance = true;
   std::string model_name = "model";  // recorded in state images; a receiver checks it
   int64_t global_batch = 128;
   uint64_t seed = 0;            // batch order (R3)
@@ -93,7 +97,7 @@ class Trainer {
   Trainer& operator=(const Trainer&) = delete;
   // Runs until the last step, a graceful stop, or an unrecoverable error (elastic's
   // JobStopped, DivergenceError, ...). Reads RINGFENCE_COORD/_TOKEN/_SLOT/_INCARNATION and
-  // RINGFENCE_INJECT.
+  // RINGFENCE_INJECT (with fault_tolerance off: RF_RANK/RF_WORLD/RF_STORE).
   TrainerResult run();
 
  private:
