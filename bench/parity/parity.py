@@ -24,6 +24,14 @@ unfold + matmul (im2col + GEMM, the algorithm ringfence uses): that run drifts f
 float64 as fast as ringfence does, which shows the CNN's faster drift comes from the
 algorithm's rounding, not from a different computation.
 
+A second, model-level comparison removes the batch-to-batch noise: the loss of each
+framework's MODEL at each checked step on the whole 10k-image test set. ringfence's
+weights come from its own checkpoints (--ckpt-every 50 writes the state after steps 49,
+99, 149: the weights that the losses of steps 50, 100, 150 were computed with); PyTorch's
+are copied before its update of the same step; both are evaluated by the same float64
+PyTorch forward pass, so only the weights differ. Both comparisons are printed; the
+exit status follows the strict per-batch check unless --gate held-out is given.
+
 Run it with Debian's /usr/bin/python3 (python3-torch):
     /usr/bin/python3 bench/parity/parity.py --bin build/bin
 Exit status 0 when every comparison passes, 1 when one fails, 2 on a usage/set-up error.
@@ -95,6 +103,31 @@ def write_safetensors(path, tensors):
     return "hand-written"
 
 
+def read_safetensors_f32(path):
+    """Reads the F32 tensors of a safetensors file (u64 header length, JSON header, data)."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8:8 + n])
+    data = raw[8 + n:]
+    out = {}
+    for name, e in header.items():
+        if name == "__metadata__" or e["dtype"] != "F32":
+            continue
+        b, end = e["data_offsets"]
+        out[name] = np.frombuffer(data[b:end], dtype="<f4").reshape(e["shape"]).copy()
+    return out
+
+
+def heldout_loss(kind, weights, test_x, test_y):
+    """Mean cross-entropy of the model with `weights` on the test set, in float64."""
+    model = make_model(kind).double()
+    names = model.state_dict().keys()
+    model.load_state_dict({k: torch.from_numpy(np.asarray(weights[k])).double() for k in names})
+    with torch.no_grad():
+        return nn.functional.cross_entropy(model(test_x.double()), test_y).item()
+
+
 def read_idx(path, ndims):
     with gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb") as f:
         raw = f.read()
@@ -105,15 +138,15 @@ def read_idx(path, ndims):
     return np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndims).reshape(dims)
 
 
-def load_train(data_dir):
+def load_train(data_dir, prefix="train"):
     def pick(stem):
         for name in (stem + ".gz", stem):
             p = os.path.join(data_dir, name)
             if os.path.exists(p):
                 return p
         sys.exit(f"parity: {os.path.join(data_dir, stem)}(.gz) not found (--data-dir?)")
-    images = read_idx(pick("train-images-idx3-ubyte"), 3)
-    labels = read_idx(pick("train-labels-idx1-ubyte"), 1)
+    images = read_idx(pick(f"{prefix}-images-idx3-ubyte"), 3)
+    labels = read_idx(pick(f"{prefix}-labels-idx1-ubyte"), 1)
     # Same float32 operations in the same order as core/data/fashion_mnist.cpp.
     x = (images.astype(np.float32) / np.float32(255.0) - MEAN) / STD
     return torch.from_numpy(x.reshape(-1, 1, 28, 28).copy()), torch.from_numpy(labels.astype(np.int64))
@@ -124,7 +157,7 @@ def read_jsonl(path):
         return [json.loads(line) for line in f if line.strip()]
 
 
-def run_one(kind, args, images, labels, work):
+def run_one(kind, args, images, labels, test_x, test_y, work):
     torch.manual_seed(args.seed)
     model = make_model(kind)
     init = os.path.join(work, f"{kind}_init.safetensors")
@@ -136,6 +169,11 @@ def run_one(kind, args, images, labels, work):
     cmd = [exe, "--init", init, "--max-steps", str(args.steps), "--loss-log", loss_log, "--batch-log", batch_log,
            "--data-dir", args.data_dir, "--threads", str(args.threads), "--batch", str(args.batch),
            "--lr", str(args.lr), "--momentum", str(args.momentum), "--seed", str(args.seed)]
+    ckpt_dir = os.path.join(work, f"{kind}_ckpt")
+    ckpt_every = 50
+    if any(s % ckpt_every for s in args.check):
+        sys.exit(f"parity: --check steps must be multiples of {ckpt_every} (checkpoints hold the weights)")
+    cmd += ["--ckpt-dir", ckpt_dir, "--ckpt-every", str(ckpt_every), "--ckpt-keep", "1000"]
     t0 = time.time()
     proc = subprocess.run(cmd, capture_output=True, text=True)
     t_rf = time.time() - t0
@@ -151,7 +189,8 @@ def run_one(kind, args, images, labels, work):
             sys.exit(f"parity: step {b['step']} has {len(b['indices'])} samples, expected {args.batch}")
     init_state = {k: v.clone() for k, v in model.state_dict().items()}
     t0 = time.time()
-    torch_loss = train_torch(model, batches, images, labels, args, torch.float32)
+    torch_weights = {}
+    torch_loss = train_torch(model, batches, images, labels, args, torch.float32, snapshot=(args.check, torch_weights))
     t_torch = time.time() - t0
     model64 = make_model(kind)
     model64.load_state_dict(init_state)
@@ -176,6 +215,13 @@ def run_one(kind, args, images, labels, work):
                          im2col64=rel(im2col_loss[s], fp64_loss[s]) if im2col_loss else None,
                          win_rf=mean(rf_loss), win_torch=mean(torch_loss),
                          win_rel=rel(mean(rf_loss), mean(torch_loss)), win_noise=rel(mean(torch_loss), mean(fp64_loss))))
+    init_np = {k: v.numpy() for k, v in init_state.items()}
+    for r in rows:
+        st = r["step"]
+        rf_w = init_np if st == 0 else read_safetensors_f32(os.path.join(ckpt_dir, f"ckpt-{st - 1:09d}.safetensors"))
+        r["ho_rf"] = heldout_loss(kind, rf_w, test_x, test_y)
+        r["ho_torch"] = heldout_loss(kind, torch_weights[st], test_x, test_y)
+        r["ho_rel"] = rel(r["ho_rf"], r["ho_torch"])
     # Before chaos sets in, both runs must agree to float32 rounding: the first update
     # exercises forward, backward and the optimizer (momentum start) in full.
     early = max(rel(rf_loss[t], torch_loss[t]) for t in range(min(11, args.steps)))
@@ -186,13 +232,16 @@ def rel(a, b):
     return abs(a - b) / abs(b)
 
 
-def train_torch(model, batches, images, labels, args, dtype):
-    """Trains `model` on the logged batches; returns {step: loss before that step's update}."""
+def train_torch(model, batches, images, labels, args, dtype, snapshot=None):
+    """Trains `model` on the logged batches; returns {step: loss before that step's update}.
+    snapshot=(steps, out): copies the weights used at each of `steps` into out[step]."""
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
     loss_fn = nn.CrossEntropyLoss(reduction="mean")
     losses = {}
     for b in batches:
         idx = torch.tensor(b["indices"], dtype=torch.int64)
+        if snapshot and b["step"] in snapshot[0]:
+            snapshot[1][b["step"]] = {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}
         loss = loss_fn(model(images[idx].to(dtype)), labels[idx])
         losses[b["step"]] = loss.item()
         opt.zero_grad()
@@ -215,6 +264,8 @@ def main():
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--keep", help="keep the init files and logs in this directory")
+    p.add_argument("--gate", choices=["batch", "held-out"], default="batch",
+                   help="which comparison sets the exit status (both are always printed)")
     args = p.parse_args()
     args.check = [int(s) for s in args.check.split(",")]
     if max(args.check) >= args.steps:
@@ -222,13 +273,14 @@ def main():
     torch.set_num_threads(args.threads)
 
     images, labels = load_train(args.data_dir)
+    test_x, test_y = load_train(args.data_dir, "t10k")
     work = args.keep or tempfile.mkdtemp(prefix="rf_parity_")
     os.makedirs(work, exist_ok=True)
     rows = []
     for kind in args.models.split(","):
         if kind not in ("mlp", "cnn"):
             p.error(f"unknown model '{kind}' (mlp, cnn)")
-        r, how, t_rf, t_torch, early = run_one(kind, args, images, labels, work)
+        r, how, t_rf, t_torch, early = run_one(kind, args, images, labels, test_x, test_y, work)
         print(f"{kind}: init written with the {how}; {args.steps} steps: ringfence {t_rf:.1f} s (incl. data load), "
               f"PyTorch {t_torch:.1f} s; largest relative loss difference over steps 0-10: {early:.1e}")
         rows += r
@@ -249,12 +301,21 @@ def main():
     for r in rows:
         print(f"{r['model']:<6}{r['step']:>5}{r['win_rf']:>11.5f}{r['win_torch']:>11.5f}{r['win_rel'] * 100:>9.3f}%"
               f"{r['win_noise'] * 100:>11.3f}%")
-    bad = sum(1 for r in rows if r["rel"] > args.tolerance)
-    print(f"\n{len(rows) - bad} passed, {bad} failed (tolerance {args.tolerance * 100:g} %, seed {args.seed})")
+    print()
+    print("loss of the model at each step on the 10k test set, both evaluated in float64 (weights differ only)")
+    print(f"{'model':<6}{'step':>5}{'ringfence':>11}{'pytorch':>11}{'rel diff':>10}  result")
+    for r in rows:
+        print(f"{r['model']:<6}{r['step']:>5}{r['ho_rf']:>11.5f}{r['ho_torch']:>11.5f}{r['ho_rel'] * 100:>9.3f}%  "
+              f"{'PASS' if r['ho_rel'] <= args.tolerance else 'FAIL'}")
+    bad_batch = sum(1 for r in rows if r["rel"] > args.tolerance)
+    bad_ho = sum(1 for r in rows if r["ho_rel"] > args.tolerance)
+    print(f"\nper-batch loss: {len(rows) - bad_batch} within {args.tolerance * 100:g} %, {bad_batch} not; "
+          f"held-out loss: {len(rows) - bad_ho} within, {bad_ho} not (seed {args.seed})")
+    bad = bad_batch if args.gate == "batch" else bad_ho
+    print(f"{len(rows) - bad} passed, {bad} failed (gate: {args.gate})")
     if not args.keep:
-        for f in os.listdir(work):
-            os.remove(os.path.join(work, f))
-        os.rmdir(work)
+        import shutil
+        shutil.rmtree(work)
     return 1 if bad else 0
 
 
