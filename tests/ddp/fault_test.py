@@ -67,6 +67,9 @@ SCENARIOS = {
     # continues from the newest checkpoint on disk (every 5 steps) and ends bitwise equal
     # to the uninterrupted run.
     "whole_job_resume": ([], [], {"whole_job": True}),
+    # A slow rank (200 ms inside its all-reduce, far below the stall timeout) is not a
+    # failure: no recovery, same result.
+    "slow_allreduce": (["--inject", "slow:rank=1:step=10:phase=allreduce:after_chunks=1"], [], {"recoveries": 0}),
 }
 
 failures = []
@@ -249,6 +252,11 @@ def main():
         os.makedirs(fault_dir)
         rc, results, audits, summ = run_job(ringfence, worker, fault_dir, launcher_flags, worker_flags)
         finals = check_job(scenario, rc, results, audits, summ, fault_dir)
+        # every worker-side fault really fired (the worker logs it just before)
+        specs = [launcher_flags[i + 1] for i, f in enumerate(launcher_flags) if f == "--inject"]
+        fired = {ln["spec"] for lines in audits.values() for ln in lines if ln["event"] == "inject"}
+        for spec in specs:
+            check(spec in fired, f"{scenario}: fault {spec} never fired (fired: {sorted(fired)})")
         recs = (summ or {}).get("recoveries", [])
         check(len(recs) == expect["recoveries"], f"{scenario}: {len(recs)} recoveries, expected {expect['recoveries']}")
         for r in recs:
