@@ -6,7 +6,7 @@
 //              [--hidden H] [--seed S] [--verify-every N] [--bucket-kib K] [--no-overlap]
 //              [--stall-ms M] [--log-interval N] [--lr LR] [--replacement-delay-ms M]
 //              [--ckpt-dir D --ckpt-every N [--resume]]
-//              [--corrupt-at STEP]  (slot 1 silently changes a weight after STEP)
+//              [--corrupt-at STEP] [--step-ms M]  (slot 1 silently changes a weight after STEP)
 // --audit-dir also receives comm's flight records (flight-*.jsonl) instead of stderr.
 #include <poll.h>
 
@@ -34,7 +34,8 @@ int main(int argc, char** argv) {
   int64_t samples = 2048, hidden = 64;
   float lr = 0.02f;
   int replacement_delay_ms = 0;
-  int64_t corrupt_at = -1;  // slot 1 flips a parameter bit after applying this step
+  int64_t corrupt_at = -1;
+  int step_ms = 0;  // extra compute per step (stands in for a bigger model)  // slot 1 flips a parameter bit after applying this step
   std::string result_dir, audit_dir;
   for (int i = 1; i < argc; ++i) {
     const std::string f = argv[i];
@@ -56,6 +57,7 @@ int main(int argc, char** argv) {
       else if (f == "--log-interval") cfg.log_interval = std::stoll(val());
       else if (f == "--replacement-delay-ms") replacement_delay_ms = std::stoi(val());
       else if (f == "--corrupt-at") corrupt_at = std::stoll(val());
+      else if (f == "--step-ms") step_ms = std::stoi(val());
       else if (f == "--ckpt-dir") cfg.ckpt_dir = val();
       else if (f == "--ckpt-every") cfg.ckpt_every = std::stoll(val());
       else if (f == "--resume") cfg.resume = true;
@@ -84,10 +86,11 @@ int main(int argc, char** argv) {
     auto model = ddp::testing::make_test_mlp(cfg.seed + 1, hidden);
     const data::Dataset ds = ddp::testing::make_test_data(samples, cfg.seed + 2);
     optim::SGD sgd(model->named_parameters(), {.lr = lr, .momentum = 0.9f});
-    if (corrupt_at >= 0 && slot && std::string(slot) == "1")
-      cfg.on_step = [&](int64_t s, double) {
-        if (s == corrupt_at) model->parameters()[0].values()[0] += 1e-3f;  // silent corruption
-      };
+    const bool corrupt = corrupt_at >= 0 && slot && std::string(slot) == "1";
+    cfg.on_step = [&](int64_t s, double) {
+      if (corrupt && s == corrupt_at) model->parameters()[0].values()[0] += 1e-3f;  // silent corruption
+      if (step_ms > 0) ::poll(nullptr, 0, step_ms);
+    };
     ddp::Trainer trainer(*model, ddp::testing::sum_loss, ds, sgd, cfg);
     const ddp::TrainerResult r = trainer.run();
     if (!result_dir.empty()) {

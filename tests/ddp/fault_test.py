@@ -55,8 +55,10 @@ SCENARIOS = {
     "drop_rank0": (["--inject", "drop:rank=0:step=30:phase=allreduce:after_chunks=1"], [], {"recoveries": 1}),
     # The replacement comes after the join window: shrink to 2, then grow back to 3 at a
     # step boundary (reconfigure flag in the control block, R5).
-    "shrink_then_grow": (["--inject", "kill:rank=1:step=10:phase=forward", "--join-window", "100ms",
-                          "--min-world", "2"], ["--replacement-delay-ms", "400"],
+    # Margins: the round closes ~150 ms after the kill (detection + 50 ms window), the
+    # replacement joins ~300 ms after it, and 50 more steps of >= 20 ms remain.
+    "shrink_then_grow": (["--inject", "kill:rank=1:step=10:phase=forward", "--join-window", "50ms",
+                          "--min-world", "2"], ["--replacement-delay-ms", "300", "--step-ms", "20", "--steps", "60"],
                          {"recoveries": 2, "shrink": True, "grow": True}),
     "spare_replaces": (["--inject", KILL_MID, "--max-restarts", "0", "--spares", "1"], [], {"recoveries": 1}),
     # A replica silently corrupted after step 12: --verify-every 5 must stop the job at
@@ -135,7 +137,7 @@ def run_job(ringfence, worker, work, launcher_flags, worker_flags, timeout=90):
     summary = os.path.join(work, "summary.json")
     cmd = [ringfence, "run", "-n", str(W), "--summary", summary, "--event-log", os.path.join(work, "events.jsonl"),
            *launcher_flags, "--", worker, "--result-dir", res, "--audit-dir", aud, "--steps", str(STEPS),
-           *worker_flags]
+           *worker_flags]  # a --steps in worker_flags comes later and wins
     with open(os.path.join(work, "output.txt"), "w") as out:
         p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         try:
@@ -191,8 +193,11 @@ def check_job(name, rc, results, audits, summ, work):
 
 
 def main():
+    global STEPS
     ringfence, worker, scenario = sys.argv[1], sys.argv[2], sys.argv[3]
     launcher_flags, worker_flags, expect = SCENARIOS[scenario]
+    if "--steps" in worker_flags:
+        STEPS = int(worker_flags[worker_flags.index("--steps") + 1])
     tmp = tempfile.mkdtemp(prefix=f"ddp_{scenario}_")
     try:
         if expect.get("diverge"):  # no reference needed: the job must fail
