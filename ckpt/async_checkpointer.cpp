@@ -1,5 +1,8 @@
 #include "ckpt/async_checkpointer.h"
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include "base/clock.h"
 #include "base/error.h"
 #include "base/str.h"
@@ -75,6 +78,8 @@ int64_t AsyncCheckpointer::last_written_step() const {
 }
 
 void AsyncCheckpointer::run() {
+  // Best effort: a failure (e.g. not permitted) leaves the thread at the normal priority.
+  if (opt_.writer_nice != 0) (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), opt_.writer_nice);
   std::unique_lock<std::mutex> lk(mu_);
   for (;;) {
     cv_.wait(lk, [&] { return pending_ || stop_; });

@@ -28,6 +28,9 @@ namespace rf::ckpt {
 struct CheckpointerOptions {
   std::string dir;
   int64_t keep = 3;                   // checkpoints kept on disk (>= 1)
+  // The writer thread's nice value (Linux: per thread). Checkpointing is background work:
+  // on a busy machine it should take the CPU training leaves, not compete with it.
+  int writer_nice = 10;
   PartialWriteHook partial_write_hook = {};  // tests only (checkpoint_dir.h)
 };
 

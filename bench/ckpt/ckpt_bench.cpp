@@ -143,6 +143,12 @@ int main(int argc, char** argv) {
     }
     round_ratios.push_back(round_sec[1] / round_sec[0]);
   }
+  std::string rounds_text;
+  for (double q : round_ratios) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, " %.3f", q);
+    rounds_text += buf;
+  }
   checkpointer.flush();
   std::sort(round_ratios.begin(), round_ratios.end());
   const double n_steps = 2.0 * static_cast<double>(block * rounds);  // per condition
@@ -157,6 +163,7 @@ int main(int argc, char** argv) {
               "%.3f ms in save() each, %.3f s waiting on the writer)\n",
               every, ms_ckpt, cpu_ckpt, flt[1] / n_steps, static_cast<long long>(checkpointer.saves()),
               1000.0 * save_seconds / static_cast<double>(checkpointer.saves()), checkpointer.wait_seconds());
+  std::printf("  per-round step time ratios (ckpt / none):%s\n", rounds_text.c_str());
   std::printf("  step time ratio %.4f (%+.2f %%), median of per-round ratios %.4f; CPU time ratio %.4f (%+.2f %%)\n",
               ms_ckpt / ms_none, 100.0 * (ms_ckpt / ms_none - 1.0), round_ratios[round_ratios.size() / 2],
               cpu_ckpt / cpu_none, 100.0 * (cpu_ckpt / cpu_none - 1.0));
