@@ -77,7 +77,11 @@ void Reducer::on_grad_ready(int param) {
 }
 
 void Reducer::start_ready_buckets() {
-  while (next_start_ < layout_.num_buckets() && pending_[next_start_] == 0) start_bucket(next_start_++);
+  // The last bucket is never started from a hook: its gradients are the last of backward,
+  // so nothing is left to overlap, and finish() runs it with the blocking call, in which
+  // the training thread drives the transport itself (no hand-off to the progress thread).
+  const int last = layout_.num_buckets() - 1;
+  while (next_start_ < last && pending_[next_start_] == 0) start_bucket(next_start_++);
 }
 
 void Reducer::start_bucket(int b) {
@@ -90,8 +94,11 @@ ControlBlock Reducer::finish() {
   try {
     // Buckets whose hooks did not all fire (an empty local batch, an unused parameter)
     // still join the collective: all ranks start the same ones in the same order.
-    while (next_start_ < layout_.num_buckets()) start_bucket(next_start_++);
-    for (auto& w : work_) w->wait();
+    for (int b = 0; b < next_start_; ++b) work_[b]->wait();
+    for (; next_start_ < layout_.num_buckets(); ++next_start_) {
+      comm::Buffer whole{buf(next_start_), buffer_floats_[next_start_], comm::DType::f32};
+      comm_->allreduce(whole, comm::OpId{step_, static_cast<uint32_t>(next_start_)});
+    }
   } catch (...) {
     abandon();
     throw;

@@ -8,6 +8,8 @@
 // all-reduce is started with tag (g, s, bucket) while backward goes on. Buckets are
 // started strictly in index order (a bucket that is ready early waits for its
 // predecessors), because every rank must start the same collectives in the same order.
+// The last bucket always runs in finish(), on the blocking path (nothing is left to
+// overlap with it; the training thread drives the transport itself).
 // finish() starts what is left, waits for all, sums the control block and divides every
 // gradient by the GLOBAL sample count: the loss is a sum over local samples, so the
 // update is the mean over the global batch for any W (R3). The tail of the last bucket is

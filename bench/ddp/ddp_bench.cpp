@@ -9,7 +9,7 @@
 // Each variant's rank 0 reports the median step time over the steps after --warmup.
 //
 //   ddp_bench [--model mlp|cnn] [--world 2] [--steps 150] [--warmup 20] [--batch 128]
-//             [--rounds 3] [--bucket-mib 25] [--variants ft,plain,ft-seq]
+//             [--rounds 3] [--bucket-kib 25600] [--variants ft,plain,ft-seq]
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -41,7 +41,7 @@ namespace {
 struct Opts {
   std::string model = "mlp";
   int world = 2;
-  int64_t steps = 150, warmup = 20, batch = 128, rounds = 3, bucket_mib = 25;
+  int64_t steps = 150, warmup = 20, batch = 128, rounds = 3, bucket_kib = 25 << 10;
   std::string variants = "ft,plain,ft-seq";
 };
 
@@ -55,7 +55,7 @@ std::string self_path() {
 std::vector<std::string> child_args(const Opts& o, const std::string& variant, const std::string& out) {
   return {"--child", variant, "--out", out, "--model", o.model, "--steps", std::to_string(o.steps),
           "--warmup", std::to_string(o.warmup), "--batch", std::to_string(o.batch),
-          "--bucket-mib", std::to_string(o.bucket_mib)};
+          "--bucket-kib", std::to_string(o.bucket_kib)};
 }
 
 // One rank of one variant: train, and (rank 0) write the median step time in ms.
@@ -66,7 +66,7 @@ int child(const Opts& o, const std::string& variant, const std::string& out) {
   cfg.global_batch = o.batch;
   cfg.fault_tolerance = variant != "plain";
   cfg.reducer.overlap = variant != "ft-seq";
-  cfg.reducer.bucket_cap_bytes = static_cast<size_t>(o.bucket_mib) << 20;
+  cfg.reducer.bucket_cap_bytes = static_cast<size_t>(o.bucket_kib) << 10;
   const auto kind = o.model == "cnn" ? models::ModelKind::CNN : models::ModelKind::MLP;
   cfg.model_name = models::model_name(kind);
   std::vector<TimePoint> at;
@@ -145,7 +145,7 @@ int main(int argc, char** argv) {
       else if (f == "--warmup") o.warmup = std::stoll(v);
       else if (f == "--batch") o.batch = std::stoll(v);
       else if (f == "--rounds") o.rounds = std::stoll(v);
-      else if (f == "--bucket-mib") o.bucket_mib = std::stoll(v);
+      else if (f == "--bucket-kib") o.bucket_kib = std::stoll(v);
       else if (f == "--variants") o.variants = v;
       else if (f == "--child") variant = v;
       else if (f == "--out") out = v;
@@ -166,9 +166,10 @@ int main(int argc, char** argv) {
       a = b + 1;
     }
     std::map<std::string, std::vector<double>> ms;
-    std::printf("# ddp_bench: %s, W=%d, batch %lld (global), 1 thread per rank, %lld steps (median step time after %lld)\n",
-                o.model.c_str(), o.world, static_cast<long long>(o.batch), static_cast<long long>(o.steps),
-                static_cast<long long>(o.warmup));
+    std::printf("# ddp_bench: %s, W=%d, batch %lld (global), 1 thread per rank, bucket cap %lld KiB, %lld steps "
+                "(median step time after %lld)\n",
+                o.model.c_str(), o.world, static_cast<long long>(o.batch), static_cast<long long>(o.bucket_kib),
+                static_cast<long long>(o.steps), static_cast<long long>(o.warmup));
     for (int64_t r = 0; r < o.rounds; ++r)
       for (const auto& v : variants) {
         ms[v].push_back(run_variant(o, v, tmpl));
