@@ -18,8 +18,13 @@ void Collective::post(const Context& c, Flow& f) {
       r.send_chunk < 0 ? tag : StepTag{g, id_.step, id_.op, static_cast<uint32_t>(r.send_chunk)}.encode();
   // Receive first: an eager message that arrives before its receive is posted is copied
   // twice (into UCX's unexpected queue, then out).
-  if (r.recv_peer >= 0 && r.recv_bytes > 0) c.transport->post_recv(f.recv, r.recv_peer, r.recv_data, r.recv_bytes, tag, r.exact_length);
-  if (r.send_peer >= 0 && r.send_bytes > 0) c.transport->post_send(f.send, r.send_peer, r.send_data, r.send_bytes, send_tag);
+  const bool single_copy = single_copy_ok();
+  if (r.recv_peer >= 0 && r.recv_bytes > 0) {
+    c.transport->post_recv(f.recv, r.recv_peer, r.recv_data, r.recv_bytes, tag, r.exact_length, single_copy);
+  }
+  if (r.send_peer >= 0 && r.send_bytes > 0) {
+    c.transport->post_send(f.send, r.send_peer, r.send_data, r.send_bytes, send_tag, single_copy);
+  }
 }
 
 bool Collective::advance(const Context& c, bool& progressed) {
@@ -75,7 +80,7 @@ bool Collective::quiesce(Transport& t) {
     for (Transfer* x : {&flows_[i].recv, &flows_[i].send}) {
       if (x->state != Transfer::State::pending) continue;
       if (t.test(*x)) continue;
-      if (x->is_recv) t.cancel(*x);
+      t.cancel(*x);  // receives; a single-copy send's wait for its Done
       quiet = false;
     }
   }

@@ -55,6 +55,10 @@ class Collective {
   // Point-to-point transfers run alongside everything else (a ring of recv + send pairs
   // would deadlock if they ran one after the other); collectives run in start order.
   virtual bool point_to_point() const { return false; }
+  // May its messages take the transport's single-copy path (ucx/single_copy.h)? Needs both
+  // sides to agree on every message's size, which collectives do by construction (blobs
+  // do not). Latency-bound algorithms say no: the rendezvous adds a round trip.
+  virtual bool single_copy_ok() const { return !point_to_point(); }
 
   const char* name() const { return name_; }
   OpId id() const { return id_; }

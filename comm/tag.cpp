@@ -18,21 +18,24 @@ uint64_t StepTag::encode() const {
   check_fits("step", step, kMaxStep);
   check_fits("op", op, kMaxOp);
   check_fits("chunk", chunk, kMaxChunk);
-  return (generation << (kStepBits + kOpBits + kChunkBits)) | (step << (kOpBits + kChunkBits)) |
-         (uint64_t{op} << kChunkBits) | uint64_t{chunk};
+  constexpr int kLow = kChunkBits + 1;  // chunk and the reply bit
+  return (generation << (kStepBits + kOpBits + kLow)) | (step << (kOpBits + kLow)) | (uint64_t{op} << kLow) |
+         (uint64_t{reply} << kReplyBit) | uint64_t{chunk};
 }
 
 StepTag StepTag::decode(uint64_t bits) {
   StepTag t;
+  constexpr int kLow = kChunkBits + 1;
   t.chunk = static_cast<uint32_t>(bits & kMaxChunk);
-  t.op = static_cast<uint32_t>((bits >> kChunkBits) & kMaxOp);
-  t.step = (bits >> (kOpBits + kChunkBits)) & kMaxStep;
-  t.generation = bits >> (kStepBits + kOpBits + kChunkBits);
+  t.reply = ((bits >> kReplyBit) & 1) != 0;
+  t.op = static_cast<uint32_t>((bits >> kLow) & kMaxOp);
+  t.step = (bits >> (kOpBits + kLow)) & kMaxStep;
+  t.generation = bits >> (kStepBits + kOpBits + kLow);
   return t;
 }
 
 std::string StepTag::str() const {
-  return rf::str("g=", generation, " s=", step, " op=", op, " chunk ", chunk);
+  return rf::str("g=", generation, " s=", step, " op=", op, " chunk ", chunk, reply ? " reply" : "");
 }
 
 }  // namespace rf::comm

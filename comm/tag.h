@@ -1,8 +1,8 @@
 #pragma once
 // StepTag — the 64-bit UCX tag of every message of a collective (PROTOCOL.md "tag").
 //
-//   bit 63            48 47                      24 23     16 15             0
-//       [ generation 16 ][        step 24          ][ op  8  ][   chunk 16     ]
+//   bit 63            48 47                      24 23     16  15  14           0
+//       [ generation 16 ][        step 24          ][ op  8  ][ r ][  chunk 15   ]
 //
 // * generation: the membership epoch g. The transport of g is new (its own UCP worker),
 //   so an older generation cannot reach it at all; the bits check it a second time.
@@ -10,6 +10,9 @@
 // * op: which collective of the step (the bucket index); 255 is reserved for the
 //   communicator's own messages (connection handshake), so users get 0..254.
 // * chunk: the message within the collective (ring step x sub-chunk, round, ...).
+// * r (reply): set on the single-copy path's "done" message that the receiver of chunk c
+//   sends back to its sender (ucx/single_copy.h); it keeps that reply apart from the data
+//   of chunk c travelling the other way (W = 2: both neighbours are the same rank).
 // Receives always match all 64 bits, so a message is only delivered into the collective
 // (and the chunk) it was sent for. Values that do not fit are rejected, never truncated.
 #include <cstdint>
@@ -22,11 +25,13 @@ struct StepTag {
   uint64_t step = 0;
   uint32_t op = 0;
   uint32_t chunk = 0;
+  bool reply = false;
 
   static constexpr int kGenerationBits = 16;
   static constexpr int kStepBits = 24;
   static constexpr int kOpBits = 8;
-  static constexpr int kChunkBits = 16;
+  static constexpr int kChunkBits = 15;
+  static constexpr int kReplyBit = kChunkBits;  // bit 15
   static constexpr uint64_t kMaxGeneration = (uint64_t{1} << kGenerationBits) - 1;
   static constexpr uint64_t kMaxStep = (uint64_t{1} << kStepBits) - 1;
   static constexpr uint32_t kMaxOp = (1u << kOpBits) - 1;
@@ -37,7 +42,7 @@ struct StepTag {
   // Throws rf::InvalidInput naming the field that does not fit.
   uint64_t encode() const;
   static StepTag decode(uint64_t bits);
-  std::string str() const;  // "g=3 s=812 op=1 chunk 5"
+  std::string str() const;  // "g=3 s=812 op=1 chunk 5" (" reply" appended for a reply)
   bool operator==(const StepTag&) const = default;
 };
 

@@ -2,7 +2,8 @@
 //
 //   comm_bench --backend ucx|gloo|mpi --ranks W -b MIN -e MAX -f FACTOR -n ITERS -w WARMUP
 //              [--json FILE] [--chunk-bytes N] [--flows N] [--small-bytes N] [--deadline S]
-//              [--idle-spins N] [--idle-yields N]   (our backend's knobs, for tuning)
+//              [--idle-spins N] [--idle-yields N] [--single-copy-bytes N (0: off)]
+//              (our backend's knobs, for tuning)
 //
 // Started by hand it is the launcher: it starts its own W ranks (for mpi through
 // `mpirun -np W`), each rank runs every size, rank 0 prints the table. Like mpirun, it
@@ -89,6 +90,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--small-bytes") a.tuning.small_bytes = static_cast<long long>(parse_size(val()));
     else if (k == "--idle-spins") a.tuning.idle_spins = static_cast<long long>(num(val()));
     else if (k == "--idle-yields") a.tuning.idle_yields = static_cast<long long>(num(val()));
+    else if (k == "--single-copy-bytes") a.tuning.single_copy_bytes = static_cast<long long>(parse_size(val()));
     else if (k == "--deadline") a.deadline_s = static_cast<int>(num(val()));
     else throw rf::InvalidInput(rf::str("unknown option '", k, "'"));
   }

@@ -1,6 +1,7 @@
 #include "comm/ucx/ucx_communicator.h"
 
 #include <sched.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
@@ -12,6 +13,7 @@
 #include "base/str.h"
 #include "comm/algorithms.h"
 #include "comm/tag.h"
+#include "comm/ucx/single_copy.h"
 #include "comm/ucx/ucx_transport.h"
 
 namespace rf::comm {
@@ -32,27 +34,40 @@ inline void cpu_relax() {
 #endif
 }
 
-// Every peer sends its rank to every other once, so every endpoint is wired up (and a
-// peer that dies later is seen by all, not only by its ring neighbours). Then 80 more
-// passes of 8000-byte messages: the shared-memory FIFO between two ranks has 64 elements
-// of ~8 KiB whose pages are only faulted in as messages first fill them (~13 us per 4 KiB
-// page here, measured: the first ~100 ms of collectives ran 2-3x slower); that cost
-// belongs to connecting, not to the first collectives.
+// Every peer sends every other its identity once (rank, pid, where its hold word is and
+// what it holds), so every endpoint is wired up (and a peer that dies later is seen by all,
+// not only by its ring neighbours). Each rank then probes whether it can read each peer's
+// memory (process_vm_readv of the hold word: same host, same uid, ptrace allowed) and a
+// second pass tells every peer the answer, so both ends of a pair agree on the single-copy
+// path (single_copy.h). Then 80 more passes of 8000-byte messages: the shared-memory FIFO
+// between two ranks has 64 elements of ~8 KiB whose pages are only faulted in as messages
+// first fill them (~13 us per 4 KiB page here, measured: the first ~100 ms of collectives
+// ran 2-3x slower); that cost belongs to connecting, not to the first collectives.
 class HelloAll : public Collective {
  public:
   static constexpr uint64_t kWarmPasses = 80;
   static constexpr size_t kWarmBytes = 8000;
-  HelloAll(int rank, int world)
+  struct Identity {
+    int64_t rank = -1;
+    int64_t pid = 0;
+    uint64_t hold_address = 0;
+    uint64_t hold_token = 0;
+  };
+  HelloAll(int rank, int world, Identity me, bool probe)
       : Collective("connect", OpId{0, StepTag::kInternalOp}, 1),
         rank_(rank),
         world_(world),
-        got_(world, -1),
+        probe_(probe),
+        me_(me),
+        got_(world),
+        can_read_(world, 0),
+        peer_reads_me_(world, 0),
         warm_out_(kWarmBytes, 1),
         warm_in_(kWarmBytes, 0) {}
-  uint64_t bytes() const override { return 8; }
+  uint64_t bytes() const override { return sizeof(Identity); }
   bool plan(int, uint64_t k, Round& r) override {
     const uint64_t per_pass = static_cast<uint64_t>(world_ - 1);
-    if (per_pass == 0 || k >= (1 + kWarmPasses) * per_pass) return false;
+    if (per_pass == 0 || k >= (2 + kWarmPasses) * per_pass) return false;
     const uint64_t pass = k / per_pass;
     const int d = static_cast<int>(k % per_pass) + 1;
     r = Round{};
@@ -62,7 +77,11 @@ class HelloAll : public Collective {
     if (pass == 0) {
       r.send_data = &me_;
       r.recv_data = &got_[r.recv_peer];
-      r.send_bytes = r.recv_bytes = sizeof(int64_t);
+      r.send_bytes = r.recv_bytes = sizeof(Identity);
+    } else if (pass == 1) {  // "I can read you": sent after every probe of pass 0 is done
+      r.send_data = &can_read_[r.send_peer];
+      r.recv_data = &peer_reads_me_[r.recv_peer];
+      r.send_bytes = r.recv_bytes = sizeof(uint64_t);
     } else {
       r.send_data = warm_out_.data();
       r.recv_data = warm_in_.data();
@@ -71,15 +90,30 @@ class HelloAll : public Collective {
     return true;
   }
   void complete(int, uint64_t k, const Round& r) override {
-    if (k < static_cast<uint64_t>(world_ - 1) && got_[r.recv_peer] != r.recv_peer) {
-      throw rf::InvalidInput(rf::str("connect: rank ", r.recv_peer, " introduced itself as ", got_[r.recv_peer]));
+    if (k >= static_cast<uint64_t>(world_ - 1)) return;
+    const Identity& id = got_[r.recv_peer];
+    if (id.rank != r.recv_peer) {
+      throw rf::InvalidInput(rf::str("connect: rank ", r.recv_peer, " introduced itself as ", id.rank));
     }
+    if (!probe_) return;
+    uint64_t v = 0;
+    std::string why = read_remote(static_cast<pid_t>(id.pid), &v, id.hold_address, sizeof(v));
+    if (why.empty() && v != id.hold_token) why = "probe read the wrong value (another host?)";
+    can_read_[r.recv_peer] = why.empty() ? 1 : 0;
+    if (!why.empty() && probe_failure_.empty()) probe_failure_ = rf::str("rank ", r.recv_peer, ": ", why);
   }
+  int64_t pid(int peer) const { return got_[peer].pid; }
+  bool can_read(int peer) const { return can_read_[peer] == 1; }
+  bool peer_reads_me(int peer) const { return peer_reads_me_[peer] == 1; }
+  const std::string& probe_failure() const { return probe_failure_; }
 
  private:
   int rank_, world_;
-  int64_t me_ = rank_;
-  std::vector<int64_t> got_;
+  bool probe_;
+  Identity me_;
+  std::vector<Identity> got_;
+  std::vector<uint64_t> can_read_, peer_reads_me_;
+  std::string probe_failure_;
   std::vector<char> warm_out_, warm_in_;
 };
 
@@ -176,10 +210,34 @@ UcxCommunicator::UcxCommunicator(std::shared_ptr<UcxContext> context, BootstrapS
     }
   }
   transport_->connect(addresses);
-  auto hello = start(std::make_unique<HelloAll>(rank, world), false);
+  HelloAll::Identity me;
+  me.rank = rank;
+  me.pid = static_cast<int64_t>(getpid());
+  me.hold_address = transport_->hold_address();
+  me.hold_token = transport_->hold_token();
+  auto hello_coll = std::make_unique<HelloAll>(rank, world, me, opt_.single_copy);
+  const HelloAll& hello_result = *hello_coll;  // owned by the Work until it is released
+  auto hello = start(std::move(hello_coll), false);
   hello->wait(Clock::now() + opt_.connect_timeout);
   {
     std::lock_guard dl(driver_mu_);
+    single_copy_from_.assign(world, false);
+    if (opt_.single_copy) {
+      transport_->set_single_copy_bytes(opt_.single_copy_bytes);
+      for (int peer = 0; peer < world; ++peer) {
+        if (peer == rank) continue;
+        transport_->set_single_copy(peer, hello_result.pid(peer), hello_result.peer_reads_me(peer),
+                                    hello_result.can_read(peer));
+        single_copy_from_[peer] = hello_result.can_read(peer);
+      }
+      if (!hello_result.probe_failure().empty()) {
+        static std::atomic<bool> logged{false};  // once per process, not per generation
+        if (!logged.exchange(true)) {
+          std::cerr << "ringfence comm: rank " << rank << " cannot read the memory of " << hello_result.probe_failure()
+                    << "; large messages from it take UCX's shared-memory FIFOs (two copies)\n";
+        }
+      }
+    }
     departed_.assign(world, false);
     farewell_recv_.resize(world);
     farewell_in_.assign(world, Farewell{});
@@ -319,6 +377,11 @@ void UcxCommunicator::inject_drop() {
   cv_.notify_all();
 }
 
+void UcxCommunicator::inject_release() {
+  // An atomic store into the transport: needs no driver lock (and on_chunk holds it).
+  transport_->release_offered_buffers();
+}
+
 void UcxCommunicator::wait_for(Pending& p, TimePoint deadline) {
   waiters_.fetch_add(1, std::memory_order_acq_rel);
   {
@@ -363,6 +426,27 @@ void UcxCommunicator::drive(std::unique_lock<std::mutex>& dl, Until until, TimeP
   driver_id_.store(std::thread::id{});
 }
 
+bool UcxCommunicator::check_farewells() {
+  // A peer's farewell: "failed" poisons us too, naming the culprit it names (so every
+  // survivor blames the dead rank, not the neighbour that noticed first); "goodbye" means
+  // it finished all its collectives and left in order, so its endpoint closing is fine.
+  for (int peer = 0; peer < static_cast<int>(farewell_recv_.size()); ++peer) {  // none while connecting
+    Transfer& t = farewell_recv_[peer];
+    if (t.state != Transfer::State::pending || !transport_->test(t) || t.state != Transfer::State::done) continue;
+    const Farewell& f = farewell_in_[peer];
+    if (f.kind == 2) {
+      CommErrorInfo i;
+      i.peer = f.culprit >= 0 && f.culprit < world_ ? f.culprit : peer;
+      i.cause = rf::str(std::string(f.cause, strnlen(f.cause, sizeof(f.cause))), "; reported by rank ", peer);
+      poison("peer", i);
+      return true;
+    }
+    departed_[peer] = true;
+    ++departed_count_;
+  }
+  return false;
+}
+
 bool UcxCommunicator::pump() {
   if (poisoned_) {
     drop_flag_.store(false, std::memory_order_relaxed);  // nothing left to drop
@@ -386,23 +470,7 @@ bool UcxCommunicator::pump() {
   }
   const unsigned events = transport_->progress();
   bool moved = events > 0;
-  // A peer's farewell: "failed" poisons us too, naming the culprit it names (so every
-  // survivor blames the dead rank, not the neighbour that noticed first); "goodbye" means
-  // it finished all its collectives and left in order, so its endpoint closing is fine.
-  for (int peer = 0; peer < static_cast<int>(farewell_recv_.size()); ++peer) {  // none while connecting
-    Transfer& t = farewell_recv_[peer];
-    if (t.state != Transfer::State::pending || !transport_->test(t) || t.state != Transfer::State::done) continue;
-    const Farewell& f = farewell_in_[peer];
-    if (f.kind == 2) {
-      CommErrorInfo i;
-      i.peer = f.culprit >= 0 && f.culprit < world_ ? f.culprit : peer;
-      i.cause = rf::str(std::string(f.cause, strnlen(f.cause, sizeof(f.cause))), "; reported by rank ", peer);
-      poison("peer", i);
-      return true;
-    }
-    departed_[peer] = true;
-    ++departed_count_;
-  }
+  if (check_farewells()) return true;
   if (transport_->failure_count() != departed_count_) {
     // D1: any dead member dooms every collective of this generation, not only the ones
     // that talk to it directly.
@@ -449,6 +517,11 @@ bool UcxCommunicator::pump() {
       try {
         p->finished = p->coll->advance({transport_.get(), generation_, rank_, &opt_.on_chunk}, progressed);
       } catch (const CommError& e) {
+        // A transfer failed because a peer is gone (e.g. a single-copy read from a rank
+        // that exited after failing itself). If that peer said why in a farewell already
+        // on its way, its culprit is the better name: look once more before blaming.
+        transport_->progress();
+        if (check_farewells()) return true;
         poison("peer", e.info());
         return true;
       } catch (const rf::Error& e) {
@@ -485,6 +558,7 @@ bool UcxCommunicator::pump() {
         return true;
       }
     }
+    single_copy_reads_.store(transport_->single_copy_reads(), std::memory_order_relaxed);
     if (!any_finished) return moved;
     std::vector<std::shared_ptr<Pending>>& done = done_;
     done.clear();

@@ -58,6 +58,13 @@ struct UcxOptions {
   // cluster, where W counts ranks of every host, set it yourself (8 is a good start).
   int idle_spins = -1;
   unsigned idle_yields = 4096;
+  // Single-copy path (ucx/single_copy.h): collective messages of at least
+  // single_copy_bytes between ranks on this host are read by the receiver straight from
+  // the sender's buffer (process_vm_readv), one copy instead of UCX's two. Used with each
+  // peer whose memory the connect-time probe could read (else the FIFO path, logged
+  // once). Every rank must use the same values.
+  bool single_copy = true;
+  size_t single_copy_bytes = size_t{32} << 10;
   size_t flight_records = 256;
   std::string flight_recorder_path;  // JSON lines appended here on failure; "" = stderr
   ChunkCallback on_chunk;            // fault injection hook, called on the driving thread
@@ -95,10 +102,18 @@ class UcxCommunicator : public Communicator {
   bool aborted() const override { return abort_flag_.load(std::memory_order_acquire); }
   // Fault injection: force-closes this rank's endpoints, as if its network went away.
   void inject_drop();
+  // Fault injection: releases the buffers offered for single-copy reads (clears the hold
+  // word, as a failing rank does first) without failing or telling anyone, as if the
+  // farewell were slow: a peer reading afterwards must fail (ucx/single_copy.h).
+  void inject_release();
   // Test hook (generation fencing): sends `bytes` to `peer` tagged with another generation.
   void send_foreign_generation(int peer, uint64_t generation, OpId id, uint32_t chunk, const void* data,
                                size_t bytes);
   const FlightRecorder& flight_recorder() const { return recorder_; }
+  // Single-copy path: whether messages from `peer` are read from its memory, and how many
+  // such reads this rank did so far (tests, benchmarks).
+  bool single_copy_from(int peer) const { return peer >= 0 && peer < world_ && single_copy_from_[peer]; }
+  uint64_t single_copy_reads() const { return single_copy_reads_.load(std::memory_order_relaxed); }
 
   class Pending;  // one started collective; its Work handle
 
@@ -116,6 +131,7 @@ class UcxCommunicator : public Communicator {
   template <typename Until>
   void drive(std::unique_lock<std::mutex>& driver_lock, Until until, TimePoint deadline);
   bool pump();
+  bool check_farewells();  // true: a peer's "failed" farewell poisoned us
   void poison(const char* kind, CommErrorInfo info);
   void progress_thread_main();
   uint64_t farewell_tag(int sender) const;
@@ -126,6 +142,8 @@ class UcxCommunicator : public Communicator {
   UcxOptions opt_;
   FlightRecorder recorder_;
   std::vector<char> small_staging_, ring_staging_;  // pre-touched, reused by every call
+  std::vector<bool> single_copy_from_;              // set once, when connecting
+  std::atomic<uint64_t> single_copy_reads_{0};      // the transport's count, after each pump
 
   std::mutex driver_mu_;  // whoever holds it drives UCX (transport_, the collectives)
   std::atomic<std::thread::id> driver_id_{};  // who holds driver_mu_ (none while napping)

@@ -1,15 +1,23 @@
 #include "comm/ucx/ucx_transport.h"
 
+#include <unistd.h>
+
 #include <cstring>
 
 #include "base/enforce.h"
 #include "base/error.h"
 #include "base/str.h"
+#include "comm/tag.h"
+#include "comm/ucx/single_copy.h"
 
 namespace rf::comm {
 
 UcxTransport::UcxTransport(std::shared_ptr<UcxContext> context, int rank, int world)
-    : context_(std::move(context)), rank_(rank), world_(world) {
+    : context_(std::move(context)),
+      rank_(rank),
+      world_(world),
+      hold_token_(make_hold_token()),
+      hold_word_(hold_token_) {
   ucp_worker_params_t wp{};
   wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
   wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;
@@ -33,6 +41,7 @@ UcxTransport::UcxTransport(std::shared_ptr<UcxContext> context, int rank, int wo
 }
 
 UcxTransport::~UcxTransport() {
+  hold_word_.store(0, std::memory_order_seq_cst);
   close_endpoints(true, Clock::now() + std::chrono::milliseconds(100));
   if (worker_) ucp_worker_destroy(worker_);
 }
@@ -91,7 +100,8 @@ void UcxTransport::close_endpoints(bool force, TimePoint deadline) {
   }
 }
 
-void UcxTransport::post_send(Transfer& t, int peer, const void* data, size_t bytes, uint64_t tag) {
+void UcxTransport::post_send(Transfer& t, int peer, const void* data, size_t bytes, uint64_t tag,
+                             bool single_copy) {
   t = Transfer{};
   t.peer = peer;
   t.tag = tag;
@@ -100,6 +110,31 @@ void UcxTransport::post_send(Transfer& t, int peer, const void* data, size_t byt
   if (!p.ep) {
     t.state = Transfer::State::failed;
     t.cause = p.error != UCS_OK ? rf::str("endpoint error: ", ucs_status_string(p.error)) : "endpoint closed";
+    return;
+  }
+  if (single_copy && p.sc_send && single_copy_bytes_ > 0 && bytes >= single_copy_bytes_) {
+    // Rendezvous (single_copy.h): wait for the Done first, then offer the region.
+    t.sc_phase = 1;
+    t.state = Transfer::State::pending;
+    static_assert(sizeof(SingleCopyOffer) + sizeof(SingleCopyDone) <= sizeof(t.ctrl));
+    SingleCopyOffer offer;
+    offer.pid = static_cast<int64_t>(getpid());
+    offer.address = reinterpret_cast<uint64_t>(data);
+    offer.bytes = bytes;
+    offer.hold_address = hold_address();
+    offer.hold_token = hold_token_;
+    std::memcpy(t.ctrl, &offer, sizeof(offer));
+    ucp_request_param_t rp{};
+    rp.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+    const uint64_t reply = tag | (uint64_t{1} << StepTag::kReplyBit);
+    ucs_status_ptr_t rr = ucp_tag_recv_nbx(worker_, t.ctrl + sizeof(SingleCopyOffer), sizeof(SingleCopyDone),
+                                           reply, ~ucp_tag_t{0}, &rp);
+    if (UCS_PTR_IS_ERR(rr)) {
+      fail(t, UCS_PTR_STATUS(rr), "single-copy: receive of the done message");
+      return;
+    }
+    t.request2 = rr;
+    send_ctrl(t, peer, t.ctrl, sizeof(SingleCopyOffer), tag, &t.request);
     return;
   }
   ucp_request_param_t param{};
@@ -115,12 +150,25 @@ void UcxTransport::post_send(Transfer& t, int peer, const void* data, size_t byt
   }
 }
 
-void UcxTransport::post_recv(Transfer& t, int peer, void* data, size_t bytes, uint64_t tag, bool exact_length) {
+void UcxTransport::post_recv(Transfer& t, int peer, void* data, size_t bytes, uint64_t tag, bool exact_length,
+                             bool single_copy) {
   t = Transfer{};
   t.is_recv = true;
   t.peer = peer;
   t.tag = tag;
   t.bytes = bytes;
+  if (single_copy && peers_[peer]->sc_recv && single_copy_bytes_ > 0 && bytes >= single_copy_bytes_) {
+    // Rendezvous (single_copy.h): the Offer first; test() reads and answers.
+    t.sc_phase = 1;
+    t.data = data;
+    t.state = Transfer::State::pending;
+    ucp_request_param_t rp{};
+    rp.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL;  // so recv_info (the length) is always set
+    ucs_status_ptr_t req = ucp_tag_recv_nbx(worker_, t.ctrl, sizeof(SingleCopyOffer), tag, ~ucp_tag_t{0}, &rp);
+    if (UCS_PTR_IS_ERR(req)) fail(t, UCS_PTR_STATUS(req), "single-copy: receive of the offer");
+    else t.request = req;
+    return;
+  }
   ucp_request_param_t param{};
   // For an exact length, always a request: UCX 1.13 leaves recv_info unset when a receive
   // completes at once, and a blob of the wrong size must be an error. (Larger messages
@@ -143,6 +191,7 @@ void UcxTransport::post_recv(Transfer& t, int peer, void* data, size_t bytes, ui
 
 bool UcxTransport::test(Transfer& t) {
   if (t.state != Transfer::State::pending) return t.finished();
+  if (t.sc_phase != 0) return test_single_copy(t);
   ucs_status_t st;
   ucp_tag_recv_info_t info{};
   if (t.is_recv) st = ucp_tag_recv_request_test(t.request, &info);
@@ -169,9 +218,148 @@ bool UcxTransport::test(Transfer& t) {
 void UcxTransport::cancel(Transfer& t) {
   // STYLE.md trap: freeing a receive does not stop UCX writing into its buffer; cancel it
   // and let test() see it finish.
-  if (t.state != Transfer::State::pending || !t.is_recv || t.cancel_requested) return;
+  if (t.state != Transfer::State::pending || t.cancel_requested) return;
+  if (t.sc_phase != 0) {
+    // Single-copy: the receive of the Offer (receiver) or of the Done (sender). A Done
+    // being sent ends with the endpoint's force close.
+    void* r = t.is_recv ? (t.sc_phase == 1 ? t.request : nullptr) : t.request2;
+    if (r == nullptr) return;
+    t.cancel_requested = true;
+    ucp_request_cancel(worker_, r);
+    return;
+  }
+  if (!t.is_recv) return;
   t.cancel_requested = true;
   ucp_request_cancel(worker_, t.request);
+}
+
+void UcxTransport::fail(Transfer& t, ucs_status_t st, const char* what) {
+  t.state = Transfer::State::failed;
+  const Peer& p = *peers_[t.peer];
+  t.cause = p.error != UCS_OK ? rf::str("endpoint error: ", ucs_status_string(p.error))
+                              : rf::str(what, ": ", ucs_status_string(st));
+}
+
+void UcxTransport::send_ctrl(Transfer& t, int peer, const void* data, size_t bytes, uint64_t tag, void** request) {
+  Peer& p = *peers_[peer];
+  if (!p.ep) {
+    t.state = Transfer::State::failed;
+    t.cause = p.error != UCS_OK ? rf::str("endpoint error: ", ucs_status_string(p.error)) : "endpoint closed";
+    return;
+  }
+  ucp_request_param_t param{};
+  ucs_status_ptr_t req = ucp_tag_send_nbx(p.ep, data, bytes, tag, &param);
+  if (UCS_PTR_IS_ERR(req)) fail(t, UCS_PTR_STATUS(req), "single-copy: send");
+  else *request = req;  // nullptr: done already
+}
+
+bool UcxTransport::test_single_copy(Transfer& t) {
+  // Polls the UCX requests of the rendezvous; on any failure the transfer fails, but only
+  // once every request of it is freed (so nothing is left writing into t.ctrl).
+  auto poll = [&](void*& req, ucp_tag_recv_info_t* info) -> ucs_status_t {
+    if (req == nullptr) return UCS_OK;
+    const ucs_status_t st = info ? ucp_tag_recv_request_test(req, info) : ucp_request_check_status(req);
+    if (st == UCS_INPROGRESS) return st;
+    ucp_request_free(req);
+    req = nullptr;
+    return st;
+  };
+  if (!t.is_recv) {
+    const ucs_status_t s1 = poll(t.request, nullptr);
+    ucp_tag_recv_info_t info{};
+    const bool waited = t.request2 != nullptr;
+    const ucs_status_t s2 = poll(t.request2, &info);
+    if (s1 != UCS_OK && s1 != UCS_INPROGRESS && t.cause.empty()) fail(t, s1, "single-copy: send of the offer");
+    if (s2 != UCS_OK && s2 != UCS_INPROGRESS && t.cause.empty()) fail(t, s2, "single-copy: waiting for the done message");
+    if (waited && s2 == UCS_OK && info.length != sizeof(SingleCopyDone) && t.cause.empty()) {
+      t.state = Transfer::State::failed;
+      t.cause = rf::str("single-copy: malformed done message (", info.length, " bytes)");
+    }
+    if (t.request != nullptr || t.request2 != nullptr) {
+      // A failed transfer still waits for its other request; make sure it ends.
+      if (!t.cause.empty()) {
+        t.state = Transfer::State::pending;
+        cancel(t);
+      }
+      return false;
+    }
+    if (!t.cause.empty()) {
+      t.state = Transfer::State::failed;
+      return true;
+    }
+    SingleCopyDone done;
+    std::memcpy(&done, t.ctrl + sizeof(SingleCopyOffer), sizeof(done));
+    if (done.magic != SingleCopyDone::kMagic) {
+      t.state = Transfer::State::failed;
+      t.cause = "single-copy: malformed done message";
+      return true;
+    }
+    t.state = Transfer::State::done;
+    return true;
+  }
+  if (t.sc_phase == 1) {  // waiting for the Offer
+    ucp_tag_recv_info_t info{};
+    const ucs_status_t st = poll(t.request, &info);
+    if (st == UCS_INPROGRESS) return false;
+    if (st != UCS_OK) {
+      fail(t, st, "single-copy: receive of the offer");
+      return true;
+    }
+    SingleCopyOffer offer;
+    std::memcpy(&offer, t.ctrl, sizeof(offer));
+    const Peer& p = *peers_[t.peer];
+    std::string why;
+    if (info.length != sizeof(offer) || offer.magic != SingleCopyOffer::kMagic) {
+      why = rf::str("malformed offer (", info.length, " bytes; both ranks must use the same single_copy_bytes)");
+    } else if (offer.bytes != t.bytes) {
+      why = rf::str("offer of ", offer.bytes, " bytes, expected ", t.bytes);
+    } else if (offer.pid != p.pid) {
+      why = rf::str("offer names pid ", offer.pid, ", rank ", t.peer, " is pid ", p.pid);
+    } else {
+      why = read_remote(static_cast<pid_t>(offer.pid), t.data, offer.address, t.bytes);
+      uint64_t hold = 0;
+      if (why.empty()) why = read_remote(static_cast<pid_t>(offer.pid), &hold, offer.hold_address, sizeof(hold));
+      // The sender released its buffers (it failed or aborted) before we were done: the
+      // bytes may be torn, never use them.
+      if (why.empty() && hold != offer.hold_token) why = "the sender released its buffer during the read (it failed or aborted)";
+    }
+    if (!why.empty()) {
+      t.state = Transfer::State::failed;
+      t.cause = rf::str("single-copy read from rank ", t.peer, ": ", why);
+      return true;
+    }
+    ++single_copy_reads_;
+    static_assert(sizeof(SingleCopyDone) <= sizeof(t.ctrl));
+    SingleCopyDone done;
+    std::memcpy(t.ctrl, &done, sizeof(done));
+    t.sc_phase = 2;
+    send_ctrl(t, t.peer, t.ctrl, sizeof(done), t.tag | (uint64_t{1} << StepTag::kReplyBit), &t.request);
+    if (t.state == Transfer::State::failed) return true;
+    if (t.request == nullptr) {
+      t.state = Transfer::State::done;
+      return true;
+    }
+    return false;
+  }
+  // Sending the Done.
+  const ucs_status_t st = poll(t.request, nullptr);
+  if (st == UCS_INPROGRESS) return false;
+  if (st != UCS_OK) fail(t, st, "single-copy: send of the done message");
+  else t.state = Transfer::State::done;
+  return true;
+}
+
+void UcxTransport::shut_down_transfers() {
+  // First: no peer may complete a read of our buffers from now on (single_copy.h).
+  release_offered_buffers();
+  close_endpoints(true, Clock::now() + std::chrono::milliseconds(5));
+}
+
+void UcxTransport::set_single_copy(int peer, int64_t pid, bool send_ok, bool recv_ok) {
+  Peer& p = *peers_[peer];
+  p.pid = pid;
+  p.sc_send = send_ok;
+  p.sc_recv = recv_ok;
 }
 
 unsigned UcxTransport::progress() { return ucp_worker_progress(worker_); }

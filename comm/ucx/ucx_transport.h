@@ -6,6 +6,7 @@
 //
 // Threading: the worker is created UCS_THREAD_MODE_SERIALIZED: any thread may call in,
 // one at a time. UcxCommunicator guarantees that with its driver lock; nothing here locks.
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -32,14 +33,28 @@ class UcxTransport : public Transport {
 
   int rank() const override { return rank_; }
   int world_size() const override { return world_; }
-  void post_send(Transfer& t, int peer, const void* data, size_t bytes, uint64_t tag) override;
-  void post_recv(Transfer& t, int peer, void* data, size_t bytes, uint64_t tag, bool exact_length) override;
+  void post_send(Transfer& t, int peer, const void* data, size_t bytes, uint64_t tag,
+                 bool single_copy = false) override;
+  void post_recv(Transfer& t, int peer, void* data, size_t bytes, uint64_t tag, bool exact_length,
+                 bool single_copy = false) override;
   bool test(Transfer& t) override;
   void cancel(Transfer& t) override;
   unsigned progress() override;
   int failure_count() const override { return failures_; }
   bool peer_failed(int peer, std::string* cause) const override;
-  void shut_down_transfers() override { close_endpoints(true, Clock::now() + std::chrono::milliseconds(5)); }
+  // Releases every buffer offered for single-copy reads first (hold word cleared), then
+  // ends what UCX has in flight.
+  void shut_down_transfers() override;
+
+  // Single-copy path (single_copy.h). The hold word is what peers probe and check.
+  uint64_t hold_address() const { return reinterpret_cast<uint64_t>(&hold_word_); }
+  uint64_t hold_token() const { return hold_token_; }
+  // From the connect-time probe: `send_ok` = peer can read us, `recv_ok` = we can read it.
+  void set_single_copy(int peer, int64_t pid, bool send_ok, bool recv_ok);
+  // Messages of at least this many bytes take the single-copy path (0: never).
+  void set_single_copy_bytes(size_t bytes) { single_copy_bytes_ = bytes; }
+  uint64_t single_copy_reads() const { return single_copy_reads_; }
+  void release_offered_buffers() { hold_word_.store(0, std::memory_order_seq_cst); }
 
  private:
   struct Peer {
@@ -47,7 +62,12 @@ class UcxTransport : public Transport {
     int rank = -1;
     ucp_ep_h ep = nullptr;
     ucs_status_t error = UCS_OK;
+    int64_t pid = 0;
+    bool sc_send = false, sc_recv = false;
   };
+  bool test_single_copy(Transfer& t);
+  void fail(Transfer& t, ucs_status_t st, const char* what);
+  void send_ctrl(Transfer& t, int peer, const void* data, size_t bytes, uint64_t tag, void** request);
   static void on_endpoint_error(void* arg, ucp_ep_h ep, ucs_status_t status);
 
   std::shared_ptr<UcxContext> context_;
@@ -56,6 +76,10 @@ class UcxTransport : public Transport {
   std::vector<uint8_t> address_;
   std::vector<std::unique_ptr<Peer>> peers_;
   int failures_ = 0;
+  uint64_t hold_token_;
+  std::atomic<uint64_t> hold_word_;  // hold_token_ while offered buffers are held, 0 after
+  size_t single_copy_bytes_ = 0;
+  uint64_t single_copy_reads_ = 0;
 };
 
 }  // namespace rf::comm

@@ -6,7 +6,7 @@
 //   (ranks run the same binary with RF_RANK/RF_WORLD/RF_STORE set)
 //
 // Scenarios: allreduce, large, collectives, blob_size, abort, kill, stall, fence, drop,
-// destroy.
+// destroy, sc_abort, sc_release; `<scenario>_fifo` runs one with the single-copy path off.
 // A rank reports a failed check on stderr and exits 1; the launcher fails if any rank
 // ended other than expected (only `kill`'s victim is expected to die by SIGKILL).
 #include <signal.h>
@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -62,6 +63,26 @@ Env make_env() {
   e.store = std::make_unique<FileStore>(e.re.store_dir);
   e.ctx = UcxContext::create();
   return e;
+}
+
+// `<scenario>_fifo` runs the scenario with the single-copy path off (UCX's FIFOs only), so
+// both paths stay tested; otherwise every pair of ranks here must take the single-copy path
+// (same host, same uid: a failing probe is a test failure, with the probe's reason logged).
+bool fifo_only() { return std::getenv("RF_TEST_FIFO") != nullptr; }
+
+UcxOptions base_options() {
+  UcxOptions o;
+  o.single_copy = !fifo_only();
+  return o;
+}
+
+void check_single_copy(const UcxCommunicator& c, bool expect_reads) {
+  for (int q = 0; q < c.world_size(); ++q) {
+    if (q == c.rank()) continue;
+    EXPECT(c.single_copy_from(q) == !fifo_only(), "single-copy from rank ", q, ": ", c.single_copy_from(q));
+  }
+  if (fifo_only()) EXPECT(c.single_copy_reads() == 0, c.single_copy_reads(), " single-copy reads with the path off");
+  else if (expect_reads) EXPECT(c.single_copy_reads() > 0, "no single-copy read although the path is on");
 }
 
 double elapsed_ms(TimePoint since) { return std::chrono::duration<double, std::milli>(rf::Clock::now() - since).count(); }
@@ -123,7 +144,7 @@ void check_allreduce(Communicator& c, std::vector<T>& buf, size_t count, DType d
 
 int scenario_allreduce(bool large) {
   Env e = make_env();
-  UcxCommunicator c(e.ctx, *e.store, e.re.rank, e.re.world, 3);
+  UcxCommunicator c(e.ctx, *e.store, e.re.rank, e.re.world, 3, base_options());
   const int W = e.re.world;
   std::vector<size_t> counts;
   if (!large) {
@@ -163,12 +184,14 @@ int scenario_allreduce(bool large) {
            "bucket ", b, " got ", buckets[b][0]);
   }
   c.barrier(OpId{step + 1, 0});
+  // Ring pieces of >= 32 KiB: at W > 1 the 1M+3 and 64 MiB cases read from the peers.
+  check_single_copy(c, W > 1 && (large || W <= 4));
   return g_failures ? 1 : 0;
 }
 
 int scenario_collectives() {
   Env e = make_env();
-  UcxCommunicator c(e.ctx, *e.store, e.re.rank, e.re.world, 5);
+  UcxCommunicator c(e.ctx, *e.store, e.re.rank, e.re.world, 5, base_options());
   const int W = e.re.world, r = e.re.rank;
   uint64_t step = 0;
   for (size_t n : {size_t{0}, size_t{1}, size_t{1000}, size_t{3} << 20}) {
@@ -212,6 +235,7 @@ int scenario_collectives() {
     EXPECT(std::string(err.what()).find("op 255") != std::string::npos, err.what());
   }
   c.barrier(OpId{step + 1, 0});  // nobody leaves while others still talk to it
+  check_single_copy(c, true);  // 3 MiB broadcasts in 128 KiB pieces
   return g_failures ? 1 : 0;
 }
 
@@ -244,7 +268,7 @@ int scenario_abort() {
   Env e = make_env();
   const int r = e.re.rank;
   std::atomic<int> chunks{0};
-  UcxOptions o;
+  UcxOptions o = base_options();
   o.stall_timeout = std::chrono::milliseconds(3000);
   o.flight_recorder_path = e.re.store_dir + "/flight." + std::to_string(r);
   o.on_chunk = [&](const ChunkEvent& ev) { chunks.store(static_cast<int>(ev.chunks_done)); };
@@ -319,7 +343,7 @@ int scenario_kill() {
   Env e = make_env();
   const int r = e.re.rank, W = e.re.world, victim = W / 2;
   const std::string killed_file = e.re.store_dir + "/killed_at";
-  UcxOptions o;
+  UcxOptions o = base_options();
   o.stall_timeout = std::chrono::milliseconds(5000);
   o.flight_recorder_path = e.re.store_dir + "/flight." + std::to_string(r);
   if (r == victim) {
@@ -349,6 +373,8 @@ int scenario_kill() {
     EXPECT(std::string(err.what()).find("g=2 s=150") != std::string::npos, err.what());
     std::cerr << "rank " << r << " failed " << ms << " ms after the kill: " << err.what() << "\n";
   }
+  // The victim's right neighbour read the victim's first pieces (single-copy path).
+  if (r == (victim + 1) % W) check_single_copy(*comm, true);
   // Teardown is bounded although a peer is dead.
   const TimePoint t = rf::Clock::now();
   comm.reset();
@@ -359,7 +385,7 @@ int scenario_kill() {
 int scenario_stall() {
   Env e = make_env();
   const int r = e.re.rank;
-  UcxOptions o;
+  UcxOptions o = base_options();
   o.stall_timeout = std::chrono::milliseconds(300);
   o.flight_recorder_path = e.re.store_dir + "/flight." + std::to_string(r);
   auto comm = std::make_unique<UcxCommunicator>(e.ctx, *e.store, r, e.re.world, 4, o);
@@ -425,7 +451,7 @@ int scenario_fence() {
 int scenario_drop() {
   Env e = make_env();
   const int r = e.re.rank, W = e.re.world;
-  UcxOptions o;
+  UcxOptions o = base_options();
   o.stall_timeout = std::chrono::milliseconds(2000);
   o.flight_recorder_path = e.re.store_dir + "/flight." + std::to_string(r);
   UcxCommunicator* self = nullptr;
@@ -451,7 +477,7 @@ int scenario_drop() {
 int scenario_destroy() {
   Env e = make_env();
   const int r = e.re.rank;
-  UcxOptions o;
+  UcxOptions o = base_options();
   o.flight_recorder_path = e.re.store_dir + "/flight." + std::to_string(r);
   auto comm = std::make_unique<UcxCommunicator>(e.ctx, *e.store, r, e.re.world, 11, o);
   if (r == 1) {
@@ -474,6 +500,66 @@ int scenario_destroy() {
   return g_failures ? 1 : 0;
 }
 
+// Abort between the reduce-scatter and the all-gather, with the all-gather piece already
+// offered for a single-copy read: rank 0 aborts (from on_chunk), and as soon as its
+// all-reduce has failed it scribbles over its buffer, as a caller may. Rank 1 holds its
+// read back until then (its on_chunk waits for the store key, a condition, not a sleep).
+// Rank 1 must then fail, or complete with exactly the right sum: never with bytes read
+// after their owner could modify them (R1/R4; the hold word, ucx/single_copy.h).
+// sc_release: the same, but rank 0 only releases (inject_release) and scribbles inside its
+// on_chunk, sending no farewell: rank 1's read finds the hold word cleared and must fail.
+int scenario_sc_abort(bool release_only) {
+  Env e = make_env();
+  const int r = e.re.rank;
+  UcxOptions o = base_options();
+  o.flight_recorder_path = e.re.store_dir + "/flight." + std::to_string(r);
+  o.flows = 1;
+  o.chunk_bytes = size_t{1} << 20;  // one piece per segment: chunk 0 reduce-scatter, 1 all-gather
+  o.small_allreduce_bytes = 0;      // the ring, whatever the size
+  UcxCommunicator* self = nullptr;
+  std::vector<float> buf(size_t{1} << 18, static_cast<float>(r + 1));  // 1 MiB: two 512 KiB segments
+  bool scribbled = false;
+  if (r == 0 && release_only) {
+    o.on_chunk = [&](const ChunkEvent& ev) {
+      if (ev.chunks_done != 1) return;
+      self->inject_release();
+      std::fill(buf.begin(), buf.end(), std::numeric_limits<float>::quiet_NaN());
+      e.store->set("scribbled", {1});
+      scribbled = true;
+    };
+  } else if (r == 0) {
+    o.on_chunk = [&](const ChunkEvent& ev) { if (ev.chunks_done == 1) self->abort("test: abort mid-transfer"); };
+  } else {
+    o.on_chunk = [&](const ChunkEvent& ev) { if (ev.chunks_done == 1) e.store->wait_get("scribbled", std::chrono::seconds(20)); };
+  }
+  UcxCommunicator c(e.ctx, *e.store, r, e.re.world, 12, o);
+  self = &c;
+  try {
+    c.allreduce(Buffer{buf.data(), buf.size(), DType::f32}, OpId{7, 0});
+    EXPECT(r == 1, "rank 0 completed although it aborted");
+    size_t bad = 0;
+    for (float v : buf) bad += v != 3.0f;
+    EXPECT(bad == 0, bad, " wrong elements: completed with bytes read after rank 0 released them");
+    std::cerr << "rank " << r << ": completed with the right sum (read before rank 0 released its buffer)\n";
+  } catch (const CommError& err) {
+    if (r == 0 && release_only) {
+      EXPECT(err.peer() == 1 || err.peer() == 0, err.what());  // rank 1's failure reaches it
+    } else if (r == 0) {
+      EXPECT(dynamic_cast<const Aborted*>(&err) != nullptr, err.what());
+      std::fill(buf.begin(), buf.end(), std::numeric_limits<float>::quiet_NaN());
+      e.store->set("scribbled", {1});
+      scribbled = true;
+    } else {
+      EXPECT(err.peer() == 0, "does not name rank 0: ", err.what());
+      if (release_only) EXPECT(std::string(err.what()).find("released its buffer") != std::string::npos, err.what());
+      std::cerr << "rank " << r << " failed as it should: " << err.what() << "\n";
+    }
+  }
+  if (r == 0 && !scribbled) e.store->set("scribbled", {1});  // never leave rank 1 waiting
+  if (r == 1) check_single_copy(c, true);  // its reduce-scatter piece came single-copy
+  return g_failures ? 1 : 0;
+}
+
 int run_rank(const std::string& scenario) {
   try {
     if (scenario == "allreduce") return scenario_allreduce(false);
@@ -486,6 +572,8 @@ int run_rank(const std::string& scenario) {
     if (scenario == "stall") return scenario_stall();
     if (scenario == "fence") return scenario_fence();
     if (scenario == "drop") return scenario_drop();
+    if (scenario == "sc_abort") return scenario_sc_abort(false);
+    if (scenario == "sc_release") return scenario_sc_abort(true);
     std::cerr << "unknown scenario " << scenario << "\n";
     return 2;
   } catch (const std::exception& err) {
@@ -501,8 +589,12 @@ int main(int argc, char** argv) {
     std::cerr << "usage: comm_mp_test <scenario> <W>\n";
     return 2;
   }
-  const std::string scenario = argv[1];
+  std::string scenario = argv[1];
   if (std::getenv("RF_RANK")) return run_rank(scenario);
+  const std::string fifo_suffix = "_fifo";
+  const bool fifo = scenario.size() > fifo_suffix.size() &&
+                    scenario.compare(scenario.size() - fifo_suffix.size(), fifo_suffix.size(), fifo_suffix) == 0;
+  if (fifo) scenario.resize(scenario.size() - fifo_suffix.size());
   LocalLaunch l;
   l.program = "/proc/self/exe";
   char self[4096];
@@ -516,6 +608,7 @@ int main(int argc, char** argv) {
   l.deadline = std::chrono::seconds(scenario == "large" ? 150 : 60);
   // Strays of the fence test and leftovers of aborted collectives are expected; UCX's
   // warnings about them would only bury the report.
+  if (fifo) l.env.push_back({"RF_TEST_FIFO", "1"});
   if (!std::getenv("UCX_LOG_LEVEL")) l.env.push_back({"UCX_LOG_LEVEL", "error"});
   // UCX's own fatal-signal handlers (backtraces, "freeze") must not get in the way of a
   // rank that the test kills or that crashes: the launcher reports how each rank ended.
