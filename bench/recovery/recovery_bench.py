@@ -14,9 +14,15 @@ bench/recovery's worker and reads
   * steps redone: the failed step minus T (the step in flight is recomputed once).
   kill = SIGKILL of rank 1 in the middle of its all-reduce (after one chunk);
   stop = SIGSTOP of rank 1 before its forward (detected when its lease expires, D2).
+  restart = the baseline users have today, in ringfence itself: rank 0 freezes before
+    the failed step, the launcher and every worker are SIGKILLed, and the same job is
+    started again with --resume from its last disk checkpoint (every --ckpt-every steps):
+    time from the kill to the first completed step, and the steps redone.
 """
 import argparse
 import glob
+import signal
+import time
 import json
 import os
 import shutil
@@ -40,7 +46,7 @@ def one_run(args, model, fault):
     cmd = [os.path.join(args.build, "bin", "ringfence"), "run", "-n", str(args.world), "--quiet", "--summary", summary,
            "--inject", spec, "--heartbeat", args.heartbeat, "--lease", args.lease, "--",
            os.path.join(args.build, "bin", "recovery_worker"), "--model", model, "--steps", str(args.steps),
-           "--audit-dir", aud, "--batch", str(args.batch)]
+           "--audit-dir", aud, "--batch", str(args.batch)] + (["--data-dir", args.data_dir] if args.data_dir else [])
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
     if p.returncode != 0:
         print(p.stdout[-3000:], file=sys.stderr)
@@ -67,6 +73,69 @@ def one_run(args, model, fault):
             "steps_redone": args.fail_step - rec["target_step"], "step_ms": step_ms, "cause": rec["cause"]}
 
 
+def procs_mentioning(text):
+    pids = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/cmdline", "rb") as f:
+                    if text.encode() in f.read():
+                        pids.append(int(d))
+            except OSError:
+                pass
+    return pids
+
+
+def audit_lines(aud):
+    lines = []
+    for fn in glob.glob(os.path.join(aud, "audit-*.jsonl")):
+        with open(fn) as f:
+            lines += [json.loads(x) for x in f if x.strip()]
+    return lines
+
+
+def restart_run(args, model):
+    work = tempfile.mkdtemp(prefix="recovery_bench_")
+    ck = ["--ckpt-dir", os.path.join(work, "ckpt"), "--ckpt-every", str(args.ckpt_every)]
+    worker = [os.path.join(args.build, "bin", "recovery_worker"), "--model", model, "--steps", str(args.steps),
+              "--batch", str(args.batch)] + ck + (["--data-dir", args.data_dir] if args.data_dir else [])
+    ringfence = [os.path.join(args.build, "bin", "ringfence"), "run", "-n", str(args.world), "--quiet"]
+    aud1, aud2 = os.path.join(work, "aud1"), os.path.join(work, "aud2")
+    os.makedirs(aud1)
+    os.makedirs(aud2)
+    freeze = f"stop:rank=0:step={args.fail_step}:phase=forward"
+    p = subprocess.Popen(ringfence + ["--inject", freeze, "--"] + worker + ["--audit-dir", aud1],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    t_end = time.monotonic() + 300
+    while time.monotonic() < t_end and not any(x["event"] == "inject" for x in audit_lines(aud1)):
+        time.sleep(0.002)  # polling the audit file for a condition
+    victims = procs_mentioning(work)
+    t_kill = time.time()
+    os.killpg(p.pid, signal.SIGKILL)
+    for pid in victims:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    p.wait()
+    while procs_mentioning(work) and time.monotonic() < t_end:
+        time.sleep(0.002)
+    before = max(x["s"] for x in audit_lines(aud1) if x["event"] == "apply")
+    q = subprocess.run(ringfence + ["--"] + worker + ["--audit-dir", aud2, "--resume"], stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True, timeout=600)
+    if q.returncode != 0:
+        raise SystemExit(f"{model}/restart: the resumed job failed:\n{q.stdout[-2000:]}")
+    lines = audit_lines(aud2)
+    resumed = min(x["s"] for x in lines if x["event"] == "resume")
+    first = min(x["ts_us"] for x in lines if x["event"] == "apply")
+    # back where it was: step `before` applied again (the work lost, restart included)
+    caught_up = min(x["ts_us"] for x in lines if x["event"] == "apply" and x["s"] == before)
+    shutil.rmtree(work, ignore_errors=True)
+    return {"model": model, "fault": "restart", "to_first_step_ms": (first - t_kill * 1e6) / 1000,
+            "time_lost_ms": (caught_up - t_kill * 1e6) / 1000,
+            "resumed_step": resumed, "steps_redone": before - resumed, "last_applied": before}
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default="build")
@@ -76,9 +145,11 @@ def main():
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--trials", type=int, default=3)
     ap.add_argument("--models", default="mlp,cnn")
-    ap.add_argument("--faults", default="kill,stop")
+    ap.add_argument("--faults", default="kill,stop,restart")
     ap.add_argument("--heartbeat", default="100ms")
     ap.add_argument("--lease", default="1s")
+    ap.add_argument("--ckpt-every", type=int, default=100)
+    ap.add_argument("--data-dir", help="real Fashion-MNIST (default: synthetic, no load time)")
     ap.add_argument("--json")
     args = ap.parse_args()
     rows = []
@@ -89,6 +160,14 @@ def main():
     for model in args.models.split(","):
         for fault in args.faults.split(","):
             for t in range(args.trials):
+                if fault == "restart":
+                    r = restart_run(args, model)
+                    rows.append(r)
+                    print(f"{model:5} {fault:7} {t:5d} {r['to_first_step_ms']:11.1f}   (whole job killed after step "
+                          f"{r['last_applied']}, resumed from the checkpoint of step {r['resumed_step']}: "
+                          f"{r['steps_redone']} steps redone, back at step {r['last_applied']} after "
+                          f"{r['time_lost_ms']:.0f} ms)", flush=True)
+                    continue
                 r = one_run(args, model, fault)
                 rows.append(r)
                 print(f"{model:5} {fault:5} {t:5d} {r['to_first_step_ms']:11.1f} {r['detect']:8.1f} {r['agree']:8.1f} "

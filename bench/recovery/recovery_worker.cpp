@@ -3,6 +3,7 @@
 // measurement), or the real data with --data-dir.
 //   recovery_worker --model mlp|cnn --audit-dir DIR [--steps N] [--batch B] [--samples N]
 //                   [--data-dir D] [--threads T] [--no-overlap] [--bucket-mib M]
+//                   [--ckpt-dir D --ckpt-every N [--resume]]
 #include <cstdio>
 #include <string>
 
@@ -40,6 +41,9 @@ int main(int argc, char** argv) {
       else if (f == "--no-overlap") cfg.reducer.overlap = false;
       else if (f == "--bucket-mib") cfg.reducer.bucket_cap_bytes = std::stoull(val()) << 20;
       else if (f == "--audit-dir") audit_dir = val();
+      else if (f == "--ckpt-dir") cfg.ckpt_dir = val();
+      else if (f == "--ckpt-every") cfg.ckpt_every = std::stoll(val());
+      else if (f == "--resume") cfg.resume = true;
       else throw InvalidInput(str("unknown option ", f));
     }
     if (model != "mlp" && model != "cnn") throw InvalidInput(str("--model ", model, ": expected mlp or cnn"));
