@@ -42,4 +42,30 @@ assert all(len(b["indices"]) == 64 for b in batches)
 seen = [i for b in batches for i in b["indices"]]
 assert len(set(seen)) == len(seen) and all(0 <= i < 300 for i in seen), "a batch repeats or leaves the dataset"
 PY
+# Checkpoint flags as a user meets them (the kill/resume guarantees: tests/ckpt).
+quick=(--synthetic 300 --batch 64 --max-steps 2 --log-interval 0)
+"$bin/train_mlp" "${quick[@]}" --ckpt-dir "$tmp/ck" --resume > "$tmp/out" \
+  || fail "--resume on an empty --ckpt-dir should start fresh"
+grep -q "warning: resume: no valid checkpoint in $tmp/ck (none found); starting fresh" "$tmp/out" \
+  || fail "--resume on an empty dir: no warning"
+[[ -f "$tmp/ck/ckpt-000000001.safetensors" ]] || fail "no checkpoint at the end of training"
+set +e
+"$bin/train_mlp" "${quick[@]}" --ckpt-dir "$tmp/ck" > /dev/null 2>"$tmp/err"; rc=$?
+set -e
+[[ $rc == 1 ]] && grep -q "already holds checkpoints" "$tmp/err" \
+  || fail "a fresh start in a directory holding checkpoints was not refused (exit $rc)"
+set +e
+"$bin/train_mlp" "${quick[@]}" --resume-from "$tmp/nope.safetensors" > /dev/null 2>"$tmp/err"; rc=$?
+set -e
+[[ $rc == 1 ]] && grep -q "nope.safetensors: cannot open" "$tmp/err" \
+  || fail "--resume-from a missing file: exit $rc, $(cat "$tmp/err")"
+set +e
+"$bin/train_cnn" "${quick[@]}" --resume-from "$tmp/ck/ckpt-000000001.safetensors" > /dev/null 2>"$tmp/err"; rc=$?
+set -e
+[[ $rc == 1 ]] && grep -q "model 'mlp', expected 'cnn'" "$tmp/err" \
+  || fail "train_cnn --resume-from an MLP checkpoint: exit $rc, $(cat "$tmp/err")"
+set +e
+"$bin/train_mlp" "${quick[@]}" --resume 2>"$tmp/err"; rc=$?
+set -e
+[[ $rc == 2 ]] && grep -q -- "--resume: needs --ckpt-dir" "$tmp/err" || fail "--resume without --ckpt-dir: exit $rc"
 echo "PASS"
