@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# train_mlp / train_cnn as programs: exit codes, and the files scripts rely on.
+# train_mlp / train_cnn as programs: exit codes, the files scripts rely on, checkpoint flags.
 #   cli_test.sh BIN_DIR
 set -euo pipefail
 bin="$1"
