@@ -147,9 +147,12 @@ std::vector<std::string> remove_stale_temps(const std::string& dir) {
   std::error_code ec;
   if (!fs::exists(dir, ec)) return removed;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    // ".ckpt-<step>.safetensors.tmp": a checkpoint name between a dot and the suffix.
     const std::string name = entry.path().filename().string();
-    if (name.size() > 1 && name[0] == '.' && name.size() > kTempSuffix.size() &&
-        name.substr(name.size() - kTempSuffix.size()) == kTempSuffix && parse_checkpoint_name(name.substr(1, name.size() - 1 - kTempSuffix.size()))) {
+    const bool temp = name.size() > 1 + kTempSuffix.size() && name[0] == '.' &&
+                      name.compare(name.size() - kTempSuffix.size(), kTempSuffix.size(), kTempSuffix) == 0 &&
+                      parse_checkpoint_name(name.substr(1, name.size() - 1 - kTempSuffix.size()));
+    if (temp) {
       std::error_code rm;
       if (fs::remove(entry.path(), rm)) removed.push_back(entry.path().string());
     }
