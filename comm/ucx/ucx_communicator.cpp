@@ -426,6 +426,21 @@ void UcxCommunicator::drive(std::unique_lock<std::mutex>& dl, Until until, TimeP
   driver_id_.store(std::thread::id{});
 }
 
+void UcxCommunicator::rebuild_active() {
+  // Caller holds queue_mu_. What may run now: every point-to-point transfer, and the
+  // oldest collective.
+  active_.clear();
+  active_version_ = queue_version_.load(std::memory_order_relaxed);
+  bool collective_seen = false;
+  for (const auto& p : queue_) {
+    if (p->coll->point_to_point()) active_.push_back(p.get());
+    else if (!collective_seen) {
+      active_.push_back(p.get());
+      collective_seen = true;
+    }
+  }
+}
+
 bool UcxCommunicator::check_farewells() {
   // A peer's farewell: "failed" poisons us too, naming the culprit it names (so every
   // survivor blames the dead rank, not the neighbour that noticed first); "goodbye" means
@@ -488,17 +503,8 @@ bool UcxCommunicator::pump() {
     // What may run now: every point-to-point transfer, and the oldest collective.
     // Rebuilt only when the queue changed (the common pump changes nothing).
     if (active_version_ != queue_version_.load(std::memory_order_acquire)) {
-      active_.clear();
       std::lock_guard lk(queue_mu_);
-      active_version_ = queue_version_.load(std::memory_order_relaxed);
-      bool collective_seen = false;
-      for (const auto& p : queue_) {
-        if (p->coll->point_to_point()) active_.push_back(p.get());
-        else if (!collective_seen) {
-          active_.push_back(p.get());
-          collective_seen = true;
-        }
-      }
+      rebuild_active();
     }
     if (active_.empty()) return moved;
     // D3 bookkeeping without a clock read per pump: transfers mark progress; every 128th
@@ -574,6 +580,7 @@ bool UcxCommunicator::pump() {
       }
       queued_.store(queue_.size(), std::memory_order_release);
       queue_version_.fetch_add(1, std::memory_order_acq_rel);
+      rebuild_active();  // under the same lock: the next round needs no second one
     }
     for (auto& p : done) {
       recorder_.finish(p->seq, p->coll->last_chunk(), -1);

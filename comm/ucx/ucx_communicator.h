@@ -42,7 +42,9 @@ struct UcxOptions {
   std::chrono::milliseconds connect_timeout{30000};   // waiting for peers' addresses
   std::chrono::milliseconds teardown_timeout{2000};   // flushing endpoints when destroyed
   // Ring pipelining: pieces of chunk_bytes, `flows` pieces in flight (bench/RESULTS.md).
-  size_t chunk_bytes = size_t{128} << 10;
+  // 256 KiB since the single-copy path: each piece costs a rendezvous (offer, done), and
+  // 256-512 KiB beat 128 KiB at 1-16 MiB in interleaved runs (FIFO path: no difference).
+  size_t chunk_bytes = size_t{256} << 10;
   int flows = 2;
   // All-reduces up to this many bytes use recursive doubling, larger ones the ring.
   // -1 = auto, from the --small-bytes sweep in bench/RESULTS.md "Communication" (2 cores):
@@ -131,7 +133,8 @@ class UcxCommunicator : public Communicator {
   template <typename Until>
   void drive(std::unique_lock<std::mutex>& driver_lock, Until until, TimePoint deadline);
   bool pump();
-  bool check_farewells();  // true: a peer's "failed" farewell poisoned us
+  bool check_farewells();
+  void rebuild_active();   // under queue_mu_  // true: a peer's "failed" farewell poisoned us
   void poison(const char* kind, CommErrorInfo info);
   void progress_thread_main();
   uint64_t farewell_tag(int sender) const;

@@ -235,7 +235,7 @@ int scenario_collectives() {
     EXPECT(std::string(err.what()).find("op 255") != std::string::npos, err.what());
   }
   c.barrier(OpId{step + 1, 0});  // nobody leaves while others still talk to it
-  check_single_copy(c, true);  // 3 MiB broadcasts in 128 KiB pieces
+  check_single_copy(c, true);  // 3 MiB broadcasts in pieces of chunk_bytes
   return g_failures ? 1 : 0;
 }
 
