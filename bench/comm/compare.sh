@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs comm_bench for our ring (ucx), Open MPI and Gloo, one after the other in one go, at
 # W = 2 and 4, and prints the issue's goals as same-run ratios. This VM's figures swing
-# 2-5x between runs, so only ratios from one invocation mean anything.
+# 2-5x between runs, so only ratios from one invocation mean anything. Also runs ours with
+# the single-copy path off (column sc/fifo: what the single-copy path gains, same run).
 #   bench/comm/compare.sh [BUILD_DIR] [ITERS] [WARMUP]      (default: build 20 5)
 set -euo pipefail
 BUILD=${1:-build}
@@ -11,9 +12,12 @@ BENCH="$BUILD/bin/comm_bench"
 [[ -x $BENCH ]] || { echo "compare.sh: $BENCH not found (build first)" >&2; exit 2; }
 OUT=$(mktemp -d /tmp/rf-compare-XXXXXX)
 for W in 2 4; do
-  for B in ucx mpi gloo; do
+  # ucxfifo: ours with the single-copy path off (UCX's shared-memory FIFOs, two copies).
+  for B in ucx mpi gloo ucxfifo; do
     echo "== $B, W=$W"
-    "$BENCH" --backend "$B" --ranks "$W" -b 8 -e 64M -f 2 -n "$ITERS" -w "$WARMUP" --json "$OUT/$B-$W.json" \
+    ARGS=(--backend "$B")
+    [[ $B == ucxfifo ]] && ARGS=(--backend ucx --single-copy-bytes 0)
+    "$BENCH" "${ARGS[@]}" --ranks "$W" -b 8 -e 64M -f 2 -n "$ITERS" -w "$WARMUP" --json "$OUT/$B-$W.json" \
       || echo "compare.sh: $B at W=$W failed" >&2
   done
 done
@@ -29,23 +33,26 @@ def fmt(n):
     return str(n)
 print("\n== same-run ratios (ours = ucx ring)")
 for w in (2, 4):
-    u, m, g = load("ucx", w), load("mpi", w), load("gloo", w)
+    u, m, g, ff = load("ucx", w), load("mpi", w), load("gloo", w), load("ucxfifo", w)
     print(f"\nW={w}")
-    print(f"{'size':>6} {'ucx us':>9} {'mpi us':>9} {'lat x':>6} | {'ucx GB/s':>8} {'mpi GB/s':>8} {'gloo GB/s':>9} {'vs mpi':>7} {'vs gloo':>7}")
+    print(f"{'size':>6} {'ucx us':>9} {'mpi us':>9} {'lat x':>6} | {'ucx GB/s':>8} {'mpi GB/s':>8} {'gloo GB/s':>9} {'vs mpi':>7} {'vs gloo':>7} | {'fifo GB/s':>9} {'sc/fifo':>7}")
     lat_ok = bw_mpi_ok = bw_gloo_ok = True
     for b in sorted(u):
         uu, mm, gg = u[b], m.get(b), g.get(b)
         lat = uu["time_us"] / mm["time_us"] if mm and mm["time_us"] > 0 else float("nan")
         vm = uu["busbw_gbs"] / mm["busbw_gbs"] if mm and mm["busbw_gbs"] > 0 else float("nan")
         vg = uu["busbw_gbs"] / gg["busbw_gbs"] if gg and gg["busbw_gbs"] > 0 else float("nan")
+        fb = ff[b]["busbw_gbs"] if b in ff else float("nan")
+        sf = uu["busbw_gbs"] / fb if fb > 0 else float("nan")
         if 8 <= b <= 4096 and not lat <= 2: lat_ok = False
         if (256 << 10) <= b <= (16 << 20) and not vm >= 1: bw_mpi_ok = False
         if b >= (1 << 20) and not vg >= 3: bw_gloo_ok = False
         print(f"{fmt(b):>6} {uu['time_us']:9.2f} {mm['time_us'] if mm else float('nan'):9.2f} {lat:6.2f} | "
               f"{uu['busbw_gbs']:8.3f} {mm['busbw_gbs'] if mm else float('nan'):8.3f} "
-              f"{gg['busbw_gbs'] if gg else float('nan'):9.3f} {vm:7.2f} {vg:7.2f}")
+              f"{gg['busbw_gbs'] if gg else float('nan'):9.3f} {vm:7.2f} {vg:7.2f} | "
+              f"{fb:9.3f} {sf:7.2f}")
     big = u.get(64 << 20, {}).get("busbw_gbs", float("nan"))
-    wrong = sum(r["wrong"] for d in (u, m, g) for r in d.values())
+    wrong = sum(r["wrong"] for d in (u, m, g, ff) for r in d.values())
     print(f"goals W={w}: latency 8B-4K within 2x of MPI: {'met' if lat_ok else 'NOT met'}; "
           f"busbw >= MPI 256K-16M: {'met' if bw_mpi_ok else 'NOT met'}; "
           f">= 3x Gloo from 1M: {'met' if bw_gloo_ok else 'NOT met'}; "

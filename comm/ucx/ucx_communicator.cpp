@@ -128,9 +128,9 @@ class UcxCommunicator::Pending : public Work {
     if (s == kRunning && owner_->driver_mu_.try_lock()) {
       // Help along, once, without waiting for the driver lock.
       std::lock_guard dl(owner_->driver_mu_, std::adopt_lock);
-      owner_->driver_id_.store(std::this_thread::get_id());
+      owner_->driver_id_.store(std::this_thread::get_id(), std::memory_order_relaxed);
       owner_->pump();
-      owner_->driver_id_.store(std::thread::id{});
+      owner_->driver_id_.store(std::thread::id{}, std::memory_order_relaxed);
       s = state.load(std::memory_order_acquire);
     }
     if (s == kFailed) std::rethrow_exception(error);
@@ -362,9 +362,9 @@ void UcxCommunicator::abort(const std::string& reason) {
   if (driver_id_.load() != std::this_thread::get_id()) {
     std::unique_lock dl(driver_mu_, std::try_to_lock);
     if (dl.owns_lock()) {
-      driver_id_.store(std::this_thread::get_id());
+      driver_id_.store(std::this_thread::get_id(), std::memory_order_relaxed);
       pump();
-      driver_id_.store(std::thread::id{});
+      driver_id_.store(std::thread::id{}, std::memory_order_relaxed);
     }
   }
   { std::lock_guard lk(queue_mu_); }  // no lost wake-up for the progress thread
@@ -404,7 +404,7 @@ void UcxCommunicator::drive(std::unique_lock<std::mutex>& dl, Until until, TimeP
   const unsigned spins = static_cast<unsigned>(opt_.idle_spins), yields = spins + opt_.idle_yields;
   const bool has_deadline = deadline != TimePoint::max();  // clock reads cost here
   unsigned idle = 0;
-  driver_id_.store(std::this_thread::get_id());
+  driver_id_.store(std::this_thread::get_id(), std::memory_order_relaxed);
   while (!until()) {
     if (pump()) idle = 0;
     else ++idle;
@@ -416,14 +416,14 @@ void UcxCommunicator::drive(std::unique_lock<std::mutex>& dl, Until until, TimeP
     // Let go of the driver lock while giving the core away: on an overloaded machine we
     // may not run again for milliseconds, and abort() must not wait for us (it fails
     // everything from its own thread when it finds the lock free).
-    driver_id_.store(std::thread::id{});
+    driver_id_.store(std::thread::id{}, std::memory_order_relaxed);
     dl.unlock();
     if (idle < yields) sched_yield();
     else std::this_thread::sleep_for(std::chrono::microseconds(50));
     dl.lock();
-    driver_id_.store(std::this_thread::get_id());
+    driver_id_.store(std::this_thread::get_id(), std::memory_order_relaxed);
   }
-  driver_id_.store(std::thread::id{});
+  driver_id_.store(std::thread::id{}, std::memory_order_relaxed);
 }
 
 void UcxCommunicator::rebuild_active() {
@@ -476,7 +476,8 @@ bool UcxCommunicator::pump() {
     poison("abort", i);
     return true;
   }
-  if (drop_flag_.exchange(false, std::memory_order_acq_rel)) {
+  // A plain load first: an atomic exchange on every pump costs the small all-reduce.
+  if (drop_flag_.load(std::memory_order_relaxed) && drop_flag_.exchange(false, std::memory_order_acq_rel)) {
     CommErrorInfo i;
     i.peer = rank_;
     i.cause = "transport dropped by inject_drop()";
@@ -485,7 +486,12 @@ bool UcxCommunicator::pump() {
   }
   const unsigned events = transport_->progress();
   bool moved = events > 0;
-  if (check_farewells()) return true;
+  // A farewell can only have arrived if UCX handled an event; polling W requests on every
+  // idle pump costs the small all-reduce. Every 64th pump looks anyway (belt and braces).
+  if (++farewell_countdown_ >= 64 || events > 0) {
+    farewell_countdown_ = 0;
+    if (check_farewells()) return true;
+  }
   if (transport_->failure_count() != departed_count_) {
     // D1: any dead member dooms every collective of this generation, not only the ones
     // that talk to it directly.

@@ -149,13 +149,16 @@ class UcxCommunicator : public Communicator {
   std::atomic<uint64_t> single_copy_reads_{0};      // the transport's count, after each pump
 
   std::mutex driver_mu_;  // whoever holds it drives UCX (transport_, the collectives)
-  std::atomic<std::thread::id> driver_id_{};  // who holds driver_mu_ (none while napping)
+  // Who holds driver_mu_ (none while napping). Only ever compared with the reader's own id
+  // (abort() from an on_chunk callback), so relaxed stores suffice.
+  std::atomic<std::thread::id> driver_id_{};
   std::unique_ptr<UcxTransport> transport_;
   std::vector<std::unique_ptr<Collective>> graveyard_;  // failed collectives with requests in flight
   bool poisoned_ = false;
   std::vector<Pending*> active_;                 // what pump() advances (driver only)
   uint64_t active_version_ = ~uint64_t{0};       // queue_version_ active_ was built from
   unsigned stall_countdown_ = 0;
+  unsigned farewell_countdown_ = 0;
   std::vector<std::shared_ptr<Pending>> done_;   // scratch of pump(), reused
   // Farewells: each rank sends every peer exactly one, either "goodbye" when it is
   // destroyed in order or "failed" (naming the culprit) when it is poisoned; one receive
