@@ -6,6 +6,12 @@
 #     A doctest executable; built into build/bin/tests/.
 #   rf_integration_test(NAME <name> LAYER <layer> COMMAND <cmd...> [TIMEOUT s])
 #     Any command (multi-process tests, scripts); labelled `integration`.
+# `rf_unit_tests` builds every unit-test executable and nothing else: the sanitizer pass
+# of scripts/test builds only this target.
+if(NOT TARGET rf_unit_tests)
+  add_custom_target(rf_unit_tests)
+endif()
+
 function(rf_unit_test)
   cmake_parse_arguments(T "" "NAME;LAYER;TIMEOUT" "SOURCES;LIBS" ${ARGN})
   if(NOT T_TIMEOUT)
@@ -14,6 +20,7 @@ function(rf_unit_test)
   add_executable(${T_NAME} ${T_SOURCES})
   target_link_libraries(${T_NAME} PRIVATE doctest::doctest rf_test_main ${T_LIBS} rf_flags)
   set_target_properties(${T_NAME} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin/tests)
+  add_dependencies(rf_unit_tests ${T_NAME})
   add_test(NAME ${T_NAME} COMMAND ${T_NAME})
   set_tests_properties(${T_NAME} PROPERTIES LABELS "${T_LAYER};unit" TIMEOUT ${T_TIMEOUT})
 endfunction()
