@@ -7,18 +7,21 @@
 # defines LLVMFuzzerTestOneInput. Include paths: the repository root (and the system's,
 # e.g. nlohmann-json). The binary lands in <build>/bin/fuzz/<name>. The test (labels
 # <layer>;fuzz) runs it for SECONDS (default 15) on a corpus under the build tree, seeded
-# from SEEDS; new inputs never go into the source tree. Without clang++ the target is
-# skipped with a message. Safe to include() more than once.
+# from SEEDS; new inputs never go into the source tree. clang++ is REQUIRED: configuring
+# without it is an error, so the test suite never silently shrinks (scripts/setup installs
+# it). Safe to include() more than once.
 include_guard(GLOBAL)
 
 find_program(RF_CLANGXX NAMES clang++ clang++-14)
+if(NOT RF_CLANGXX)
+  message(FATAL_ERROR
+    "ringfence: clang++ not found; the libFuzzer tests need it. Install the Debian "
+    "packages clang and libclang-rt-14-dev (scripts/setup does), or pass "
+    "-DRF_CLANGXX=/path/to/clang++.")
+endif()
 
 function(rf_fuzz_target)
   cmake_parse_arguments(F "" "NAME;LAYER;SECONDS;SEEDS" "SOURCES" ${ARGN})
-  if(NOT RF_CLANGXX)
-    message(STATUS "ringfence: clang++ not found, fuzz target ${F_NAME} is not built")
-    return()
-  endif()
   if(NOT F_SECONDS)
     set(F_SECONDS 15)
   endif()
