@@ -60,6 +60,22 @@ Answer parse_answer(const json& j) {
   return a;
 }
 
+// The part of a wait reply (plan or ready) that both share: the generation, the error
+// text (under `error_key`) and the status words for a revoked round, a fenced worker and
+// an ended job. Anything else is Pending; the caller maps its own success word.
+template <class Query>
+Query parse_wait_reply(const json& r, const std::string& status, const char* error_key) {
+  Query q;
+  q.generation = static_cast<uint64_t>(get_int(r, "generation", 0, int64_t{1} << 53));
+  q.error = r.value(error_key, "");
+  if (status == "revoked") q.kind = Query::Revoked;
+  else if (status == "fenced") q.kind = Query::Fenced;
+  else if (status == "stopped") q.kind = Query::Stopped;
+  else if (status == "done") q.kind = Query::Done;
+  else q.kind = Query::Pending;
+  return q;
+}
+
 }  // namespace
 
 ClientOptions ClientOptions::from_env() {
@@ -123,17 +139,20 @@ JoinInfo Client::join() {
 
 void Client::heartbeat_loop() {
   TimePoint last_ok = Clock::now();
+  last_renewal_ = last_ok.time_since_epoch().count();
   while (true) {
     {
       std::unique_lock<std::mutex> l(hb_mu_);
       if (hb_cv_.wait_for(l, opt_.heartbeat, [&] { return hb_stop_; })) return;
     }
+    if (withhold_.load()) continue;  // let the lease expire (D2), see withhold_heartbeats()
     json reply;
     try {
       // D4: a renewal that cannot complete within one lease of the last one fences us.
       reply = member_.call({{"type", "heartbeat"}, {"generation", active_.load()}, {"step", step_.load()}},
                            last_ok + opt_.lease);
       last_ok = Clock::now();
+      last_renewal_ = last_ok.time_since_epoch().count();
     } catch (const rf::Error& e) {
       fence(rf::str("could not renew the lease: ", e.what()));
       return;
@@ -200,16 +219,9 @@ Answer Client::report(uint64_t round, const StateReport& s) {
 PlanQuery Client::wait_plan(uint64_t round, Duration timeout) {
   const int64_t t = std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count();
   json r = call({{"type", "plan"}, {"round", round}, {"timeout_ms", t}}, timeout + opt_.call_timeout);
-  PlanQuery q;
   const std::string st = get_str(r, "status", 32);
-  q.generation = static_cast<uint64_t>(get_int(r, "generation", 0, int64_t{1} << 53));
-  q.error = r.value("error", "");
+  PlanQuery q = parse_wait_reply<PlanQuery>(r, st, "error");
   if (st == "plan") q.kind = PlanQuery::Ready, q.plan = parse_plan(r.at("plan"));
-  else if (st == "revoked") q.kind = PlanQuery::Revoked;
-  else if (st == "fenced") q.kind = PlanQuery::Fenced;
-  else if (st == "stopped") q.kind = PlanQuery::Stopped;
-  else if (st == "done") q.kind = PlanQuery::Done;
-  else q.kind = PlanQuery::Pending;
   return q;
 }
 
@@ -251,16 +263,10 @@ Plan Client::next_plan(const std::function<StateReport()>& state, Duration timeo
 ReadyQuery Client::ready(uint64_t generation, Duration timeout) {
   const int64_t t = std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count();
   json r = call({{"type", "ready"}, {"generation", generation}, {"timeout_ms", t}}, timeout + opt_.call_timeout);
-  ReadyQuery q;
   const std::string st = get_str(r, "status", 32);
-  q.generation = static_cast<uint64_t>(get_int(r, "generation", 0, int64_t{1} << 53));
-  q.error = r.value("reason", "");
+  ReadyQuery q = parse_wait_reply<ReadyQuery>(r, st, "reason");
   if (st == "running") q.kind = ReadyQuery::Running, active_ = generation, reconfigure_ = false;
-  else if (st == "revoked" || st == "stale") q.kind = ReadyQuery::Revoked;
-  else if (st == "fenced") q.kind = ReadyQuery::Fenced;
-  else if (st == "stopped") q.kind = ReadyQuery::Stopped;
-  else if (st == "done") q.kind = ReadyQuery::Done;
-  else q.kind = ReadyQuery::Pending;
+  else if (st == "stale") q.kind = ReadyQuery::Revoked;  // our ready named a round that is gone
   return q;
 }
 

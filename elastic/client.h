@@ -84,7 +84,16 @@ class Client {
   bool reconfigure_requested() const { return reconfigure_.load(); }
   bool stop_requested() const { return stop_.load(); }
   bool fenced() const { return fenced_.load(); }
+  // The worker's training thread is stuck (its watchdog decided): stop renewing the lease
+  // but keep the connection, so the coordinator evicts this worker when the lease expires
+  // (D2) and the launcher SIGKILLs and replaces it. A live heartbeat thread must not keep
+  // a hung worker in the job: every recovery round would wait for its report for ever.
+  void withhold_heartbeats() { withhold_.store(true); }
   std::string fence_reason() const;
+  // When the lease was last renewed (the last heartbeat reply; join counts as the first),
+  // on this process's steady clock. D4 fences one lease after it, never earlier: tests
+  // check the fence against this instead of their own clock.
+  TimePoint last_renewal() const { return TimePoint(Duration(last_renewal_.load())); }
 
   // --- recovery, PROTOCOL.md steps 2-4 and 7 --------------------------------------------
   Answer report(uint64_t round, const StateReport& state);
@@ -129,8 +138,9 @@ class Client {
   std::condition_variable hb_cv_;
   bool hb_stop_ = false;
   std::atomic<int64_t> step_{-1};
+  std::atomic<Duration::rep> last_renewal_{0};  // TimePoint since the clock's epoch
   std::atomic<uint64_t> active_{0}, seen_{0}, notified_{0};
-  std::atomic<bool> reconfigure_{false}, stop_{false}, fenced_{false};
+  std::atomic<bool> reconfigure_{false}, stop_{false}, fenced_{false}, withhold_{false};
   std::string fence_reason_;
   mutable std::mutex cb_mu_;
   std::function<void(const Revocation&)> on_revoked_;
