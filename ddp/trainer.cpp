@@ -2,8 +2,11 @@
 
 #include <cstdio>
 #include <iostream>
+#include <atomic>
 #include <cstring>
+#include <condition_variable>
 #include <mutex>
+#include <thread>
 #include <optional>
 #include <vector>
 
@@ -77,6 +80,13 @@ struct Trainer::Impl {
   std::vector<int32_t> y_buf;
   TrainerResult result;
   std::unique_ptr<ckpt::AsyncCheckpointer> checkpointer;  // made when this worker is rank 0
+  // Hang watchdog: the training thread stamps when its current step (or recovery phase)
+  // began; 0 while it waits on the coordinator (those waits have their own deadlines).
+  std::atomic<int64_t> busy_since_ns{0};
+  std::thread watchdog;
+  std::mutex wd_mu;
+  std::condition_variable wd_cv;
+  bool wd_stop = false;
   int64_t saved_step = -1;
 
   Impl(nn::Module& m, LossFn l, const data::Dataset& d, optim::Optimizer& o, TrainerConfig c)
@@ -114,6 +124,7 @@ struct Trainer::Impl {
   // Steps 5-7 for the plan just received. Returns false when the generation was revoked
   // on the way (go back to step 2).
   bool form_generation() {
+    busy_since_ns = now_ns();
     const elastic::PlanRank* me = plan.find(copt.slot);
     if (!me) throw Error(str("plan of generation ", plan.generation, " does not include slot ", copt.slot));
     rank = me->rank;
@@ -283,6 +294,7 @@ struct Trainer::Impl {
     while (state.step() + 1 < cfg.steps) {
       if (generation_over()) return Leave::Recover;
       const int64_t s = state.step() + 1;  // R2: contribute to s only after applying s-1
+      busy_since_ns = now_ns();
       const auto idx = sampler.local_batch(s, rank, world);
       const int64_t b = static_cast<int64_t>(idx.size());
       // The batch goes straight into a tensor from the caching allocator (same size every
@@ -395,6 +407,38 @@ struct Trainer::Impl {
     return result;
   }
 
+  void watchdog_main() {
+    bool fired = false;
+    std::unique_lock<std::mutex> lk(wd_mu);
+    const auto period = std::max<std::chrono::milliseconds>(cfg.hang_timeout / 20, std::chrono::milliseconds(5));
+    while (!wd_cv.wait_for(lk, period, [&] { return wd_stop; })) {
+      const int64_t since = busy_since_ns.load();
+      if (fired || since == 0 || now_ns() - since < std::chrono::nanoseconds(cfg.hang_timeout).count()) continue;
+      fired = true;
+      std::fprintf(stderr,
+                   "ringfence worker slot %d: training thread stuck for %.1f s (hang_timeout): no more lease "
+                   "renewals, the coordinator will evict this worker (D2)\n",
+                   copt.slot, static_cast<double>(now_ns() - since) / 1e9);
+      client->withhold_heartbeats();
+    }
+  }
+
+  void stop_watchdog() {
+    {
+      std::lock_guard<std::mutex> lk(wd_mu);
+      wd_stop = true;
+    }
+    wd_cv.notify_all();
+    if (watchdog.joinable()) watchdog.join();
+  }
+
+  // The heartbeat thread calls back into this object (abort_comm): stop it before any
+  // member goes, also when run() ended with an exception.
+  ~Impl() {
+    stop_watchdog();
+    if (client) client->close();
+  }
+
   TrainerResult run() {
     if (!cfg.fault_tolerance) return run_plain();
     copt = elastic::ClientOptions::from_env();
@@ -419,6 +463,7 @@ struct Trainer::Impl {
       audit_->record("resume", 0, state.step(), state.digest(), -1, 0);
     }
     client->join();
+    if (cfg.hang_timeout.count() > 0) watchdog = std::thread([this] { watchdog_main(); });
     const TimePoint t0 = Clock::now();
     bool first = true;
     while (true) {
@@ -433,7 +478,9 @@ struct Trainer::Impl {
         throw;
       }
       drop_comm();
-      if (!form_generation()) {
+      const bool formed = form_generation();
+      busy_since_ns = 0;  // ready() waits on the coordinator
+      if (!formed) {
         drop_comm();
         continue;
       }
@@ -448,6 +495,7 @@ struct Trainer::Impl {
       if (!first) ++result.recoveries;
       first = false;
       const Leave why = train_generation();
+      busy_since_ns = 0;
       if (why == Leave::Recover) {
         drop_comm();
         continue;
@@ -463,6 +511,7 @@ struct Trainer::Impl {
     result.digest = state.digest();
     result.generation = plan.generation;
     result.world = world;
+    stop_watchdog();
     client->close();
     return result;
   }

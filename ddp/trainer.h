@@ -52,6 +52,11 @@ struct TrainerConfig {
   int64_t log_interval = 0;     // rank 0 prints step/loss/samples/s to stderr
   std::chrono::milliseconds stall_timeout{30000};   // D3
   std::chrono::milliseconds connect_timeout{30000};
+  // A training thread stuck in one step (or one recovery phase) this long is hung — user
+  // code blocked, a deadlock, a driving thread that never returns: the worker stops
+  // renewing its lease, so the coordinator evicts it (D2) and the launcher replaces it.
+  // Longer than stall_timeout, so that peers' D3 reports come first. 0 = off.
+  std::chrono::milliseconds hang_timeout{60000};
   // Called on the training thread after every applied step (step, global mean loss):
   // metrics, progress, or a test that corrupts a replica to prove --verify-every works.
   std::function<void(int64_t step, double loss)> on_step;

@@ -6,7 +6,7 @@
 //              [--hidden H] [--seed S] [--verify-every N] [--bucket-kib K] [--no-overlap]
 //              [--stall-ms M] [--log-interval N] [--lr LR] [--replacement-delay-ms M]
 //              [--ckpt-dir D --ckpt-every N [--resume]]
-//              [--corrupt-at STEP] [--step-ms M]  (slot 1 silently changes a weight after STEP)
+//              [--corrupt-at STEP] [--step-ms M] [--hang-ms M]  (slot 1 silently changes a weight after STEP)
 // --audit-dir also receives comm's flight records (flight-*.jsonl) instead of stderr.
 #include <poll.h>
 
@@ -57,6 +57,7 @@ int main(int argc, char** argv) {
       else if (f == "--log-interval") cfg.log_interval = std::stoll(val());
       else if (f == "--replacement-delay-ms") replacement_delay_ms = std::stoi(val());
       else if (f == "--corrupt-at") corrupt_at = std::stoll(val());
+      else if (f == "--hang-ms") cfg.hang_timeout = std::chrono::milliseconds(std::stoll(val()));
       else if (f == "--step-ms") step_ms = std::stoi(val());
       else if (f == "--ckpt-dir") cfg.ckpt_dir = val();
       else if (f == "--ckpt-every") cfg.ckpt_every = std::stoll(val());

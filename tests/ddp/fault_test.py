@@ -47,7 +47,13 @@ SCENARIOS = {
                      {"recoveries": 2}),
     "kill_during_transfer": (["--inject", KILL_MID, "--inject", "kill:rank=0:step=20:phase=transfer"], [],
                              {"recoveries": 1, "min_rounds": 2}),
-    "hang_forward": (["--inject", "hang:rank=1:step=15:phase=forward"], ["--stall-ms", "1000"], {"recoveries": 1}),
+    # A hung training thread (its heartbeat thread still alive): peers' collectives stall
+    # (D3, 1 s), the hung worker's watchdog (1.5 s) stops its lease renewals, the
+    # coordinator evicts it (D2), the launcher SIGKILLs and replaces it.
+    "hang_forward": (["--inject", "hang:rank=1:step=15:phase=forward"], ["--stall-ms", "1000", "--hang-ms", "1500"],
+                     {"recoveries": 1}),
+    "hang_allreduce": (["--inject", "hang:rank=2:step=15:phase=allreduce:after_chunks=1"],
+                       ["--stall-ms", "1000", "--hang-ms", "1500"], {"recoveries": 1}),
     "sigstop_rank0": (["--inject", "stop:rank=0:step=8:phase=backward", "--lease", "500ms"], [], {"recoveries": 1}),
     "kill_during_recovery": (["--inject", KILL_MID, "--inject", "kill:rank=2:step=20:phase=recovery"], [],
                              {"recoveries": 1, "min_rounds": 2}),
@@ -69,6 +75,17 @@ SCENARIOS = {
     # continues from the newest checkpoint on disk (every 5 steps) and ends bitwise equal
     # to the uninterrupted run.
     "whole_job_resume": ([], [], {"whole_job": True}),
+    "kill_optimizer_rank0": (["--inject", "kill:rank=0:step=17:phase=optimizer"], [], {"recoveries": 1}),
+    "stop_allreduce": (["--inject", "stop:rank=2:step=14:phase=allreduce:after_chunks=1", "--lease", "500ms"], [],
+                       {"recoveries": 1}),
+    # rank 0, the source of the replacement's state, freezes in the transfer: D2 revokes
+    # g+1 into g+2, and slot 2 becomes the source.
+    "stop_during_transfer": (["--inject", KILL_MID, "--inject", "stop:rank=0:step=20:phase=transfer",
+                              "--lease", "500ms"], [], {"recoveries": 1, "min_rounds": 2}),
+    "drop_backward": (["--inject", "drop:rank=2:step=8:phase=backward"], [], {"recoveries": 1}),
+    "drop_optimizer_rank0": (["--inject", "drop:rank=0:step=12:phase=optimizer"], [], {"recoveries": 1}),
+    "hang_optimizer_rank0": (["--inject", "hang:rank=0:step=15:phase=optimizer"],
+                             ["--stall-ms", "1000", "--hang-ms", "1500"], {"recoveries": 1}),
     # A slow rank (200 ms inside its all-reduce, far below the stall timeout) is not a
     # failure: no recovery, same result.
     "slow_allreduce": (["--inject", "slow:rank=1:step=10:phase=allreduce:after_chunks=1"], [], {"recoveries": 0}),
