@@ -52,7 +52,9 @@ class HelloAll : public Collective {
     int64_t pid = 0;
     uint64_t hold_address = 0;
     uint64_t hold_token = 0;
+    uint64_t single_copy_bytes = 0;  // 0: this rank does not use the single-copy path
   };
+  // probe: this rank uses the single-copy path (me.single_copy_bytes > 0).
   HelloAll(int rank, int world, Identity me, bool probe)
       : Collective("connect", OpId{0, StepTag::kInternalOp}, 1),
         rank_(rank),
@@ -96,9 +98,16 @@ class HelloAll : public Collective {
       throw rf::InvalidInput(rf::str("connect: rank ", r.recv_peer, " introduced itself as ", id.rank));
     }
     if (!probe_) return;
-    uint64_t v = 0;
-    std::string why = read_remote(static_cast<pid_t>(id.pid), &v, id.hold_address, sizeof(v));
-    if (why.empty() && v != id.hold_token) why = "probe read the wrong value (another host?)";
+    // A pair takes the path only if both ends use it with the same threshold: then every
+    // message's "offer or bytes" is decided alike on both sides (else FIFOs, logged).
+    std::string why;
+    if (id.single_copy_bytes != me_.single_copy_bytes) {
+      why = rf::str("it uses single_copy_bytes ", id.single_copy_bytes, ", this rank ", me_.single_copy_bytes);
+    } else {
+      uint64_t v = 0;
+      why = read_remote(static_cast<pid_t>(id.pid), &v, id.hold_address, sizeof(v));
+      if (why.empty() && v != id.hold_token) why = "probe read the wrong value (another host?)";
+    }
     can_read_[r.recv_peer] = why.empty() ? 1 : 0;
     if (!why.empty() && probe_failure_.empty()) probe_failure_ = rf::str("rank ", r.recv_peer, ": ", why);
   }
@@ -215,6 +224,8 @@ UcxCommunicator::UcxCommunicator(std::shared_ptr<UcxContext> context, BootstrapS
   me.pid = static_cast<int64_t>(getpid());
   me.hold_address = transport_->hold_address();
   me.hold_token = transport_->hold_token();
+  if (opt_.single_copy && opt_.single_copy_bytes == 0) opt_.single_copy = false;
+  me.single_copy_bytes = opt_.single_copy ? opt_.single_copy_bytes : 0;
   auto hello_coll = std::make_unique<HelloAll>(rank, world, me, opt_.single_copy);
   const HelloAll& hello_result = *hello_coll;  // owned by the Work until it is released
   auto hello = start(std::move(hello_coll), false);
@@ -233,8 +244,8 @@ UcxCommunicator::UcxCommunicator(std::shared_ptr<UcxContext> context, BootstrapS
       if (!hello_result.probe_failure().empty()) {
         static std::atomic<bool> logged{false};  // once per process, not per generation
         if (!logged.exchange(true)) {
-          std::cerr << "ringfence comm: rank " << rank << " cannot read the memory of " << hello_result.probe_failure()
-                    << "; large messages from it take UCX's shared-memory FIFOs (two copies)\n";
+          std::cerr << "ringfence comm: rank " << rank << " does not take the single-copy path with "
+                    << hello_result.probe_failure() << "; large messages between them go through UCX's shared-memory FIFOs (two copies)\n";
         }
       }
     }
