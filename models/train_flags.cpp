@@ -38,7 +38,8 @@ float parse_float(const std::string& flag, const std::string& v) {
 std::string train_usage(ModelKind kind) {
   const std::string name = std::string("train_") + model_name(kind);
   return name + " — train the reference " + model_name(kind) +
-         " on Fashion-MNIST (one process, CPU)\n"
+         " on Fashion-MNIST (CPU; one process,\n"
+         "or data-parallel and fault-tolerant under `ringfence run -n N -- " + name + "`)\n"
          "usage: " + name + " [flags]\n"
          "  --epochs N         epochs over the training set (default 1)\n"
          "  --batch N          global batch size (default 128)\n"
@@ -65,7 +66,15 @@ std::string train_usage(ModelKind kind) {
          "  --ckpt-test-pause-in-write STEP  (tests) stop half-way through writing the\n"
          "                     checkpoint of STEP and wait to be killed\n"
          "  --help             this text\n"
-         "SIGTERM / SIGINT: stop after the current step (checkpointed with --ckpt-dir), exit 0.\n";
+         "Under ringfence run only:\n"
+         "  --verify-every N   all ranks compare state digests every N steps; divergence stops\n"
+         "                     the job (default 0: off)\n"
+         "  --audit-log FILE   every worker appends one JSON line per state change (apply,\n"
+         "                     transfer, ...) tagged with its slot and incarnation\n"
+         "By hand, SIGTERM / SIGINT: stop after the current step (checkpointed with\n"
+         "--ckpt-dir), exit 0. Under ringfence run, Ctrl-C the launcher instead.\n"
+         "Under ringfence run, slot 0 prints the test accuracy and writes --metrics,\n"
+         "--loss-log and --batch-log; --resume-from is not available there.\n";
 }
 
 ParsedFlags parse_train_flags(const std::vector<std::string>& args, ModelKind kind) {
@@ -92,6 +101,8 @@ ParsedFlags parse_train_flags(const std::vector<std::string>& args, ModelKind ki
       {"--ckpt-every", [&](auto& f, auto& v) { o.ckpt_every = parse_int(f, v, 0); }},
       {"--ckpt-keep", [&](auto& f, auto& v) { o.ckpt_keep = parse_int(f, v, 1); }},
       {"--resume-from", [&](auto&, auto& v) { o.resume_from = v; }},
+      {"--verify-every", [&](auto& f, auto& v) { o.verify_every = parse_int(f, v, 0); }},
+      {"--audit-log", [&](auto&, auto& v) { o.audit_log = v; }},
       {"--ckpt-test-pause-in-write", [&](auto& f, auto& v) { o.ckpt_test_pause_step = parse_int(f, v, 0); }},
   };
   std::set<std::string> given;

@@ -21,34 +21,10 @@
 #include "core/ops.h"
 #include "core/optim/sgd.h"
 #include "core/state_digest.h"
-#include "kernels/cpu/gemm.h"
-#include "models/evaluate.h"
-#include "models/init_file.h"
+#include "models/train_setup.h"
 
 namespace rf::models {
 namespace {
-
-// Synthetic mode: one stream of n + n_test samples split in two, so the test samples are
-// fresh draws of the same class patterns.
-void make_synthetic_split(int64_t n, uint64_t seed, data::Dataset& train, data::Dataset& test) {
-  const int64_t n_test = std::clamp<int64_t>(n / 5, 1, 10000);
-  data::Dataset all = data::make_synthetic(n + n_test, 1, 28, 28, 10, seed);
-  const int64_t d = all.sample_size();
-  train = all;
-  train.n = n;
-  train.images.resize(n * d);
-  train.labels.resize(n);
-  test = all;
-  test.n = n_test;
-  test.images.assign(all.images.begin() + n * d, all.images.end());
-  test.labels.assign(all.labels.begin() + n, all.labels.end());
-}
-
-std::ofstream open_log(const std::string& path, const char* flag) {
-  std::ofstream f(path, std::ios::trunc);
-  if (!f) throw InvalidInput(str(flag, " ", path, ": cannot open for writing"));
-  return f;
-}
 
 // The test hook of --ckpt-test-pause-in-write: runs on the writer thread half-way through
 // the temp file of the chosen step, says so on stderr (the test waits for that line) and
@@ -106,18 +82,14 @@ int64_t restore_for_resume(const TrainOptions& opt, nn::Module& model, optim::SG
 }  // namespace
 
 TrainResult train(const TrainOptions& opt, std::ostream& log) {
-  kernels::cpu::set_num_threads(opt.threads);
-  data::Dataset train_set, test_set;
-  if (opt.synthetic > 0) {
-    make_synthetic_split(opt.synthetic, opt.seed, train_set, test_set);
-  } else {
-    train_set = data::load_fashion_mnist(opt.data_dir, data::Split::Train);
-    test_set = data::load_fashion_mnist(opt.data_dir, data::Split::Test);
-  }
+  if (opt.verify_every > 0) throw InvalidInput("--verify-every: only under ringfence run (one process has no replicas)");
+  if (!opt.audit_log.empty()) throw InvalidInput("--audit-log: only under ringfence run");
+  // GEMM threads are a process-wide setting: the program's main() makes it (--threads).
+  const data::Dataset train_set = load_train_set(opt);
+  const data::Dataset test_set = load_test_set(opt);
 
-  auto model = make_model(opt.model, opt.seed);
-  if (!opt.init_file.empty()) load_parameters(*model, opt.init_file);
-  optim::SGD sgd(model->named_parameters(), {.lr = opt.lr, .momentum = opt.momentum});
+  auto model = build_model(opt);
+  optim::SGD sgd(model->named_parameters(), sgd_options(opt));
   data::Sampler sampler(train_set.n, opt.batch, opt.seed);
 
   TrainResult r;
@@ -126,8 +98,8 @@ TrainResult train(const TrainOptions& opt, std::ostream& log) {
                           .optimizer_hparams = nlohmann::json{{"lr", opt.lr}, {"momentum", opt.momentum}}.dump()};
 
   std::ofstream loss_log, batch_log;
-  if (!opt.loss_log.empty()) loss_log = open_log(opt.loss_log, "--loss-log");
-  if (!opt.batch_log.empty()) batch_log = open_log(opt.batch_log, "--batch-log");
+  if (!opt.loss_log.empty()) loss_log = open_output(opt.loss_log, "--loss-log");
+  if (!opt.batch_log.empty()) batch_log = open_output(opt.batch_log, "--batch-log");
 
   int64_t total_steps = opt.epochs * sampler.steps_per_epoch();
   if (opt.max_steps >= 0) total_steps = std::min(total_steps, opt.max_steps);
@@ -159,7 +131,7 @@ TrainResult train(const TrainOptions& opt, std::ostream& log) {
     data::gather_batch(train_set, idx, x.data(), labels.data());
 
     sgd.zero_grad();
-    Tensor loss = cross_entropy((*model)(x), labels, Reduction::Mean);
+    Tensor loss = classification_loss((*model)(x), labels, Reduction::Mean);
     const float loss_value = loss.item();
     loss.backward();
     sgd.step();
@@ -209,18 +181,7 @@ TrainResult train(const TrainOptions& opt, std::ostream& log) {
   r.samples_per_sec = r.train_seconds > 0 ? r.samples / r.train_seconds : 0.0;
   r.state_digest = state_digest(*model, sgd);
 
-  const EvalResult ev = evaluate(*model, test_set);
-  r.test_accuracy = ev.accuracy();
-  r.test_loss = ev.mean_loss;
-  char line[200];
-  std::snprintf(line, sizeof line,
-                "== test accuracy %.2f%% (%lld/%lld), test loss %.4f, final loss %.4f, "
-                "%.0f samples/s, state %s\n",
-                100.0 * r.test_accuracy, static_cast<long long>(ev.correct),
-                static_cast<long long>(ev.total), r.test_loss, r.final_loss, r.samples_per_sec,
-                r.state_digest.c_str());
-  log << line << std::flush;
-  if (!opt.metrics_file.empty()) write_metrics(opt.metrics_file, opt, r);
+  finish_run(opt, *model, test_set, r, log);
   return r;
 }
 
@@ -240,8 +201,11 @@ void write_metrics(const std::string& path, const TrainOptions& opt, const Train
                       {"resumed_step", r.resumed_step},
                       {"stopped", r.stopped},
                       {"checkpoints", r.checkpoints},
+                      {"world_size", r.world_size},
+                      {"recoveries", r.recoveries},
+                      {"generation", r.generation},
                       {"ckpt_wait_seconds", r.ckpt_wait_seconds}};
-  std::ofstream f = open_log(path, "--metrics");
+  std::ofstream f = open_output(path, "--metrics");
   f << j.dump(2) << "\n";
   if (!f) throw Error(str("--metrics ", path, ": write failed"));
 }

@@ -1,5 +1,6 @@
 #pragma once
-// The single-process training loop of the reference models: the global batch of step s
+// The single-process training loop of the reference models (train_mlp / train_cnn run by
+// hand; under `ringfence run` they use distributed_train.h instead): the global batch of step s
 // comes from the sampler (a pure function of (seed, s), PROTOCOL.md R3), loss =
 // cross-entropy averaged over the batch, SGD with momentum. It prints step, loss and
 // samples/s every log interval and the test accuracy at the end. With checkpoints, a
@@ -46,6 +47,11 @@ struct TrainOptions {
   // loop stops after the step in flight, checkpoints it (with ckpt_dir), evaluates and
   // returns normally; --resume continues from there. Null: never.
   const std::atomic<bool>* stop_requested = nullptr;
+  // Only under `ringfence run` (distributed_train.h): all ranks compare state digests
+  // every N steps (0: off); every worker appends its state changes to this JSON-lines
+  // file (one line per write, tagged with slot and incarnation; "" = none).
+  int64_t verify_every = 0;
+  std::string audit_log;
 };
 
 struct TrainResult {
@@ -61,13 +67,19 @@ struct TrainResult {
   int64_t resumed_step = -1;   // the checkpoint's step when resumed (training began after it)
   int64_t checkpoints = 0;     // checkpoints saved by this process
   double ckpt_wait_seconds = 0;  // training time spent waiting for the checkpoint writer
-  std::vector<float> losses;   // per step
+  std::vector<float> losses;   // per step (single process only)
+  // Data-parallel runs (ringfence run): the world size and generation at the end, and
+  // the generations this worker joined after its first (recoveries it took part in).
+  int world_size = 1;
+  uint64_t generation = 0;
+  int64_t recoveries = 0;
 };
 
 TrainResult train(const TrainOptions& opt, std::ostream& log);
 
 // Writes the --metrics JSON (keys test_accuracy, final_loss, steps, samples_per_sec,
-// state_digest, plus model, test_loss, samples, train_seconds, batch, threads).
+// state_digest, plus model, test_loss, samples, train_seconds, batch, threads,
+// world_size, generation, recoveries, ...).
 void write_metrics(const std::string& path, const TrainOptions& opt, const TrainResult& r);
 
 }  // namespace rf::models

@@ -1,12 +1,16 @@
 #pragma once
-// main() of train_mlp / train_cnn: flags, training, exit codes (0 ok, 1 failure such as
-// missing data or a bad --init file, 2 bad flags). SIGTERM or SIGINT is a graceful stop:
-// training ends after the step in flight, checkpoints it (with --ckpt-dir) and exits 0; a
-// second signal ends the process at once.
-#include "models/reference.h"
+// The body of train_mlp / train_cnn after the flags: training by hand (one process,
+// train_loop.h) or under `ringfence run` (data-parallel, distributed_train.h), chosen by
+// RINGFENCE_COORD in the environment. Returns the exit code: 0 ok, 1 failure (missing
+// data, a bad --init file, a job the coordinator stopped, ...), with the error on `err`.
+// Process-wide settings (signal handlers, GEMM threads, malloc tuning) are not made
+// here: they belong to the program's main() (train_main.cpp).
+#include <iosfwd>
+
+#include "models/train_loop.h"
 
 namespace rf::models {
 
-int train_program_main(int argc, char** argv, ModelKind kind);
+int run_train_program(const TrainOptions& opt, std::ostream& out, std::ostream& err);
 
 }  // namespace rf::models

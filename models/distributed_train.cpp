@@ -1,0 +1,121 @@
+#include "models/distributed_train.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <ostream>
+
+#include "base/error.h"
+#include "base/str.h"
+#include "core/data/data.h"
+#include "ddp/trainer.h"
+#include "models/train_setup.h"
+
+namespace rf::models {
+namespace {
+
+int64_t env_int(const char* name, int64_t fallback) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return fallback;
+  char* end = nullptr;
+  const long long x = std::strtoll(v, &end, 10);
+  return *end ? fallback : x;  // the Trainer's own parsing names a malformed value
+}
+
+// A per-step log of the reporting worker. A replacement of slot 0 (incarnation > 0)
+// appends to what its predecessor wrote instead of wiping it.
+std::ofstream open_step_log(const std::string& path, const char* flag, int64_t incarnation) {
+  if (incarnation == 0) return open_output(path, flag);
+  std::ofstream f(path, std::ios::app);
+  if (!f) throw InvalidInput(str(flag, " ", path, ": cannot open for appending"));
+  return f;
+}
+
+}  // namespace
+
+bool launched_by_ringfence() {
+  const char* coord = std::getenv("RINGFENCE_COORD");
+  return coord && *coord;
+}
+
+TrainResult train_distributed(const TrainOptions& opt, std::ostream& log) {
+  if (!opt.resume_from.empty())
+    throw InvalidInput("--resume-from: not supported under ringfence run (use --ckpt-dir DIR --resume)");
+  if (opt.ckpt_test_pause_step >= 0)
+    throw InvalidInput("--ckpt-test-pause-in-write: not supported under ringfence run");
+  const int slot = static_cast<int>(env_int("RINGFENCE_SLOT", -1));
+  const int64_t incarnation = env_int("RINGFENCE_INCARNATION", 0);
+  const bool reporter = slot == 0;
+  const std::string prog = str("train_", model_name(opt.model));
+
+  const data::Dataset train_set = load_train_set(opt);
+  auto model = build_model(opt);
+  optim::SGD sgd(model->named_parameters(), sgd_options(opt));
+  const data::Sampler sampler(train_set.n, opt.batch, opt.seed);  // the Trainer's batches (R3)
+  int64_t total_steps = opt.epochs * sampler.steps_per_epoch();
+  if (opt.max_steps >= 0) total_steps = std::min(total_steps, opt.max_steps);
+
+  std::ofstream loss_log, batch_log;
+  if (reporter && !opt.loss_log.empty()) loss_log = open_step_log(opt.loss_log, "--loss-log", incarnation);
+  if (reporter && !opt.batch_log.empty()) batch_log = open_step_log(opt.batch_log, "--batch-log", incarnation);
+
+  ddp::TrainerConfig cfg;
+  cfg.model_name = model_name(opt.model);
+  cfg.global_batch = opt.batch;
+  cfg.seed = opt.seed;
+  cfg.steps = total_steps;
+  cfg.verify_every = opt.verify_every;
+  cfg.audit_log = opt.audit_log;
+  cfg.log_interval = opt.log_interval;  // rank 0 prints step, generation, W, loss, samples/s
+  cfg.ckpt_dir = opt.ckpt_dir;
+  cfg.ckpt_every = opt.ckpt_every;
+  cfg.ckpt_keep = opt.ckpt_keep;
+  cfg.resume = opt.resume;
+  int64_t applied_samples = 0;  // by this process (a replacement counts from its join)
+  cfg.on_step = [&](int64_t s, double loss) {
+    // The last batch of an epoch may be short (the sampler keeps it).
+    const int64_t in_epoch = s % sampler.steps_per_epoch();
+    applied_samples += std::min<int64_t>(opt.batch, train_set.n - in_epoch * opt.batch);
+    if (loss_log.is_open()) loss_log << "{\"step\":" << s << ",\"loss\":" << nlohmann::json(loss).dump() << "}\n";
+    if (batch_log.is_open())
+      batch_log << "{\"step\":" << s << ",\"indices\":" << nlohmann::json(sampler.global_batch(s)).dump() << "}\n";
+  };
+
+  if (reporter && incarnation == 0)
+    log << "== " << prog << " under ringfence run: " << model->num_parameters() << " parameters, " << train_set.n
+        << " training samples, global batch " << opt.batch << ", " << total_steps << " steps, " << opt.threads
+        << " thread(s) per rank\n"
+        << std::flush;
+  ddp::Trainer trainer(
+      *model, [](const Tensor& out, std::span<const int32_t> y) { return classification_loss(out, y, Reduction::Sum); },
+      train_set, sgd, cfg);
+  const ddp::TrainerResult tr = trainer.run();
+
+  TrainResult r;
+  r.steps = tr.step + 1;
+  r.final_loss = tr.final_loss;
+  r.samples = applied_samples;
+  r.train_seconds = tr.train_seconds;
+  r.samples_per_sec = tr.train_seconds > 0 ? applied_samples / tr.train_seconds : 0.0;
+  r.state_digest = tr.digest;
+  r.resumed_step = tr.resumed_step;
+  r.world_size = tr.world;
+  r.generation = tr.generation;
+  r.recoveries = tr.recoveries;
+  r.stopped = !tr.standby && r.steps < total_steps;
+  if (loss_log.is_open()) loss_log.flush();
+  if (batch_log.is_open()) batch_log.flush();
+  if (tr.standby) {
+    log << "== " << prog << " slot " << slot << ": a spare that was never needed\n" << std::flush;
+    return r;
+  }
+  log << "== " << prog << " slot " << slot << " incarnation " << incarnation << ": step " << tr.step
+      << ", generation " << tr.generation << ", world " << tr.world << ", recoveries " << tr.recoveries << ", state "
+      << tr.digest << "\n"
+      << std::flush;
+  if (reporter) finish_run(opt, *model, load_test_set(opt), r, log);
+  return r;
+}
+
+}  // namespace rf::models

@@ -1,0 +1,63 @@
+// main() of train_mlp and train_cnn (this file is compiled into each program with
+// RF_TRAIN_MODEL = MLP or CNN; it is not part of the rf_models library). It owns what is
+// process-wide and so must never be done by library code: signal handlers and the global
+// flag they set, and the GEMM thread count.
+#include <csignal>
+
+#include <atomic>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/gemm.h"
+#include "models/distributed_train.h"
+#include "models/train_flags.h"
+#include "models/train_program.h"
+
+namespace {
+
+// Set by SIGTERM / SIGINT; read by the training loop at each step boundary. A signal
+// handler can only reach a global, and a lock-free atomic store is async-signal-safe.
+std::atomic<bool> g_stop_requested{false};
+static_assert(std::atomic<bool>::is_always_lock_free);
+
+extern "C" void request_stop(int) { g_stop_requested.store(true, std::memory_order_relaxed); }
+
+// SA_RESETHAND: a second Ctrl-C (or TERM) is not caught and ends the process at once.
+void install_stop_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = request_stop;
+  sa.sa_flags = SA_RESETHAND;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace rf::models;
+  const ModelKind kind = ModelKind::RF_TRAIN_MODEL;
+  const std::string name = std::string("train_") + model_name(kind);
+  ParsedFlags flags;
+  try {
+    flags = parse_train_flags(std::vector<std::string>(argv + 1, argv + argc), kind);
+  } catch (const FlagError& e) {
+    std::cerr << name << ": " << e.what() << "\n";
+    return 2;
+  }
+  if (flags.help) {
+    std::cout << train_usage(kind);
+    return 0;
+  }
+  rf::kernels::cpu::set_num_threads(flags.options.threads);
+  // By hand, SIGTERM / SIGINT is a graceful stop of this process. Under `ringfence run`
+  // the launcher owns the graceful stop (Ctrl-C reaches only it; it raises the R5 stop
+  // flag for every rank at the same step), so a worker keeps the default dispositions:
+  // a signal sent to one worker alone is a failure the launcher recovers from.
+  if (!launched_by_ringfence()) {
+    install_stop_handlers();
+    flags.options.stop_requested = &g_stop_requested;
+  }
+  return run_train_program(flags.options, std::cout, std::cerr);
+}

@@ -1,0 +1,82 @@
+#include "models/train_setup.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <ostream>
+
+#include "base/error.h"
+#include "base/str.h"
+#include "core/data/data.h"
+#include "models/evaluate.h"
+#include "models/init_file.h"
+
+namespace rf::models {
+namespace {
+
+int64_t synthetic_test_size(int64_t n) { return std::clamp<int64_t>(n / 5, 1, 10000); }
+
+// One stream of n + n_test samples: [0, n) trains, the rest tests.
+data::Dataset synthetic_part(int64_t n, uint64_t seed, bool test_part) {
+  const int64_t n_test = synthetic_test_size(n);
+  data::Dataset all = data::make_synthetic(n + n_test, 1, 28, 28, 10, seed);
+  const int64_t d = all.sample_size();
+  data::Dataset part = all;
+  if (test_part) {
+    part.n = n_test;
+    part.images.assign(all.images.begin() + n * d, all.images.end());
+    part.labels.assign(all.labels.begin() + n, all.labels.end());
+  } else {
+    part.n = n;
+    part.images.resize(n * d);
+    part.labels.resize(n);
+  }
+  return part;
+}
+
+}  // namespace
+
+data::Dataset load_train_set(const TrainOptions& opt) {
+  if (opt.synthetic > 0) return synthetic_part(opt.synthetic, opt.seed, false);
+  return data::load_fashion_mnist(opt.data_dir, data::Split::Train);
+}
+
+data::Dataset load_test_set(const TrainOptions& opt) {
+  if (opt.synthetic > 0) return synthetic_part(opt.synthetic, opt.seed, true);
+  return data::load_fashion_mnist(opt.data_dir, data::Split::Test);
+}
+
+std::shared_ptr<nn::Sequential> build_model(const TrainOptions& opt) {
+  auto model = make_model(opt.model, opt.seed);
+  if (!opt.init_file.empty()) load_parameters(*model, opt.init_file);
+  return model;
+}
+
+optim::SgdOptions sgd_options(const TrainOptions& opt) { return {.lr = opt.lr, .momentum = opt.momentum}; }
+
+Tensor classification_loss(const Tensor& logits, std::span<const int32_t> labels, Reduction reduction) {
+  return cross_entropy(logits, labels, reduction);
+}
+
+void finish_run(const TrainOptions& opt, nn::Module& model, const data::Dataset& test, TrainResult& r,
+                std::ostream& log) {
+  const EvalResult ev = evaluate(model, test);
+  r.test_accuracy = ev.accuracy();
+  r.test_loss = ev.mean_loss;
+  char line[200];
+  std::snprintf(line, sizeof line,
+                "== test accuracy %.2f%% (%lld/%lld), test loss %.4f, final loss %.4f, "
+                "%.0f samples/s, state %s\n",
+                100.0 * r.test_accuracy, static_cast<long long>(ev.correct), static_cast<long long>(ev.total),
+                r.test_loss, r.final_loss, r.samples_per_sec, r.state_digest.c_str());
+  log << line << std::flush;
+  if (!opt.metrics_file.empty()) write_metrics(opt.metrics_file, opt, r);
+}
+
+std::ofstream open_output(const std::string& path, const char* flag) {
+  std::ofstream f(path, std::ios::trunc);
+  if (!f) throw InvalidInput(str(flag, " ", path, ": cannot open for writing"));
+  return f;
+}
+
+}  // namespace rf::models

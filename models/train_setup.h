@@ -1,0 +1,47 @@
+#pragma once
+// What both training paths of train_mlp / train_cnn build from the same flags — the
+// single-process loop (train_loop.h) and the resilient data-parallel one under
+// `ringfence run` (distributed_train.h): the data, the model, the loss, the optimizer's
+// settings, and the end of a run (test accuracy, the final line, --metrics). One copy, so
+// the two paths cannot drift apart.
+#include <cstdint>
+#include <iosfwd>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "core/data/dataset.h"
+#include "core/nn/sequential.h"
+#include "core/ops.h"
+#include "core/optim/sgd.h"
+#include "models/train_loop.h"
+
+namespace rf::models {
+
+// The training / test split: Fashion-MNIST from opt.data_dir, or with opt.synthetic = N
+// one synthetic stream of N + N/5 samples split in two (the test samples are fresh draws
+// of the same class patterns). Both are pure functions of the flags, so every rank loads
+// the same data.
+data::Dataset load_train_set(const TrainOptions& opt);
+data::Dataset load_test_set(const TrainOptions& opt);
+
+// The reference model from opt.seed (every rank gets bitwise the same initial state), with
+// --init's parameters loaded over it when given.
+std::shared_ptr<nn::Sequential> build_model(const TrainOptions& opt);
+
+optim::SgdOptions sgd_options(const TrainOptions& opt);
+
+// Cross-entropy over the logits. The single-process loop takes the mean over the batch;
+// the data-parallel one the SUM over the local samples (the reducer divides the reduced
+// gradient by the global count, PROTOCOL.md R3), which gives the same update.
+Tensor classification_loss(const Tensor& logits, std::span<const int32_t> labels, Reduction reduction);
+
+// The end of a run: evaluates `model` on `test`, fills r.test_accuracy / r.test_loss,
+// prints "== test accuracy ..." to `log` and writes --metrics when asked.
+void finish_run(const TrainOptions& opt, nn::Module& model, const data::Dataset& test, TrainResult& r,
+                std::ostream& log);
+
+// An output file (--loss-log, --metrics, ...), truncated; rf::InvalidInput names the flag.
+std::ofstream open_output(const std::string& path, const char* flag);
+
+}  // namespace rf::models
