@@ -1,7 +1,5 @@
 #include "core/allocator.h"
 
-#include <malloc.h>
-
 #include <cstdlib>
 #include <new>
 
@@ -60,25 +58,10 @@ void CachingAllocator::empty_cache() {
   stats_.cached_bytes = 0;
 }
 
-namespace {
-
-// Memory we do not allocate ourselves churns too: Eigen's GEMM mallocs and frees its
-// packing buffers (hundreds of KB) on every call, and glibc hands the freed top of the
-// heap back to the kernel (trim) or unmaps large chunks, so the next call faults the same
-// pages again — measured ~170 faults (2 ms) per MLP step. Keeping freed memory mapped
-// makes the process's footprint its peak, which is what a training loop wants anyway.
-bool keep_freed_heap_mapped() {
-  mallopt(M_TRIM_THRESHOLD, 1 << 30);     // never give the heap top back
-  mallopt(M_MMAP_THRESHOLD, 32 << 20);    // chunks below 32 MB come from the heap
-  return true;
-}
-
-}  // namespace
-
 CachingAllocator& CachingAllocator::host() {
   // Intentionally never destroyed (see header); reachable, so LeakSanitizer is quiet.
-  static const bool malloc_tuned = keep_freed_heap_mapped();
-  (void)malloc_tuned;
+  // It does not touch process-wide malloc settings: that is the explicit opt-in
+  // rf::tune_malloc_for_training() (core/malloc_tuning.h), called by training mains.
   static CachingAllocator* instance = new CachingAllocator();
   return *instance;
 }

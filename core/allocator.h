@@ -5,7 +5,9 @@
 // that mallocs and frees its activations, gradients and im2col buffers each time spends
 // most of its time in page faults. Freed blocks go back to a free list keyed by their
 // (rounded) size; the next request of that size reuses one. After the first step every
-// step's requests are met from the cache and nothing is faulted again.
+// step's requests are met from the cache and nothing is faulted again. Memory others
+// malloc (Eigen's GEMM packing buffers) is covered by rf::tune_malloc_for_training()
+// (core/malloc_tuning.h), an explicit opt-in the allocator never calls itself.
 //
 // Blocks are 64-byte aligned (AVX-512 lines). Thread-safe (one mutex; allocations are
 // per-op, not per-element). The process-wide instance lives forever, so tensors released

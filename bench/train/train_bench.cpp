@@ -3,10 +3,13 @@
 // allocator is warm, as in a real run). Data loading is excluded: this measures the core.
 //
 //   train_bench [--model mlp|cnn|both] [--batch 128] [--threads 1] [--steps N] [--warmup W]
+//               [--no-malloc-tuning]
 // Output, one line per model (parsed by compare_torch.py and tests/models/page_faults.sh):
 //   ringfence mlp batch 128 threads 1 steps 200: 37000 samples/s (5.4 ms/step, 0.00 page faults/step)
 // Page faults are counted over the timed steps (getrusage): after warm-up a step should
-// fault no page at all, since each costs ~13 us here.
+// fault no page at all, since each costs ~13 us here. main() opts in to
+// rf::tune_malloc_for_training() as every training program should; --no-malloc-tuning
+// leaves glibc's defaults, to show what the tuning is for (Eigen's packing buffers fault).
 #include <sys/resource.h>
 
 #include <cstdio>
@@ -15,6 +18,7 @@
 #include <vector>
 
 #include "base/clock.h"
+#include "core/malloc_tuning.h"
 #include "core/ops.h"
 #include "core/optim/sgd.h"
 #include "core/random.h"
@@ -59,6 +63,7 @@ int main(int argc, char** argv) {
   std::string which = "both";
   int64_t batch = 128;
   int threads = 1, steps = 0, warmup = 5;
+  bool tune_malloc = true;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -82,8 +87,10 @@ int main(int argc, char** argv) {
     else if (a == "--threads") threads = static_cast<int>(num(next()));
     else if (a == "--steps") steps = static_cast<int>(num(next()));
     else if (a == "--warmup") warmup = static_cast<int>(num(next()));
+    else if (a == "--no-malloc-tuning") tune_malloc = false;
     else if (a == "--help") {
-      std::printf("usage: train_bench [--model mlp|cnn|both] [--batch 128] [--threads 1] [--steps N] [--warmup 5]\n");
+      std::printf("usage: train_bench [--model mlp|cnn|both] [--batch 128] [--threads 1] [--steps N] [--warmup 5] "
+                  "[--no-malloc-tuning]\n");
       return 0;
     } else {
       std::fprintf(stderr, "train_bench: unknown flag '%s'\n", a.c_str());
@@ -94,6 +101,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "train_bench: --model must be mlp, cnn or both, got '%s'\n", which.c_str());
     return 2;
   }
+  // Before any training allocation, so the first step's heap is already kept mapped.
+  if (tune_malloc && !rf::tune_malloc_for_training())
+    std::fprintf(stderr, "train_bench: warning: glibc refused a malloc setting (mallopt)\n");
   kernels::cpu::set_num_threads(threads);
   for (auto kind : {models::ModelKind::MLP, models::ModelKind::CNN}) {
     if (which != "both" && which != models::model_name(kind)) continue;
