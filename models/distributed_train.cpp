@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <ostream>
@@ -67,6 +68,12 @@ TrainResult train_distributed(const TrainOptions& opt, std::ostream& log) {
   cfg.steps = total_steps;
   cfg.verify_every = opt.verify_every;
   cfg.audit_log = opt.audit_log;
+  if (!opt.flight_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(opt.flight_dir, ec);
+    if (ec) throw InvalidInput(str("--flight-dir ", opt.flight_dir, ": ", ec.message()));
+    cfg.flight_recorder = str(opt.flight_dir, "/flight-slot", slot, "-inc", incarnation, ".jsonl");
+  }
   cfg.log_interval = opt.log_interval;  // rank 0 prints step, generation, W, loss, samples/s
   cfg.ckpt_dir = opt.ckpt_dir;
   cfg.ckpt_every = opt.ckpt_every;

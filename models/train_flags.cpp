@@ -71,6 +71,8 @@ std::string train_usage(ModelKind kind) {
          "                     the job (default 0: off)\n"
          "  --audit-log FILE   every worker appends one JSON line per state change (apply,\n"
          "                     transfer, ...) tagged with its slot and incarnation\n"
+         "  --flight-dir DIR   on a failure, comm's flight records go to\n"
+         "                     DIR/flight-slot<S>-inc<I>.jsonl instead of stderr\n"
          "By hand, SIGTERM / SIGINT: stop after the current step (checkpointed with\n"
          "--ckpt-dir), exit 0. Under ringfence run, Ctrl-C the launcher instead.\n"
          "Under ringfence run, slot 0 prints the test accuracy and writes --metrics,\n"
@@ -103,6 +105,7 @@ ParsedFlags parse_train_flags(const std::vector<std::string>& args, ModelKind ki
       {"--resume-from", [&](auto&, auto& v) { o.resume_from = v; }},
       {"--verify-every", [&](auto& f, auto& v) { o.verify_every = parse_int(f, v, 0); }},
       {"--audit-log", [&](auto&, auto& v) { o.audit_log = v; }},
+      {"--flight-dir", [&](auto&, auto& v) { o.flight_dir = v; }},
       {"--ckpt-test-pause-in-write", [&](auto& f, auto& v) { o.ckpt_test_pause_step = parse_int(f, v, 0); }},
   };
   std::set<std::string> given;

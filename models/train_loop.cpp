@@ -84,6 +84,7 @@ int64_t restore_for_resume(const TrainOptions& opt, nn::Module& model, optim::SG
 TrainResult train(const TrainOptions& opt, std::ostream& log) {
   if (opt.verify_every > 0) throw InvalidInput("--verify-every: only under ringfence run (one process has no replicas)");
   if (!opt.audit_log.empty()) throw InvalidInput("--audit-log: only under ringfence run");
+  if (!opt.flight_dir.empty()) throw InvalidInput("--flight-dir: only under ringfence run");
   // GEMM threads are a process-wide setting: the program's main() makes it (--threads).
   const data::Dataset train_set = load_train_set(opt);
   const data::Dataset test_set = load_test_set(opt);

@@ -52,6 +52,9 @@ struct TrainOptions {
   // file (one line per write, tagged with slot and incarnation; "" = none).
   int64_t verify_every = 0;
   std::string audit_log;
+  // comm's flight recorder (the last collectives of the failed generation) goes to
+  // flight_dir/flight-slot<S>-inc<I>.jsonl on a failure instead of stderr ("" = stderr).
+  std::string flight_dir;
 };
 
 struct TrainResult {

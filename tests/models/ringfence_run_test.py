@@ -13,11 +13,13 @@ rank 1 SIGKILLed after the first chunk of step 20's all-reduce. Checks:
   * the launcher's summary shows no recovery in the first run and exactly one in the
     second (cause, target step 19 or 20, world 3, phase times);
   * slot 0's --metrics: steps, world size, recoveries; its --loss-log has every step;
+  * the survivors' flight records of the failed all-reduce are in --flight-dir;
   * the shared --audit-log shows the injected kill, and every step applied exactly once
     per lineage with one digest per step wherever it was applied.
 Every run has a deadline; on expiry the launcher's process group is SIGKILLed (its
 workers die with it by PDEATHSIG) and the test fails.
 """
+import glob
 import json
 import os
 import re
@@ -46,7 +48,7 @@ def run_job(ringfence, train_mlp, work, launcher_flags, timeout=120):
     cmd = [ringfence, "run", "-n", str(W), "--summary", f"{work}/summary.json", *launcher_flags, "--",
            train_mlp, "--synthetic", "2048", "--batch", "96", "--epochs", "3", "--max-steps", str(STEPS), "--lr", "0.01", "--log-interval", "10",
            "--verify-every", "10", "--metrics", f"{work}/metrics.json", "--loss-log", f"{work}/loss.jsonl",
-           "--audit-log", f"{work}/audit.jsonl"]
+           "--audit-log", f"{work}/audit.jsonl", "--flight-dir", f"{work}/flight"]
     with open(f"{work}/output.txt", "w") as out:
         p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         try:
@@ -131,6 +133,13 @@ def main():
             check(r["finished"] and r["world"] == W and r["target_step"] in (19, 20), f"kill: recovery {r}")
             check(all(r["phases"].get(p) is not None for p in ("detect", "agree", "connect", "transfer", "verify")),
                   f"kill: recovery phases missing: {r['phases']}")
+        flight = []
+        for f in glob.glob(f"{tmp}/kill/flight/flight-slot*-inc0.jsonl"):
+            with open(f) as fh:
+                flight += [json.loads(l) for l in fh if l.strip()]
+        check(any(r["state"] == "failed" and r["step"] == 20 for r in flight),
+              "kill: no survivor's flight record shows the failed all-reduce of step 20 in --flight-dir")
+        check('"collective"' not in out, "kill: flight records went to the output despite --flight-dir")
         fired = [l for l in audit if l["event"] == "inject"]
         check(len(fired) == 1 and fired[0]["slot"] == 1 and fired[0]["s"] == 20, f"kill: inject events {fired}")
         check(any(l["event"] == "apply" and l["slot"] == 1 and l["inc"] == 1 for l in audit),
