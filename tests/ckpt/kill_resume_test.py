@@ -8,7 +8,9 @@ safetensors, and SIGTERM is a graceful stop that checkpoints and resumes exactly
     kill_resume_test.py TRAIN_PROGRAM
 
 Every child runs in its own process group with a deadline, is reaped by PID, and is
-killed (group) on any failure. Synchronisation is on output lines, never on sleeps.
+killed (group) on any failure. Synchronisation is on output lines, never on sleeps. The
+whole script has one deadline below ctest's TIMEOUT. Python's safetensors + numpy are
+required (scripts/setup installs them); without them the test fails saying so.
 """
 import json
 import os
@@ -22,8 +24,21 @@ import time
 PROG = sys.argv[1]
 ARGS = ["--synthetic", "3000", "--batch", "32", "--epochs", "2", "--max-steps", "150", "--seed", "5",
         "--log-interval", "10"]
+# Each child's own deadline, and one deadline for the whole script: the total stays below
+# ctest's TIMEOUT (240 s, tests/ckpt/CMakeLists.txt), so on a hang this script kills its
+# children and prints what it saw instead of ctest killing it silently.
 DEADLINE_S = 120
+TOTAL_DEADLINE_S = 200
+START = time.monotonic()
 children = []
+
+
+def time_left():
+    """Seconds a wait may still take: the child's deadline, capped by the total one."""
+    left = START + TOTAL_DEADLINE_S - time.monotonic()
+    if left <= 0:
+        fail(f"the test's total deadline of {TOTAL_DEADLINE_S} s has passed")
+    return min(DEADLINE_S, left)
 
 
 def fail(msg):
@@ -47,9 +62,9 @@ def run(extra):
     """Runs to completion within the deadline; returns (returncode, output)."""
     p = start(extra)
     try:
-        out, _ = p.communicate(timeout=DEADLINE_S)
+        out, _ = p.communicate(timeout=time_left())
     except subprocess.TimeoutExpired:
-        fail(f"{' '.join(extra)}: no exit within {DEADLINE_S} s")
+        fail(f"{' '.join(extra)}: no exit within its deadline (child {DEADLINE_S} s, total {TOTAL_DEADLINE_S} s)")
     return p.returncode, out
 
 
@@ -58,11 +73,11 @@ def wait_for_line(p, stream, needle):
     sel = selectors.DefaultSelector()
     sel.register(stream, selectors.EVENT_READ)
     seen = []
-    end = time.monotonic() + DEADLINE_S
+    end = time.monotonic() + time_left()
     while True:
         left = end - time.monotonic()
         if left <= 0 or not sel.select(timeout=left):
-            fail(f"no line with {needle!r} within {DEADLINE_S} s; got:\n" + "".join(seen))
+            fail(f"no line with {needle!r} within the deadline; got:\n" + "".join(seen))
         line = stream.readline()
         if not line:
             fail(f"exited ({p.wait()}) before a line with {needle!r}; got:\n" + "".join(seen))
@@ -121,26 +136,44 @@ print("ok python: the final checkpoint opens with safetensors", len(t), "tensors
 """
 
 
+def find_python_with_safetensors():
+    """The python3 that has the safetensors and numpy packages. They are required, not
+    optional: scripts/setup installs them, so a missing one is a broken setup, reported
+    as a failure with the fix rather than a silently smaller test."""
+    tried = []
+    for py in ("/usr/bin/python3", "python3"):
+        try:
+            r = subprocess.run([py, "-c", "import safetensors.numpy, numpy"], capture_output=True, text=True,
+                               timeout=min(30, time_left()))
+        except subprocess.TimeoutExpired:
+            tried.append(f"{py}: no answer within 30 s")
+            continue
+        except FileNotFoundError:
+            tried.append(f"{py}: not found")
+            continue
+        if r.returncode == 0:
+            return py
+        tried.append(f"{py}: {r.stderr.strip().splitlines()[-1] if r.stderr.strip() else 'exit %d' % r.returncode}")
+    fail("the Python check needs python3 with the 'safetensors' and 'numpy' packages; install them with "
+         "scripts/setup (or: python3 -m pip install safetensors numpy). Tried:\n  " + "\n  ".join(tried))
+
+
 def python_check(path, metrics):
     """The checkpoint a training run wrote opens with Python's safetensors package."""
     here = os.path.dirname(os.path.abspath(__file__))
-    for py in ("/usr/bin/python3", "python3"):
-        try:
-            ok = subprocess.run([py, "-c", "import safetensors.numpy, numpy"], capture_output=True,
-                                timeout=DEADLINE_S).returncode == 0
-        except FileNotFoundError:
-            continue
-        if ok:
-            r = subprocess.run([py, "-c", PY_CHECK, path, metrics["state_digest"], here], capture_output=True,
-                               text=True, timeout=DEADLINE_S)
-            if r.returncode != 0:
-                fail(f"python check of {path}:\n{r.stdout}{r.stderr}")
-            print(r.stdout.strip())
-            return
-    print("skipped python check: no python3 with the 'safetensors' and 'numpy' packages")
+    py = find_python_with_safetensors()
+    try:
+        r = subprocess.run([py, "-c", PY_CHECK, path, metrics["state_digest"], here], capture_output=True,
+                           text=True, timeout=time_left())
+    except subprocess.TimeoutExpired:
+        fail(f"python check of {path}: no exit within its deadline")
+    if r.returncode != 0:
+        fail(f"python check of {path}:\n{r.stdout}{r.stderr}")
+    print(r.stdout.strip())
 
 
 def main():
+    find_python_with_safetensors()  # a broken setup fails now, not after the long runs
     d = tempfile.mkdtemp(prefix="rf_kill_resume_")
     ref_path = os.path.join(d, "ref.json")
     rc, out = run(["--metrics", ref_path])
@@ -200,7 +233,7 @@ def main():
     wait_for_line(p, p.stdout, "ckpt-000000029.safetensors")
     os.killpg(p.pid, signal.SIGTERM)
     try:
-        out, _ = p.communicate(timeout=DEADLINE_S)
+        out, _ = p.communicate(timeout=time_left())
     except subprocess.TimeoutExpired:
         fail("no exit within the deadline after SIGTERM")
     if p.returncode != 0 or "== stop requested: stopping after step" not in out:

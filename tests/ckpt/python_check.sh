@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # ckpt_python_safetensors: both directions of interoperability. A snapshot written by our
 # C++ writer is checked with Python's safetensors package and numpy; a file written by
-# Python's safetensors is checked with our C++ reader. Exit 77 (ctest: skipped) only when no python3 with both
-# packages can be found, printing why.  Usage: python_check.sh WRITER CHECK_SCRIPT
+# Python's safetensors is checked with our C++ reader. The packages are required (scripts/setup
+# installs them): without them the test FAILS saying how to install them, so the suite
+# never silently shrinks.  Usage: python_check.sh WRITER CHECK_SCRIPT
 set -euo pipefail
 writer="$1"
 check="$2"
@@ -14,8 +15,9 @@ for cand in /usr/bin/python3 python3; do
   fi
 done
 if [[ -z "$py" ]]; then
-  echo "SKIPPED: no python3 with the 'safetensors' and 'numpy' packages (pip install safetensors numpy)"
-  exit 77
+  echo "FAIL: no python3 with the 'safetensors' and 'numpy' packages; install them with scripts/setup" \
+       "(or: python3 -m pip install safetensors numpy)" >&2
+  exit 1
 fi
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
