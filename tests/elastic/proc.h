@@ -10,6 +10,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -27,6 +29,19 @@
 extern char** environ;
 
 namespace rf::test {
+
+// The whole test program's own deadline, below its ctest TIMEOUT (tests/elastic/
+// CMakeLists.txt sets RF_TEST_BUDGET_S for each program): every wait below is capped by
+// what is left of it, so when things hang the test fails with its own diagnostics (the
+// launcher's output, the event log) instead of ctest killing it with nothing printed.
+#ifndef RF_TEST_BUDGET_S
+#error "define RF_TEST_BUDGET_S (seconds, below the test's ctest TIMEOUT)"
+#endif
+inline const rf::TimePoint kTestProgramEnd = rf::Clock::now() + std::chrono::seconds(RF_TEST_BUDGET_S);
+// `d`, or less when the program's deadline comes first.
+inline rf::Duration capped(rf::Duration d) {
+  return std::clamp<rf::Duration>(kTestProgramEnd - rf::Clock::now(), rf::Duration::zero(), d);
+}
 
 using nlohmann::json;
 
@@ -77,7 +92,7 @@ class Proc {
   // Exit status (negative: killed by that signal), or nullopt if still running at the deadline.
   std::optional<int> wait(rf::Duration timeout) {
     if (status_) return status_;
-    const auto deadline = rf::Clock::now() + timeout;
+    const auto deadline = rf::Clock::now() + capped(timeout);
     while (true) {
       int st = 0;
       pid_t r = ::waitpid(pid_, &st, WNOHANG);
@@ -116,7 +131,7 @@ inline std::vector<json> read_events(const std::string& path) {
 // The first event matching `pred` (re-reading the log until the deadline).
 inline std::optional<json> wait_event(const std::string& path, const std::function<bool(const json&)>& pred,
                                       rf::Duration timeout) {
-  const auto deadline = rf::Clock::now() + timeout;
+  const auto deadline = rf::Clock::now() + capped(timeout);
   while (true) {
     for (const auto& e : read_events(path))
       if (!e.is_discarded() && pred(e)) return e;
