@@ -48,6 +48,10 @@ struct Run {
 
 }  // namespace
 
+// The one test of the launcher's own at= execution (every other fault here is a step=
+// fault the worker fires itself, which is deterministic). at= counts from generation 1
+// RUNNING, and the workers cannot finish 150 steps of at least 10 ms each in under 1.5 s,
+// so the kill at 0.7 s always lands in training, however slow the machine is.
 TEST_CASE("run: a worker SIGKILLed by --inject at= is restarted, W is kept, the job succeeds") {
   Run r("run-kill");
   r.start({"-n", "3", "--join-window", "2s", "--inject", "kill:rank=1:at=0.7"}, {"--steps", "150", "--step-ms", "10"});
@@ -67,11 +71,16 @@ TEST_CASE("run: a worker SIGKILLed by --inject at= is restarted, W is kept, the 
   CHECK(rec["total_ms"].is_number());
   CHECK(rec["phases"]["agree"].is_number());
   CHECK(rec["phases"]["transfer"].is_number());  // reported by the workers
-  // D1 through the launcher: from the SIGKILL to the revocation in the event log.
+  // D1 through the launcher, from the coordinator's record: the kill's connection close
+  // is what revoked generation 1 (not the lease, one lease later), within 100 ms of being
+  // visible, and nothing was seen before the launcher sent the SIGKILL.
   auto revoke = wait_event(r.log, is_event("revoke", 2), 1s);
   REQUIRE(revoke);
-  const double ms = ((*revoke)["ts_us"].get<int64_t>() - s["injected"][0]["wall_us"].get<int64_t>()) / 1000.0;
-  MESSAGE("launcher kill -> revoke: ", ms, " ms; recovery total ", rec["total_ms"], " ms");
+  const double ms = (*revoke)["since_failure_ms"].get<double>();
+  MESSAGE("failure seen -> revoke: ", ms, " ms; recovery total ", rec["total_ms"], " ms");
+  CHECK((*revoke)["cause"] == "connection_closed");
+  CHECK((*revoke)["worker"]["slot"] == 1);
+  CHECK((*revoke)["first_seen_us"].get<int64_t>() >= s["injected"][0]["wall_us"].get<int64_t>());
   CHECK(ms < 100.0);
   CHECK(slurp(r.out).find("ringfence: job DONE (exit 0)") != std::string::npos);
   // The same log as a timeline.
@@ -84,7 +93,7 @@ TEST_CASE("run: a worker SIGKILLed by --inject at= is restarted, W is kept, the 
 
 TEST_CASE("run: a worker SIGSTOPped is evicted as hung, SIGKILLed and replaced") {
   Run r("run-stop");
-  r.start({"-n", "3", "--inject", "stop:rank=2:at=0.7"}, {"--steps", "200", "--step-ms", "10"});
+  r.start({"-n", "3", "--inject", "stop:rank=2:step=70"}, {"--steps", "200", "--step-ms", "10"});
   const int code = r.wait();
   CHECK_MESSAGE(code == 0, slurp(r.out));
   json s = r.summary_json();
@@ -143,7 +152,7 @@ TEST_CASE("coord + two launchers (--coord --nnodes 2 --node-rank I) form one job
              {}, coord_out);
   // The port is printed once the coordinator listens; wait for that line.
   int port = 0;
-  const auto deadline = rf::Clock::now() + 10s;
+  const auto deadline = rf::Clock::now() + capped(10s);
   while (port == 0 && rf::Clock::now() < deadline) {
     const std::string text = slurp(coord_out);
     auto pos = text.find("listening on 127.0.0.1:");
@@ -190,7 +199,7 @@ TEST_CASE("run: with --spares a standby worker fills the hole when the slot cann
 TEST_CASE("run: below --min-world after the deadline the job stops with a clear error") {
   Run r("run-minworld");
   r.start({"-n", "3", "--min-world", "3", "--max-restarts", "0", "--join-window", "300ms", "--min-world-timeout",
-           "700ms", "--inject", "kill:rank=1:at=0.5"},
+           "700ms", "--inject", "kill:rank=1:step=20"},
           {"--steps", "100000", "--step-ms", "5"});
   CHECK(r.wait() == 1);
   json s = r.summary_json();
