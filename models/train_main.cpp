@@ -1,7 +1,7 @@
 // main() of train_mlp and train_cnn (this file is compiled into each program with
 // RF_TRAIN_MODEL = MLP or CNN; it is not part of the rf_models library). It owns what is
 // process-wide and so must never be done by library code: signal handlers and the global
-// flag they set, and the GEMM thread count.
+// flag they set, the GEMM thread count, and glibc's malloc settings.
 #include <csignal>
 
 #include <atomic>
@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/malloc_tuning.h"
 #include "kernels/cpu/gemm.h"
 #include "models/distributed_train.h"
 #include "models/train_flags.h"
@@ -51,6 +52,9 @@ int main(int argc, char** argv) {
     return 0;
   }
   rf::kernels::cpu::set_num_threads(flags.options.threads);
+  // Freed heap memory stays mapped, so Eigen's per-call GEMM buffers stop re-faulting
+  // pages every step (core/malloc_tuning.h); refusal only costs speed.
+  if (!rf::tune_malloc_for_training()) std::cerr << name << ": warning: malloc tuning refused\n";
   // By hand, SIGTERM / SIGINT is a graceful stop of this process. Under `ringfence run`
   // the launcher owns the graceful stop (Ctrl-C reaches only it; it raises the R5 stop
   // flag for every rank at the same step), so a worker keeps the default dispositions:
