@@ -34,8 +34,10 @@ std::pair<std::string, int> parse_host_port(const std::string& text) {
 }
 
 namespace {
+// Rounded UP: poll() takes whole milliseconds, and a truncated wait would time out before
+// the deadline (a heartbeat would then fence the worker up to 1 ms short of one lease, D4).
 int remaining_ms(TimePoint deadline) {
-  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  auto ms = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()).count();
   return ms < 0 ? 0 : static_cast<int>(std::min<int64_t>(ms, 1 << 30));
 }
 }  // namespace
