@@ -6,6 +6,22 @@
 #include "base/str.h"
 
 namespace rf::elastic {
+namespace {
+
+// What every wait query (plan_for, ready_state) answers before it looks at rounds: the
+// job is over (Stopped, with its error; Done) or the worker is no longer counted (Fenced).
+// One helper so the two queries can never disagree about it. Returns whether q is settled.
+template <class Query>
+bool settle_wait(Query& q, uint64_t generation, Phase phase, const std::string& error, bool live) {
+  q.generation = generation;
+  if (phase == Phase::Stopped) q.kind = Query::Stopped, q.error = error;
+  else if (phase == Phase::Done) q.kind = Query::Done;
+  else if (!live) q.kind = Query::Fenced;
+  else return false;
+  return true;
+}
+
+}  // namespace
 
 const char* to_string(Phase p) {
   switch (p) {
@@ -197,11 +213,8 @@ ReportResult Membership::report(WorkerId w, uint64_t round, const StateReport& s
 
 PlanQuery Membership::plan_for(WorkerId w, uint64_t round) const {
   PlanQuery q;
-  q.generation = generation_;
-  if (phase_ == Phase::Stopped) return q.kind = PlanQuery::Stopped, q.error = error_, q;
-  if (phase_ == Phase::Done) return q.kind = PlanQuery::Done, q;
   const Worker* wk = live_worker(w);
-  if (!wk) return q.kind = PlanQuery::Fenced, q;
+  if (settle_wait(q, generation_, phase_, error_, wk != nullptr)) return q;
   if (phase_ == Phase::Running && round == generation_ && running_plan_ && running_plan_->find(w.slot) &&
       running_plan_->find(w.slot)->worker == w)
     return q.kind = PlanQuery::Ready, q.plan = *running_plan_, q;
@@ -236,10 +249,7 @@ Answer Membership::ready(WorkerId w, uint64_t generation, TimePoint now) {
 
 ReadyQuery Membership::ready_state(WorkerId w, uint64_t generation) const {
   ReadyQuery q;
-  q.generation = generation_;
-  if (phase_ == Phase::Stopped) return q.kind = ReadyQuery::Stopped, q.error = error_, q;
-  if (phase_ == Phase::Done) return q.kind = ReadyQuery::Done, q;
-  if (!live_worker(w)) return q.kind = ReadyQuery::Fenced, q;
+  if (settle_wait(q, generation_, phase_, error_, live_worker(w) != nullptr)) return q;
   if (generation < generation_) return q.kind = ReadyQuery::Revoked, q;
   if (phase_ == Phase::Running && generation == generation_) return q.kind = ReadyQuery::Running, q;
   return q;
