@@ -525,4 +525,16 @@ Trainer::~Trainer() = default;
 
 TrainerResult Trainer::run() { return impl_->run(); }
 
+TrainerProgress Trainer::progress() const {
+  const Impl& i = *impl_;
+  TrainerProgress p;
+  p.generation = i.plan.generation;
+  p.rank = i.rank;
+  p.world = i.world;
+  p.step = i.state.step();
+  p.stop_requested = i.client && i.client->stop_requested();
+  p.reconfigure_requested = i.client && i.client->reconfigure_requested();
+  return p;
+}
+
 }  // namespace rf::ddp

@@ -93,6 +93,18 @@ class DivergenceError : public Error {
   using Error::Error;
 };
 
+// Where the trainer stands, and what the coordinator asked for as this worker last heard it
+// (heartbeat replies). For the training thread (e.g. inside on_step): a program can hold a
+// step until a flag arrives, or prepare for a graceful stop before it lands (R5).
+struct TrainerProgress {
+  uint64_t generation = 0;
+  int rank = 0;
+  int world = 0;
+  int64_t step = -1;               // last applied step
+  bool stop_requested = false;     // graceful stop asked for: the next step carries it (R5)
+  bool reconfigure_requested = false;  // a joiner waits: the next step carries it (R5)
+};
+
 class Trainer {
  public:
   Trainer(nn::Module& model, LossFn loss, const data::Dataset& dataset, optim::Optimizer& optimizer,
@@ -104,6 +116,8 @@ class Trainer {
   // JobStopped, DivergenceError, ...). Reads RINGFENCE_COORD/_TOKEN/_SLOT/_INCARNATION and
   // RINGFENCE_INJECT (with fault_tolerance off: RF_RANK/RF_WORLD/RF_STORE).
   TrainerResult run();
+  // Only from the training thread (on_step) or when run() is not running.
+  TrainerProgress progress() const;
 
  private:
   struct Impl;

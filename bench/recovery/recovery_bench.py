@@ -31,6 +31,9 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "ddp"))
+from jobprocs import procs_mentioning  # noqa: E402  (shared with tests/ddp/fault_test.py)
+
 FAULTS = {
     "kill": "kill:rank=1:step={s}:phase=allreduce:after_chunks=1",
     "stop": "stop:rank=1:step={s}:phase=forward",
@@ -71,19 +74,6 @@ def one_run(args, model, fault):
             "detect": ph["detect"], "agree": ph["agree"], "connect": ph["connect"], "transfer": ph["transfer"],
             "verify": ph["verify"], "coordinator_total_ms": rec["total_ms"], "T": rec["target_step"],
             "steps_redone": args.fail_step - rec["target_step"], "step_ms": step_ms, "cause": rec["cause"]}
-
-
-def procs_mentioning(text):
-    pids = []
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                with open(f"/proc/{d}/cmdline", "rb") as f:
-                    if text.encode() in f.read():
-                        pids.append(int(d))
-            except OSError:
-                pass
-    return pids
 
 
 def audit_lines(aud):

@@ -13,8 +13,9 @@ faults, and checks what PROTOCOL.md promises:
     worker, applied steps follow its last state (start -1, transfer T, apply s) by exactly
     one, and every application of a step s anywhere has the same digest;
   * the launcher's summary lists the expected recoveries with their phase timings.
-Every run has a deadline; on expiry the launcher's process group is killed (its workers
-die with it by PDEATHSIG) and the test fails.
+The whole test has one deadline (BUDGET_S, below its ctest TIMEOUT of 120 s) shared by its
+runs; on expiry the launcher's process group is killed (its workers die with it by
+PDEATHSIG), the tail of its output is printed and the test fails.
 """
 import glob
 import json
@@ -26,8 +27,17 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from jobprocs import procs_mentioning  # noqa: E402  (shared with bench/recovery)
+
 STEPS = 40
 W = 3
+BUDGET_S = 105  # the ctest TIMEOUT is 120 s: a hang fails here, with diagnostics
+T_END = time.monotonic() + BUDGET_S
+
+
+def left_s():
+    return max(1.0, T_END - time.monotonic())
 KILL_MID = "kill:rank=1:step=20:phase=allreduce:after_chunks=1"
 
 # name: (launcher flags, worker flags, checks)
@@ -60,12 +70,16 @@ SCENARIOS = {
     "exit_backward_rank0": (["--inject", "exit:rank=0:step=5:phase=backward"], [], {"recoveries": 1}),
     "drop_rank0": (["--inject", "drop:rank=0:step=30:phase=allreduce:after_chunks=1"], [], {"recoveries": 1}),
     # The replacement comes after the join window: shrink to 2, then grow back to 3 at a
-    # step boundary (reconfigure flag in the control block, R5).
-    # Margins: the round closes ~150 ms after the kill (detection + 50 ms window), the
-    # replacement joins ~300 ms after it, and 50 more steps of >= 20 ms remain.
-    "shrink_then_grow": (["--inject", "kill:rank=1:step=10:phase=forward", "--join-window", "50ms",
-                          "--min-world", "2"], ["--replacement-delay-ms", "300", "--step-ms", "20", "--steps", "60"],
-                         {"recoveries": 2, "shrink": True, "grow": True}),
+    # step boundary (reconfigure flag in the control block, R5). No time margins: the
+    # replacement joins only once the event log shows the shrunk generation (world 2)
+    # running, and the survivors hold after their first step in it until the reconfigure
+    # flag has reached them, so the grow lands at the next step whatever the machine's load.
+    # (Fault-run-only worker flags: "{events}" is the run's event log.)
+    "shrink_then_grow": (["--inject", "kill:rank=1:step=10:phase=forward", "--join-window", "300ms",
+                          "--min-world", "2"], [],
+                         {"recoveries": 2, "shrink": True, "grow": True,
+                          "fault_worker_flags": ["--replacement-waits-for-world", "2", "--event-log", "{events}",
+                                                 "--hold-shrunk-until-grow"]}),
     "spare_replaces": (["--inject", KILL_MID, "--max-restarts", "0", "--spares", "1"], [], {"recoveries": 1}),
     # A replica silently corrupted after step 12: --verify-every 5 must stop the job at
     # step 14 with an error naming the digests, never finish on diverged replicas.
@@ -89,6 +103,28 @@ SCENARIOS = {
     # A slow rank (200 ms inside its all-reduce, far below the stall timeout) is not a
     # failure: no recovery, same result.
     "slow_allreduce": (["--inject", "slow:rank=1:step=10:phase=allreduce:after_chunks=1"], [], {"recoveries": 0}),
+    # The rest of issue 6's matrix (kill, SIGSTOP, hang, drop x forward, backward,
+    # mid-all-reduce, optimizer, transfer), and a clean exit during the transfer.
+    "stop_optimizer": (["--inject", "stop:rank=1:step=14:phase=optimizer", "--lease", "500ms"], [],
+                       {"recoveries": 1}),
+    "hang_backward": (["--inject", "hang:rank=1:step=12:phase=backward"], ["--stall-ms", "1000", "--hang-ms", "1500"],
+                      {"recoveries": 1}),
+    "drop_forward": (["--inject", "drop:rank=1:step=16:phase=forward"], [], {"recoveries": 1}),
+    # A second failure during the recovery from the first: rank 0, the source of the
+    # replacement's state, fails in the transfer; g+1 is revoked into g+2.
+    "hang_during_transfer": (["--inject", KILL_MID, "--inject", "hang:rank=0:step=20:phase=transfer"],
+                             ["--stall-ms", "1000", "--hang-ms", "1500"], {"recoveries": 1, "min_rounds": 2}),
+    "drop_during_transfer": (["--inject", KILL_MID, "--inject", "drop:rank=0:step=20:phase=transfer"], [],
+                             {"recoveries": 1, "min_rounds": 2}),
+    "exit_during_transfer": (["--inject", KILL_MID, "--inject", "exit:rank=0:step=20:phase=transfer"], [],
+                             {"recoveries": 1, "min_rounds": 2}),
+    # Graceful stop (PROTOCOL.md "Planned changes"): the launcher gets SIGINT / SIGTERM once
+    # step 15 is applied (every rank holds there until the stop flag has reached it, so the
+    # flag rides in step 16's control block on every rank): exit 0, every replica at step
+    # 16 with one digest, a checkpoint of step 16; then --resume runs to the end, bitwise
+    # equal to the uninterrupted run.
+    "graceful_stop_sigint": ([], [], {"graceful": signal.SIGINT}),
+    "graceful_stop_sigterm": ([], [], {"graceful": signal.SIGTERM}),
 }
 
 failures = []
@@ -100,22 +136,7 @@ def check(cond, what):
         print("FAIL:", what, flush=True)
 
 
-def procs_mentioning(text):
-    """PIDs of processes whose command line contains text (our unique temp dir)."""
-    pids = []
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open(f"/proc/{d}/cmdline", "rb") as f:
-                if text.encode() in f.read():
-                    pids.append(int(d))
-        except OSError:
-            pass
-    return pids
-
-
-def kill_whole_job(work, ringfence, worker, launcher_flags, worker_flags, at_step, deadline_s=60):
+def kill_whole_job(work, ringfence, worker, launcher_flags, worker_flags, at_step):
     """Starts the job with rank 0 set to SIGSTOP itself before step at_step + 1, waits (by
     polling the audit logs) until it did, then SIGKILLs the launcher's process group and every worker, and waits until all are
     gone. Returns the largest step any worker applied."""
@@ -127,7 +148,7 @@ def kill_whole_job(work, ringfence, worker, launcher_flags, worker_flags, at_ste
            "--steps", str(STEPS), *worker_flags]
     out = open(os.path.join(work, "output-killed.txt"), "w")
     p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    t_end = time.monotonic() + deadline_s
+    t_end = T_END
     frozen = False
     while time.monotonic() < t_end and not frozen and p.poll() is None:
         frozen = any('"inject"' in l for f in glob.glob(os.path.join(aud, "audit-*.jsonl")) for l in open(f))
@@ -141,28 +162,38 @@ def kill_whole_job(work, ringfence, worker, launcher_flags, worker_flags, at_ste
             pass
     p.wait()
     out.close()
-    while procs_mentioning(work) and time.monotonic() < t_end + 10:
+    while procs_mentioning(work) and time.monotonic() < t_end + 5:
         time.sleep(0.002)
     check(not procs_mentioning(work), "whole-job kill: processes survived")
     check(frozen, f"whole-job kill: rank 0 never froze before step {at_step + 1}")
 
 
-def run_job(ringfence, worker, work, launcher_flags, worker_flags, timeout=90):
+def run_job(ringfence, worker, work, launcher_flags, worker_flags, during=None):
+    """Runs the job to its end (or the test's deadline). during(popen, audit_dir), if
+    given, runs while the job does (e.g. to signal the launcher on a condition)."""
     res, aud = os.path.join(work, "res"), os.path.join(work, "aud")
     os.makedirs(res, exist_ok=True)
     os.makedirs(aud, exist_ok=True)
     summary = os.path.join(work, "summary.json")
-    cmd = [ringfence, "run", "-n", str(W), "--summary", summary, "--event-log", os.path.join(work, "events.jsonl"),
+    events = os.path.join(work, "events.jsonl")
+    worker_flags = [f.replace("{events}", events) for f in worker_flags]
+    cmd = [ringfence, "run", "-n", str(W), "--summary", summary, "--event-log", events,
            *launcher_flags, "--", worker, "--result-dir", res, "--audit-dir", aud, "--steps", str(STEPS),
            *worker_flags]  # a --steps in worker_flags comes later and wins
     with open(os.path.join(work, "output.txt"), "w") as out:
         p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         try:
-            rc = p.wait(timeout=timeout)
+            if during:
+                during(p, aud)
+            rc = p.wait(timeout=left_s())
         except subprocess.TimeoutExpired:
             os.killpg(p.pid, signal.SIGKILL)
             p.wait()
             rc = None
+    if rc is None:
+        check(False, f"deadline: the job in {work} was still running after the test's {BUDGET_S} s")
+        with open(os.path.join(work, "output.txt"), errors="replace") as fh:
+            print("---- launcher output (tail) ----\n" + "".join(fh.readlines()[-40:]), flush=True)
     results = {}
     for f in glob.glob(os.path.join(res, "result-*.json")):
         with open(f) as fh:
@@ -209,6 +240,58 @@ def check_job(name, rc, results, audits, summ, work):
     return finals
 
 
+def graceful_stop(ringfence, worker, tmp, name, sig, worker_flags, hold=15):
+    """Stop by signal at a known step, then --resume to the end (see the scenarios)."""
+    ref_dir = os.path.join(tmp, "reference")
+    os.makedirs(ref_dir)
+    rc, results, audits, summ = run_job(ringfence, worker, ref_dir, [], worker_flags)
+    ref = check_job(f"{name}/reference", rc, results, audits, summ, ref_dir)
+    ck = os.path.join(tmp, "ckpt")
+    stopped_dir = os.path.join(tmp, "stopped")
+    os.makedirs(stopped_dir)
+    signalled = []
+
+    def signal_at_hold(p, aud):
+        # Every rank holds after applying `hold` until the stop flag reached it, so once rank
+        # 0 applied it the job cannot get past hold + 1 without the stop.
+        while p.poll() is None and time.monotonic() < T_END:
+            for f in glob.glob(os.path.join(aud, "audit-*.jsonl")):
+                with open(f) as fh:
+                    if any(f'"s":{hold},' in l and '"event":"apply"' in l and '"rank":0,' in l for l in fh):
+                        os.kill(p.pid, sig)  # the launcher alone (its workers have their own groups)
+                        signalled.append(time.monotonic())
+                        return
+            time.sleep(0.002)  # polling files for a condition, not a timed wait
+
+    rc, results, audits, summ = run_job(ringfence, worker, stopped_dir, [],
+                                        worker_flags + ["--hold-at", str(hold), "--ckpt-dir", ck],
+                                        during=signal_at_hold)
+    check(bool(signalled), f"{name}: step {hold} was never applied by rank 0, so no signal was sent")
+    check(rc == 0, f"{name}: the stopped job exited {rc} (see {stopped_dir}/output.txt)")
+    stop_step = hold + 1
+    finals = list(results.values())
+    check(len(finals) == W, f"{name}: {len(finals)} worker results after the stop, expected {W}")
+    check(all(r["step"] == stop_step for r in finals),
+          f"{name}: workers stopped at steps {sorted(r['step'] for r in finals)}, expected all at {stop_step}")
+    check(len({r["digest"] for r in finals}) == 1, f"{name}: replicas differ after the stop: {finals}")
+    ckpts = sorted(glob.glob(os.path.join(ck, "ckpt-*.safetensors")))
+    check(bool(ckpts) and ckpts[-1].endswith(f"ckpt-{stop_step:09d}.safetensors"),
+          f"{name}: newest checkpoint {ckpts[-1:] or 'none'}, expected step {stop_step}")
+    applied = sorted({ln["s"] for lines in audits.values() for ln in lines if ln["event"] == "apply"})
+    check(applied == list(range(stop_step + 1)), f"{name}: steps applied before the stop: {applied}")
+    resume_dir = os.path.join(tmp, "resumed")
+    os.makedirs(resume_dir)
+    rc, results, audits, summ = run_job(ringfence, worker, resume_dir, [], worker_flags + ["--ckpt-dir", ck, "--resume"])
+    done = check_job(f"{name}/resumed", rc, results, audits, summ, resume_dir)
+    check(all(r["resumed_step"] == stop_step for r in done),
+          f"{name}: resumed from {sorted(r['resumed_step'] for r in done)}, expected {stop_step}")
+    if done and ref:
+        check(done[0]["digest"] == ref[0]["digest"],
+              f"{name}: final digest after the resume {done[0]['digest']} != uninterrupted {ref[0]['digest']}")
+        print(f"{name}: stopped at step {stop_step} (exit {0 if rc == 0 else rc}), resumed, final digest "
+              f"{done[0]['digest']} (uninterrupted {ref[0]['digest']})")
+
+
 def main():
     global STEPS
     ringfence, worker, scenario = sys.argv[1], sys.argv[2], sys.argv[3]
@@ -234,6 +317,10 @@ def main():
             check(not any(r["step"] == STEPS - 1 for r in results.values()), f"{scenario}: a worker finished")
             applied = max((ln["s"] for lines in audits.values() for ln in lines if ln["event"] == "apply"), default=-1)
             check(applied == 14, f"{scenario}: last applied step {applied}, expected 14 (first check after 12)")
+            print(f"{scenario}: {'FAILED' if failures else 'ok'}")
+            return 1 if failures else 0
+        if "graceful" in expect:
+            graceful_stop(ringfence, worker, tmp, scenario, expect["graceful"], worker_flags)
             print(f"{scenario}: {'FAILED' if failures else 'ok'}")
             return 1 if failures else 0
         if expect.get("whole_job"):
@@ -272,7 +359,8 @@ def main():
 
         fault_dir = os.path.join(tmp, "faults")
         os.makedirs(fault_dir)
-        rc, results, audits, summ = run_job(ringfence, worker, fault_dir, launcher_flags, worker_flags)
+        rc, results, audits, summ = run_job(ringfence, worker, fault_dir, launcher_flags,
+                                            worker_flags + expect.get("fault_worker_flags", []))
         finals = check_job(scenario, rc, results, audits, summ, fault_dir)
         # every worker-side fault really fired (the worker logs it just before)
         specs = [launcher_flags[i + 1] for i, f in enumerate(launcher_flags) if f == "--inject"]
