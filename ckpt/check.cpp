@@ -6,16 +6,6 @@
 #include "ckpt/format_error.h"
 
 namespace rf::ckpt {
-namespace {
-
-std::string shape_str(std::span<const int64_t> s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + "]";
-}
-
-}  // namespace
-
 std::vector<Mismatch> compare_tensors(std::span<const TensorInfo> found, std::span<const ExpectedTensor> expected) {
   std::map<std::string, const TensorInfo*> by_name;
   for (const auto& t : found) by_name[t.name] = &t;

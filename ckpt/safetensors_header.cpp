@@ -38,12 +38,6 @@ uint64_t mul_sat(uint64_t a, uint64_t b) {
   return a * b;
 }
 
-std::string shape_str(const std::vector<int64_t>& s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + "]";
-}
-
 TensorInfo parse_entry(const std::string& source, const std::string& name, const json& v, uint64_t data_size) {
   auto fail = [&](const std::string& problem) -> FormatError { return FormatError(source, name, problem); };
   if (!v.is_object()) throw fail(rf::str("entry is a JSON ", v.type_name(), ", expected an object"));
@@ -221,6 +215,12 @@ void digest_tensor(rf::StateDigest& d, const std::string& name, DType dtype, std
   // A zero-sized tensor may have no storage (nullptr): memcpy(dst, nullptr, 0) inside the
   // digest is undefined behaviour, so it is skipped.
   if (bytes > 0) d.update(data, bytes);
+}
+
+std::string shape_str(std::span<const int64_t> shape) {
+  std::string out = "[";
+  for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
+  return out + "]";
 }
 
 }  // namespace rf::ckpt

@@ -29,6 +29,10 @@ struct TensorInfo {
   int64_t numel() const;
 };
 
+// "[512, 784]": a shape as every ckpt message prints it (one definition for the reader,
+// the header parser and the expected-tensor check).
+std::string shape_str(std::span<const int64_t> shape);
+
 struct Header {
   std::vector<TensorInfo> tensors;  // in data-section order (ascending begin)
   std::map<std::string, std::string> metadata;

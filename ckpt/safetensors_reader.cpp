@@ -17,12 +17,6 @@
 namespace rf::ckpt {
 namespace {
 
-std::string shape_str(std::span<const int64_t> s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + "]";
-}
-
 std::string hex32(uint32_t v) {
   char buf[9];
   std::snprintf(buf, sizeof buf, "%08x", v);
