@@ -18,7 +18,7 @@ void Collective::post(const Context& c, Flow& f) {
       r.send_chunk < 0 ? tag : StepTag{g, id_.step, id_.op, static_cast<uint32_t>(r.send_chunk)}.encode();
   // Receive first: an eager message that arrives before its receive is posted is copied
   // twice (into UCX's unexpected queue, then out).
-  const bool single_copy = single_copy_ok();
+  const bool single_copy = !single_copy_off_ && single_copy_ok();
   if (r.recv_peer >= 0 && r.recv_bytes > 0) {
     c.transport->post_recv(f.recv, r.recv_peer, r.recv_data, r.recv_bytes, tag, r.exact_length, single_copy);
   }

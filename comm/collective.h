@@ -60,6 +60,9 @@ class Collective {
   // do not). Latency-bound algorithms say no: the rendezvous adds a round trip.
   virtual bool single_copy_ok() const { return !point_to_point(); }
 
+  // The communicator's size cap on the single-copy path (UcxOptions::single_copy_max_bytes).
+  void disable_single_copy() { single_copy_off_ = true; }
+
   const char* name() const { return name_; }
   OpId id() const { return id_; }
 
@@ -98,6 +101,7 @@ class Collective {
   uint64_t chunks_done_ = 0;
   int64_t last_chunk_ = -1;
   int64_t generation_override_ = -1;
+  bool single_copy_off_ = false;
 };
 
 }  // namespace rf::comm

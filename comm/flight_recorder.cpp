@@ -1,5 +1,9 @@
 #include "comm/flight_recorder.h"
 
+#include <time.h>
+
+#include <thread>
+
 #include <nlohmann/json.hpp>
 
 #include "base/clock.h"
@@ -7,6 +11,29 @@
 #include "base/str.h"
 
 namespace rf::comm {
+
+namespace {
+
+// Start and finish of a collective are stamped with the coarse wall clock: a few ns instead
+// of ~20 (a precise read was ~10 % of a small blocking all-reduce's own cost), at the
+// kernel tick's resolution (1-4 ms) — enough to find the collective that waited a second.
+// Failures are stamped precisely (rf::wall_us): those are the times a post-mortem and the
+// abort test compare. So a failed record's elapsed_us may be overstated by up to a tick.
+int64_t coarse_wall_us() {
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME_COARSE, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000 + ts.tv_nsec / 1000;
+}
+
+}  // namespace
+
+void FlightRecorder::Lock::lock() {
+  // Uncontended on the collective path (one driving thread); snapshot()/dump() from
+  // another thread are rare and short, so yielding while it is held is enough.
+  while (held_.exchange(true, std::memory_order_acquire)) {
+    while (held_.load(std::memory_order_relaxed)) std::this_thread::yield();
+  }
+}
 
 FlightRecorder::FlightRecorder(size_t capacity, int rank) : ring_(capacity), rank_(rank) {
   RF_ENFORCE(capacity > 0, "flight recorder needs room for one record");
@@ -29,7 +56,7 @@ uint64_t FlightRecorder::start(const char* collective, uint64_t generation, uint
   r.step = step;
   r.op = op;
   r.bytes = bytes;
-  r.start_us = rf::wall_us();
+  r.start_us = coarse_wall_us();
   return seq;
 }
 
@@ -45,7 +72,7 @@ void FlightRecorder::finish(uint64_t seq, int64_t chunk, int peer) {
     r->state = FlightRecord::State::done;
     r->chunk = chunk;
     r->peer = peer;
-    r->end_us = rf::wall_us();
+    r->end_us = coarse_wall_us();
   }
 }
 

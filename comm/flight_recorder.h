@@ -4,6 +4,7 @@
 // collective fails, so "rank 2 waited 1.0 s in all-reduce g=3 s=812 op=1 for chunk 5 from
 // rank 1" is one read. Thread-safe; a ring buffer, so it never allocates after creation
 // except for the (rare) cause strings.
+#include <atomic>
 #include <cstdint>
 #include <mutex>
 #include <ostream>
@@ -23,8 +24,8 @@ struct FlightRecord {
   int peer = -1;           // peer waited on when it ended or failed (-1: none)
   uint64_t bytes = 0;
   State state = State::started;
-  int64_t start_us = 0;    // wall clock (rf::wall_us), comparable across processes
-  int64_t end_us = 0;      // 0 while running
+  int64_t start_us = 0;    // wall clock, comparable across processes; coarse (kernel tick)
+  int64_t end_us = 0;      // 0 while running; coarse when done, precise (rf::wall_us) when failed
   std::string cause;       // set when failed
 };
 
@@ -43,7 +44,17 @@ class FlightRecorder {
 
  private:
   FlightRecord* find(uint64_t seq);
-  mutable std::mutex mu_;
+  // A spin lock, not std::mutex: taken twice per collective on the small-message path,
+  // where a pthread mutex pair cost more; contended only by a rare snapshot()/dump().
+  class Lock {
+   public:
+    void lock();
+    void unlock() { held_.store(false, std::memory_order_release); }
+
+   private:
+    std::atomic<bool> held_{false};
+  };
+  mutable Lock mu_;
   std::vector<FlightRecord> ring_;
   uint64_t next_seq_ = 0;
   int rank_;

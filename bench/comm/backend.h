@@ -24,6 +24,7 @@ struct BenchTuning {  // knobs of our backend (the others have their own default
   long long small_bytes = -1;  // -1: default switch point
   long long idle_spins = -1, idle_yields = -1;
   long long single_copy_bytes = -1;  // -1: default; 0: single-copy path off
+  long long single_copy_max_bytes = -1;  // -1: default (auto); cap on the collective's size
 };
 
 std::unique_ptr<BenchBackend> make_ucx_backend(const BenchTuning& t);

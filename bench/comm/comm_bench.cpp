@@ -3,6 +3,7 @@
 //   comm_bench --backend ucx|gloo|mpi --ranks W -b MIN -e MAX -f FACTOR -n ITERS -w WARMUP
 //              [--json FILE] [--chunk-bytes N] [--flows N] [--small-bytes N] [--deadline S]
 //              [--idle-spins N] [--idle-yields N] [--single-copy-bytes N (0: off)]
+//              [--single-copy-max-bytes N (cap on the all-reduce size taking it)]
 //              (our backend's knobs, for tuning)
 //
 // Started by hand it is the launcher: it starts its own W ranks (for mpi through
@@ -91,6 +92,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--idle-spins") a.tuning.idle_spins = static_cast<long long>(num(val()));
     else if (k == "--idle-yields") a.tuning.idle_yields = static_cast<long long>(num(val()));
     else if (k == "--single-copy-bytes") a.tuning.single_copy_bytes = static_cast<long long>(parse_size(val()));
+    else if (k == "--single-copy-max-bytes") a.tuning.single_copy_max_bytes = static_cast<long long>(parse_size(val()));
     else if (k == "--deadline") a.deadline_s = static_cast<int>(num(val()));
     else throw rf::InvalidInput(rf::str("unknown option '", k, "'"));
   }

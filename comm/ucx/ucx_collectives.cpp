@@ -81,20 +81,19 @@ WorkPtr UcxCommunicator::recv_start(int peer, void* data, size_t bytes, OpId id)
 }
 
 // Blocking: we are about to wait ourselves, so do not wake the progress thread just to
-// take the driver lock back from it (on 2 cores shared by W ranks that costs 10-100 us).
-void UcxCommunicator::allreduce(Buffer buf, OpId id) { start(allreduce_op(buf, id, nullptr), false)->wait(); }
-void UcxCommunicator::broadcast(Buffer buf, int root, OpId id) {
-  start(broadcast_op(buf, root, id, nullptr), false)->wait();
-}
+// take the driver lock back from it (on 2 cores shared by W ranks that costs 10-100 us);
+// run_blocking() drives on this thread and allocates no Work.
+void UcxCommunicator::allreduce(Buffer buf, OpId id) { run_blocking(allreduce_op(buf, id, nullptr)); }
+void UcxCommunicator::broadcast(Buffer buf, int root, OpId id) { run_blocking(broadcast_op(buf, root, id, nullptr)); }
 void UcxCommunicator::allgather(Buffer in, Buffer out, OpId id) {
-  start(allgather_op(in, out, id, nullptr), false)->wait();
+  run_blocking(allgather_op(in, out, id, nullptr));
 }
-void UcxCommunicator::barrier(OpId id) { start(barrier_op(id), false)->wait(); }
+void UcxCommunicator::barrier(OpId id) { run_blocking(barrier_op(id)); }
 void UcxCommunicator::send(int peer, const void* data, size_t bytes, OpId id) {
-  start(send_op(peer, data, bytes, id), false)->wait();
+  run_blocking(send_op(peer, data, bytes, id));
 }
 void UcxCommunicator::recv(int peer, void* data, size_t bytes, OpId id) {
-  start(recv_op(peer, data, bytes, id), false)->wait();
+  run_blocking(recv_op(peer, data, bytes, id));
 }
 
 void UcxCommunicator::send_foreign_generation(int peer, uint64_t generation, OpId id, uint32_t chunk,

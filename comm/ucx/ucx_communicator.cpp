@@ -53,6 +53,7 @@ class HelloAll : public Collective {
     uint64_t hold_address = 0;
     uint64_t hold_token = 0;
     uint64_t single_copy_bytes = 0;  // 0: this rank does not use the single-copy path
+    uint64_t single_copy_max_bytes = 0;  // its cap on the collective's size
   };
   // probe: this rank uses the single-copy path (me.single_copy_bytes > 0).
   HelloAll(int rank, int world, Identity me, bool probe)
@@ -103,6 +104,9 @@ class HelloAll : public Collective {
     std::string why;
     if (id.single_copy_bytes != me_.single_copy_bytes) {
       why = rf::str("it uses single_copy_bytes ", id.single_copy_bytes, ", this rank ", me_.single_copy_bytes);
+    } else if (id.single_copy_max_bytes != me_.single_copy_max_bytes) {
+      why = rf::str("it uses single_copy_max_bytes ", id.single_copy_max_bytes, ", this rank ",
+                    me_.single_copy_max_bytes);
     } else {
       uint64_t v = 0;
       why = read_remote(static_cast<pid_t>(id.pid), &v, id.hold_address, sizeof(v));
@@ -225,7 +229,12 @@ UcxCommunicator::UcxCommunicator(std::shared_ptr<UcxContext> context, BootstrapS
   me.hold_address = transport_->hold_address();
   me.hold_token = transport_->hold_token();
   if (opt_.single_copy && opt_.single_copy_bytes == 0) opt_.single_copy = false;
+  if (opt_.single_copy_max_bytes < 0) {
+    const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
+    opt_.single_copy_max_bytes = static_cast<unsigned>(world) <= hw ? (int64_t{8} << 20) : INT64_MAX;
+  }
   me.single_copy_bytes = opt_.single_copy ? opt_.single_copy_bytes : 0;
+  me.single_copy_max_bytes = static_cast<uint64_t>(opt_.single_copy_max_bytes);
   auto hello_coll = std::make_unique<HelloAll>(rank, world, me, opt_.single_copy);
   const HelloAll& hello_result = *hello_coll;  // owned by the Work until it is released
   auto hello = start(std::move(hello_coll), false);
@@ -329,35 +338,85 @@ WorkPtr UcxCommunicator::start(std::unique_ptr<Collective> c, bool wake_progress
   auto p = std::make_shared<Pending>(this, std::move(c));
   p->id = p->coll->id();
   p->name = p->coll->name();
-  {
-    std::lock_guard lk(queue_mu_);
-    p->seq = recorder_.start(p->name, generation_, p->id.step, p->id.op, p->coll->bytes());
-    const bool aborting = abort_flag_.load(std::memory_order_acquire);
-    if (poison_kind_ || aborting) {
-      // Poisoned (or being aborted): fail at once, naming this collective.
-      CommErrorInfo i = poison_kind_ ? poison_info_ : CommErrorInfo{};
-      const char* kind = poison_kind_ ? poison_kind_ : "abort";
-      if (!poison_kind_) {
-        std::lock_guard ak(abort_mu_);
-        i.cause = abort_reason_;
-      }
-      i.rank = rank_;
-      i.generation = static_cast<int64_t>(generation_);
-      i.collective = p->name;
-      i.step = static_cast<int64_t>(p->id.step);
-      i.op = p->id.op;
-      i.chunk = -1;
-      p->error = make_error(kind, i);
-      recorder_.fail(p->seq, -1, i.peer, i.cause);
-      p->state.store(kFailed, std::memory_order_release);
-      return p;
-    }
-    queue_.push_back(p);
-    queued_.store(queue_.size(), std::memory_order_release);
-    queue_version_.fetch_add(1, std::memory_order_acq_rel);
-  }
-  if (wake_progress_thread) cv_.notify_one();
+  if (enqueue(*p, p, false) && wake_progress_thread) cv_.notify_one();
   return p;
+}
+
+bool UcxCommunicator::enqueue(Pending& p, const std::shared_ptr<Pending>& owner, bool driver_held) {
+  // The size cap of the single-copy path: decided from the collective's size, which every
+  // rank has alike, so both ends of each message agree (offer or bytes).
+  if (p.coll->bytes() > static_cast<uint64_t>(opt_.single_copy_max_bytes)) p.coll->disable_single_copy();
+  std::lock_guard lk(queue_mu_);
+  p.seq = recorder_.start(p.name, generation_, p.id.step, p.id.op, p.coll->bytes());
+  const bool aborting = abort_flag_.load(std::memory_order_acquire);
+  if (poison_kind_ || aborting) {
+    // Poisoned (or being aborted): fail at once, naming this collective.
+    CommErrorInfo i = poison_kind_ ? poison_info_ : CommErrorInfo{};
+    const char* kind = poison_kind_ ? poison_kind_ : "abort";
+    if (!poison_kind_) {
+      std::lock_guard ak(abort_mu_);
+      i.cause = abort_reason_;
+    }
+    i.rank = rank_;
+    i.generation = static_cast<int64_t>(generation_);
+    i.collective = p.name;
+    i.step = static_cast<int64_t>(p.id.step);
+    i.op = p.id.op;
+    i.chunk = -1;
+    p.error = make_error(kind, i);
+    recorder_.fail(p.seq, -1, i.peer, i.cause);
+    p.state.store(kFailed, std::memory_order_release);
+    return false;
+  }
+  queue_.push_back(owner);
+  queued_.store(queue_.size(), std::memory_order_release);
+  queue_version_.fetch_add(1, std::memory_order_acq_rel);
+  // A caller that holds the driver lock rebuilds what pump() advances now, under this same
+  // queue lock, so its first pump needs no second one.
+  if (driver_held) rebuild_active();
+  return true;
+}
+
+// The blocking fast path. One Pending is kept and reused while no handle to it is left
+// (use_count 1: not queued, not in done_), so a blocking call allocates no Work; the
+// caller takes the driver lock BEFORE entering the queue, enters it and rebuilds active_
+// under one queue lock, and drives until its own collective ends. It still goes through
+// the queue, so start order against async starts from other threads holds (the queue is
+// the one order), the progress thread sees it, and abort() from another thread fails it
+// exactly as a started one (drive() lets go of the driver lock whenever it yields).
+void UcxCommunicator::run_blocking(std::unique_ptr<Collective> c) {
+  std::shared_ptr<Pending> p;
+  // blocking_busy_: one thread at a time uses the spare (acquire pairs with the release
+  // below, so its fields written by the last user are visible). Others allocate.
+  const bool reuse = !blocking_busy_.exchange(true, std::memory_order_acquire);
+  if (reuse && blocking_spare_ && blocking_spare_.use_count() == 1) {
+    p = blocking_spare_;
+    p->error = nullptr;
+    p->state.store(kRunning, std::memory_order_relaxed);
+    p->running = p->finished = p->progress_seen = false;
+    p->coll = std::move(c);
+  } else {
+    p = std::make_shared<Pending>(this, std::move(c));
+    if (reuse) blocking_spare_ = p;
+  }
+  p->id = p->coll->id();
+  p->name = p->coll->name();
+  waiters_.fetch_add(1, std::memory_order_acq_rel);  // before the lock: the progress thread lets go
+  {
+    std::unique_lock dl(driver_mu_);
+    if (enqueue(*p, p, true)) {
+      drive(dl, [&] { return p->state.load(std::memory_order_acquire) != kRunning; }, TimePoint::max());
+    }
+  }
+  waiters_.fetch_sub(1, std::memory_order_acq_rel);
+  if (queued_.load(std::memory_order_acquire) > 0) {  // hand the rest back to the progress thread
+    std::lock_guard lk(queue_mu_);
+    cv_.notify_one();
+  }
+  std::exception_ptr error;
+  if (p->state.load(std::memory_order_acquire) == kFailed) error = p->error;
+  if (reuse) blocking_busy_.store(false, std::memory_order_release);
+  if (error) std::rethrow_exception(error);
 }
 
 void UcxCommunicator::abort(const std::string& reason) {
@@ -590,7 +649,13 @@ bool UcxCommunicator::pump() {
       for (auto it = queue_.begin(); it != queue_.end();) {
         if ((*it)->finished) {
           done.push_back(std::move(*it));
-          it = queue_.erase(it);
+          // The oldest finishes first almost always: pop_front is cheaper than erase.
+          if (it == queue_.begin()) {
+            queue_.pop_front();
+            it = queue_.begin();
+          } else {
+            it = queue_.erase(it);
+          }
         } else {
           ++it;
         }

@@ -67,6 +67,17 @@ struct UcxOptions {
   // once). Every rank must use the same values.
   bool single_copy = true;
   size_t single_copy_bytes = size_t{32} << 10;
+  // ...and only in collectives whose buffer (Collective::bytes()) is at most this large.
+  // -1 = auto: 8 MiB while the ranks fit the machine's hardware threads, no cap when they
+  // outnumber them. Measured (bench/RESULTS.md "Communication", single-copy/FIFO busbw,
+  // three runs): W = 2 on 2 cores 1.10-1.21x at 4 MiB, 0.97-1.02x at 8 MiB, 0.80-0.87x
+  // at 16 MiB and 0.79-0.88x above. With a core per rank, UCX's FIFO splits the copying
+  // between sender (copy-in) and receiver (copy-out), running in parallel, while a
+  // single-copy receiver does all of it; once the buffers spill the cache that parallel
+  // split wins. With more ranks than cores there is no parallelism to split into, and
+  // one copy instead of two keeps winning (W = 4 on 2 cores: 1.01-1.21x at 16-32 MiB,
+  // 0.92-0.97x at 64 MiB). Every rank must resolve the same value (checked at connect).
+  int64_t single_copy_max_bytes = -1;
   size_t flight_records = 256;
   std::string flight_recorder_path;  // JSON lines appended here on failure; "" = stderr
   ChunkCallback on_chunk;            // fault injection hook, called on the driving thread
@@ -121,6 +132,11 @@ class UcxCommunicator : public Communicator {
 
  private:
   WorkPtr start(std::unique_ptr<Collective> c, bool wake_progress_thread);
+  // Puts p in the queue (or fails it at once when poisoned or aborting: false). With
+  // driver_held the caller holds driver_mu_ and active_ is rebuilt under the same lock.
+  bool enqueue(Pending& p, const std::shared_ptr<Pending>& owner, bool driver_held);
+  // Blocking calls: run c on the calling thread, reusing one Pending (see the .cpp).
+  void run_blocking(std::unique_ptr<Collective> c);
   // The collectives, built and checked; *_start and the blocking forms share them.
   std::unique_ptr<Collective> allreduce_op(Buffer buf, OpId id, Stream stream);
   std::unique_ptr<Collective> broadcast_op(Buffer buf, int root, OpId id, Stream stream);
@@ -182,6 +198,8 @@ class UcxCommunicator : public Communicator {
   CommErrorInfo poison_info_;
   bool stop_ = false;
 
+  std::atomic<bool> blocking_busy_{false};       // a thread is using blocking_spare_
+  std::shared_ptr<Pending> blocking_spare_;      // reused by run_blocking (guarded by blocking_busy_)
   std::atomic<int> waiters_{0};
   std::atomic<uint64_t> queue_version_{0};  // bumped on every change of queue_
   std::atomic<size_t> queued_{0};           // queue_.size(), readable without the lock

@@ -6,7 +6,7 @@
 //   (ranks run the same binary with RF_RANK/RF_WORLD/RF_STORE set)
 //
 // Scenarios: allreduce, large, collectives, blob_size, abort, kill, stall, fence, drop,
-// destroy, sc_abort, sc_release; `<scenario>_fifo` runs one with the single-copy path off,
+// destroy, sc_abort, sc_release, sc_cap; `<scenario>_fifo` runs one with the single-copy path off,
 // `<scenario>_mixed` with it off on rank 0 only.
 // A rank reports a failed check on stderr and exits 1; the launcher fails if any rank
 // ended other than expected (only `kill`'s victim is expected to die by SIGKILL).
@@ -160,7 +160,9 @@ int scenario_allreduce(bool large) {
     if (W <= 4) counts.push_back((size_t{1} << 20) + 3);
   } else {
     // 64 MiB of float at W = 2 (and 16 MiB + a prime remainder), big only for small W.
-    counts = {(size_t{4} << 20) + 7, size_t{16} << 20};
+    // 1M + 3 floats (4 MiB) stays under the single-copy size cap (8 MiB at W = 2 on a
+    // 2-core machine), the others take the FIFOs there: both paths in one communicator.
+    counts = {(size_t{1} << 20) + 3, (size_t{4} << 20) + 7, size_t{16} << 20};
   }
   size_t maxc = 0;
   for (size_t n : counts) maxc = std::max(maxc, n);
@@ -568,6 +570,23 @@ int scenario_sc_abort(bool release_only) {
   return g_failures ? 1 : 0;
 }
 
+// sc_cap: the single-copy path's size cap (UcxOptions::single_copy_max_bytes). Collectives
+// above the cap move through the FIFOs (no read), those at or below it read single-copy,
+// and both give the right sums.
+int scenario_sc_cap() {
+  Env e = make_env();
+  UcxOptions o = base_options();
+  o.single_copy_max_bytes = int64_t{1} << 20;
+  UcxCommunicator c(e.ctx, *e.store, e.re.rank, e.re.world, 3, o);
+  std::vector<float> f(size_t{1} << 19);
+  check_allreduce(c, f, size_t{1} << 19, DType::f32, 0);  // 2 MiB: above the cap
+  EXPECT(c.single_copy_reads() == 0, c.single_copy_reads(), " single-copy reads above the cap");
+  check_allreduce(c, f, size_t{1} << 18, DType::f32, 1);  // 1 MiB: at the cap
+  EXPECT(c.single_copy_reads() > 0, "no single-copy read at the cap");
+  c.barrier(OpId{2, 0});
+  return g_failures ? 1 : 0;
+}
+
 int run_rank(const std::string& scenario) {
   try {
     if (scenario == "allreduce") return scenario_allreduce(false);
@@ -582,6 +601,7 @@ int run_rank(const std::string& scenario) {
     if (scenario == "drop") return scenario_drop();
     if (scenario == "sc_abort") return scenario_sc_abort(false);
     if (scenario == "sc_release") return scenario_sc_abort(true);
+    if (scenario == "sc_cap") return scenario_sc_cap();
     std::cerr << "unknown scenario " << scenario << "\n";
     return 2;
   } catch (const std::exception& err) {
