@@ -346,6 +346,16 @@ void Membership::tick(TimePoint now) {
     fail(w, "lease_expired", now, w.last_heartbeat + opt_.heartbeat, "");
     if (phase_ == Phase::Stopped) return;
   }
+  if (phase_ == Phase::Recovering && !round_plan_ && now >= round_.started + opt_.report_timeout) {
+    const std::set<int> expected = round_.expected;  // fail() revokes and opens a new round
+    for (int slot : expected) {
+      auto it = workers_.find(slot);
+      if (it == workers_.end() || !it->second.live || it->second.report_round == generation_) continue;
+      evictions_.push_back(it->second.id);
+      fail(it->second, "report_timeout", now, round_.started + opt_.report_timeout, "");
+      break;  // the eviction revoked the round: the next one starts its own clock
+    }
+  }
   try_close_round(now);
   if (round_plan_ && phase_ != Phase::Running && now >= round_.planned_at + opt_.ready_timeout) {
     const std::vector<PlanRank> ranks = round_plan_->ranks;  // fail() may reset the plan
@@ -366,7 +376,7 @@ void Membership::fail(Worker& w, const std::string& cause, TimePoint now, TimePo
   w.live = false;
   w.report.reset();
   w.report_round.reset();
-  log({cause == "lease_expired" || cause == "ready_timeout" ? "evict" : "fail", cause, w.id, generation_, w.step,
+  log({cause == "lease_expired" || cause == "ready_timeout" || cause == "report_timeout" ? "evict" : "fail", cause, w.id, generation_, w.step,
        now, first_seen, detail});
   if (phase_ == Phase::Stopped || phase_ == Phase::Done) return;
   const bool member = std::find(members_.begin(), members_.end(), w.id) != members_.end();

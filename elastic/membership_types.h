@@ -26,6 +26,10 @@ struct MembershipOptions {
   Duration form_timeout = 60s;       // the first round waits this long for all W workers
   Duration min_world_timeout = 30s;  // after the window, how long to wait for min_world
   Duration ready_timeout = 60s;      // plan -> all ready; a rank stuck longer is evicted
+  // Step 3 closes a round when every live member has reported; a member that stays alive
+  // (heartbeating) but does not report this long after the round opened is evicted
+  // (cause report_timeout), or it would block the round for ever.
+  Duration report_timeout = 60s;
 };
 
 // The generic answer of an event: accepted, or why not.

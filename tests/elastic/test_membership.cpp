@@ -29,6 +29,7 @@ struct Sim {
     o.form_timeout = 10s;
     o.min_world_timeout = 5s;
     o.ready_timeout = 20s;
+    o.report_timeout = 15s;
     return o;
   }
   explicit Sim(int w, int min = 1) : opt(make(w, min)), m(opt, now) {}
@@ -548,6 +549,28 @@ TEST_CASE("ready timeout: a rank that never becomes ready is evicted and the rou
   }
   CHECK(s.m.generation() == 3);
   s.check_evicted_once("ready_timeout", WorkerId{1, 1});
+}
+
+TEST_CASE("report timeout: a live member that never reports is evicted and the round revoked") {
+  Sim s(3, 1);
+  s.form(3);
+  s.lose({2, 0});
+  REQUIRE(s.m.generation() == 2);
+  s.report({0, 0}, 2, 5, "x");
+  // slot 1 keeps its lease (heartbeats) but never reports: without the deadline the round
+  // waits for it for ever (the join window and min_world wait behind it).
+  for (int i = 0; i < 140 && s.m.generation() == 2; ++i) {
+    s.beat({{0, 0}, {1, 0}}, 5, 2);
+    s.advance(100ms);
+  }
+  CHECK(s.m.generation() == 2);  // 14 s: not yet
+  for (int i = 0; i < 20 && s.m.generation() == 2; ++i) {
+    s.beat({{0, 0}, {1, 0}}, 5, 2);
+    s.advance(100ms);
+  }
+  CHECK(s.m.generation() == 3);
+  s.check_evicted_once("report_timeout", WorkerId{1, 0});
+  CHECK(s.m.heartbeat({1, 0}, 2, 5, s.now).fenced);
 }
 
 TEST_CASE("graceful stop: the flag reaches every member, then everybody leaves -> DONE") {
