@@ -121,7 +121,9 @@ TrainResult train_distributed(const TrainOptions& opt, std::ostream& log) {
       << ", generation " << tr.generation << ", world " << tr.world << ", recoveries " << tr.recoveries << ", state "
       << tr.digest << "\n"
       << std::flush;
-  if (reporter) finish_run(opt, *model, load_test_set(opt), r, log);
+  // Rank 0 of the last generation evaluates and writes --metrics: slot 0 unless the group
+  // shrank without it (every replica holds the same S, R4, so any one would do).
+  if (trainer.progress().rank == 0) finish_run(opt, *model, load_test_set(opt), r, log);
   return r;
 }
 

@@ -6,10 +6,10 @@
 // dies is replaced by the launcher and pulls the state from a peer; a run with failures
 // ends bitwise equal to the failure-free run with the same world size.
 //
-// Which worker reports: the one in slot 0 (rank 0 at the start, and at the end unless the
-// group shrank without it). It prints the test accuracy, writes --metrics, --loss-log
-// (the global mean loss of each step) and --batch-log; every worker prints its final
-// (step, state digest) line, so replicas can be compared.
+// Which worker reports: rank 0 of the last generation prints the test accuracy and writes
+// --metrics; the worker in slot 0 (rank 0 from the start, replaced in place) writes
+// --loss-log (the global mean loss of each step) and --batch-log. Every worker prints its
+// final (step, state digest) line, so replicas can be compared.
 #include <iosfwd>
 
 #include "models/train_loop.h"

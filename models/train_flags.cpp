@@ -75,8 +75,8 @@ std::string train_usage(ModelKind kind) {
          "                     DIR/flight-slot<S>-inc<I>.jsonl instead of stderr\n"
          "By hand, SIGTERM / SIGINT: stop after the current step (checkpointed with\n"
          "--ckpt-dir), exit 0. Under ringfence run, Ctrl-C the launcher instead.\n"
-         "Under ringfence run, slot 0 prints the test accuracy and writes --metrics,\n"
-         "--loss-log and --batch-log; --resume-from is not available there.\n";
+         "Under ringfence run, rank 0 prints the test accuracy and writes --metrics,\n"
+         "slot 0 writes --loss-log and --batch-log; --resume-from is not available there.\n";
 }
 
 ParsedFlags parse_train_flags(const std::vector<std::string>& args, ModelKind kind) {
