@@ -52,6 +52,7 @@ bool timing_flag(Args& args, TimingFlags& t) {
   else if (args.flag == "--lease") t.lease = parse_duration(args.flag, args.value());
   else if (args.flag == "--join-window") t.join_window = parse_duration(args.flag, args.value());
   else if (args.flag == "--min-world-timeout") t.min_world_timeout = parse_duration(args.flag, args.value());
+  else if (args.flag == "--report-timeout") t.report_timeout = parse_duration(args.flag, args.value());
   else return false;
   return true;
 }

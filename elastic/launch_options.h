@@ -15,6 +15,7 @@ struct TimingFlags {
   Duration lease = std::chrono::seconds(1);
   Duration join_window = std::chrono::seconds(2);
   Duration min_world_timeout = std::chrono::seconds(30);
+  Duration report_timeout = std::chrono::seconds(60);  // a silent member is evicted
 };
 
 struct RunOptions {
@@ -22,7 +23,7 @@ struct RunOptions {
   int min_world = 0;      // --min-world (0: W)
   int spares = 0;         // --spares: extra workers that wait to fill a hole
   int max_restarts = 3;   // --max-restarts: per slot
-  TimingFlags timing;     // --heartbeat --lease --join-window --min-world-timeout
+  TimingFlags timing;     // --heartbeat --lease --join-window --min-world-timeout --report-timeout
   std::vector<FaultSpec> inject;  // --inject (repeatable)
   std::string summary_path;       // --summary FILE
   std::string event_log;          // --event-log FILE

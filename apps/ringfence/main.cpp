@@ -26,11 +26,11 @@ namespace {
 const char* kUsage =
     "usage:\n"
     "  ringfence run -n N [--min-world M] [--spares K] [--max-restarts R] [--join-window T]\n"
-    "                [--heartbeat T --lease T] [--min-world-timeout T] [--inject SPEC]...\n"
+    "                [--heartbeat T --lease T] [--min-world-timeout T] [--report-timeout T] [--inject SPEC]...\n"
     "                [--summary FILE] [--event-log FILE] [--stop-grace T] [--quiet]\n"
     "                [--coord HOST:PORT [--token-file F] --nnodes N --node-rank I] -- PROGRAM ARGS...\n"
     "  ringfence coord -n W [--min-world M] [--host H] [--port P] [--token-file F] [--event-log FILE]\n"
-    "                [--join-window T] [--heartbeat T --lease T] [--min-world-timeout T]\n"
+    "                [--join-window T] [--heartbeat T --lease T] [--min-world-timeout T] [--report-timeout T]\n"
     "  ringfence timeline EVENTS.jsonl     (the coordinator's event log as a timeline)\n"
     "SPEC: KIND:rank=R:step=S[:phase=P][:after_chunks=K] | KIND:rank=R:at=SECONDS\n"
     "      KIND kill|stop|hang|exit|drop|slow; P forward|backward|allreduce|optimizer|transfer|recovery\n"
@@ -52,6 +52,7 @@ int run_coord(const CoordOptions& o) {
   co.membership.lease = o.timing.lease;
   co.membership.join_window = o.timing.join_window;
   co.membership.min_world_timeout = o.timing.min_world_timeout;
+  co.membership.report_timeout = o.timing.report_timeout;
   Coordinator coord(co);
   if (!o.token_file.empty()) {
     const mode_t old = umask(077);

@@ -76,6 +76,7 @@ class Supervisor {
       co.membership.lease = opt_.timing.lease;
       co.membership.join_window = opt_.timing.join_window;
       co.membership.min_world_timeout = opt_.timing.min_world_timeout;
+      co.membership.report_timeout = opt_.timing.report_timeout;
       coord_ = std::make_unique<Coordinator>(co);
       coord_->start();
       port = coord_->port();
