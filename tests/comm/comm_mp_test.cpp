@@ -6,8 +6,8 @@
 //   (ranks run the same binary with RF_RANK/RF_WORLD/RF_STORE set)
 //
 // Scenarios: allreduce, large, collectives, blob_size, abort, kill, stall, fence, drop,
-// destroy, sc_abort, sc_release, sc_cap; `<scenario>_fifo` runs one with the single-copy path off,
-// `<scenario>_mixed` with it off on rank 0 only.
+// destroy, sc_abort, sc_release, sc_cap, sc_cap_async; `<scenario>_fifo` runs one with the
+// single-copy path off, `<scenario>_mixed` with it off on rank 0 only.
 // A rank reports a failed check on stderr and exits 1; the launcher fails if any rank
 // ended other than expected (only `kill`'s victim is expected to die by SIGKILL).
 #include <signal.h>
@@ -587,6 +587,50 @@ int scenario_sc_cap() {
   return g_failures ? 1 : 0;
 }
 
+// sc_cap_async: how ddp uses comm (Reducer: big buckets started, the last small bucket
+// run blocking). An all-reduce above the size cap (FIFO path) is started and still
+// outstanding when a blocking one below the cap (single-copy) runs; then the reverse
+// order of waits. Both are checked against the double reference.
+void check_sum(const std::vector<float>& buf, size_t count, int W, const char* what) {
+  size_t bad = 0, first_bad = 0;
+  for (size_t i = 0; i < count; ++i) {
+    double ref = 0, mag = 0;
+    for (int q = 0; q < W; ++q) {
+      ref += static_cast<double>(typed_value<float>(q, i));
+      mag += std::fabs(static_cast<double>(typed_value<float>(q, i)));
+    }
+    if (std::fabs(static_cast<double>(buf[i]) - ref) > 1e-6 * (mag + 1) * W && bad++ == 0) {
+      first_bad = i;
+      std::cerr.precision(17);
+      std::cerr << "  " << what << " element " << i << ": got " << static_cast<double>(buf[i]) << " want " << ref << "\n";
+    }
+  }
+  EXPECT(bad == 0, what, " count ", count, ": ", bad, " wrong elements, first at ", first_bad);
+}
+
+int scenario_sc_cap_async() {
+  Env e = make_env();
+  UcxOptions o = base_options();
+  o.single_copy_max_bytes = int64_t{1} << 20;
+  UcxCommunicator c(e.ctx, *e.store, e.re.rank, e.re.world, 3, o);
+  const int W = e.re.world, r = e.re.rank;
+  const size_t big_n = (size_t{2} << 20) + 7, small_n = (size_t{1} << 17) + 5;  // 8 MiB, 512 KiB
+  std::vector<float> big(big_n), small(small_n);
+  for (uint64_t step = 0; step < 3; ++step) {
+    for (size_t i = 0; i < big_n; ++i) big[i] = typed_value<float>(r, i);
+    for (size_t i = 0; i < small_n; ++i) small[i] = typed_value<float>(r, i);
+    WorkPtr w = c.allreduce_start(Buffer{big.data(), big_n, DType::f32}, OpId{step, 0});
+    if (step == 1) w->wait();  // the ddp order: wait for the started, then the blocking one
+    c.allreduce(Buffer{small.data(), small_n, DType::f32}, OpId{step, 1});
+    w->wait();
+    check_sum(big, big_n, W, "started (above the cap)");
+    check_sum(small, small_n, W, "blocking (below the cap)");
+  }
+  check_single_copy(c, true);  // the small one did read single-copy
+  c.barrier(OpId{9, 0});
+  return g_failures ? 1 : 0;
+}
+
 int run_rank(const std::string& scenario) {
   try {
     if (scenario == "allreduce") return scenario_allreduce(false);
@@ -602,6 +646,7 @@ int run_rank(const std::string& scenario) {
     if (scenario == "sc_abort") return scenario_sc_abort(false);
     if (scenario == "sc_release") return scenario_sc_abort(true);
     if (scenario == "sc_cap") return scenario_sc_cap();
+    if (scenario == "sc_cap_async") return scenario_sc_cap_async();
     std::cerr << "unknown scenario " << scenario << "\n";
     return 2;
   } catch (const std::exception& err) {
