@@ -1,6 +1,7 @@
 #include "ckpt/crc32c.h"
 
 #include <array>
+#include <cstdio>
 #include <cstring>
 
 #if defined(__SSE4_2__)
@@ -76,6 +77,12 @@ bool crc32c_is_hardware() {
 #else
   return false;
 #endif
+}
+
+std::string hex32(uint32_t v) {
+  char buf[9];
+  std::snprintf(buf, sizeof buf, "%08x", v);
+  return buf;
 }
 
 }  // namespace rf::ckpt

@@ -5,6 +5,7 @@
 // crc32c("123456789") == 0xE3069283.
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace rf::ckpt {
 
@@ -14,5 +15,7 @@ uint32_t crc32c(const void* data, size_t bytes, uint32_t crc = 0);
 // The table version, always available (the tests check both against a bitwise CRC).
 uint32_t crc32c_software(const void* data, size_t bytes, uint32_t crc = 0);
 bool crc32c_is_hardware();
+// How a CRC is written in snapshot metadata: 8 lowercase hex digits.
+std::string hex32(uint32_t v);
 
 }  // namespace rf::ckpt

@@ -15,16 +15,6 @@
 #include "ckpt/format_error.h"
 
 namespace rf::ckpt {
-namespace {
-
-std::string hex32(uint32_t v) {
-  char buf[9];
-  std::snprintf(buf, sizeof buf, "%08x", v);
-  return buf;
-}
-
-}  // namespace
-
 std::vector<std::byte> read_file_bytes(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw FormatError(path, "", rf::str("cannot open: ", std::strerror(errno)));

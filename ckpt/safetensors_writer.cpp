@@ -15,12 +15,6 @@
 namespace rf::ckpt {
 namespace {
 
-std::string hex32(uint32_t v) {
-  char buf[9];
-  std::snprintf(buf, sizeof buf, "%08x", v);
-  return buf;
-}
-
 void put_le64(std::byte* p, uint64_t v) {
   for (int i = 0; i < 8; ++i) p[i] = static_cast<std::byte>((v >> (8 * i)) & 0xFF);
 }
