@@ -21,7 +21,6 @@ bench/recovery's worker and reads
 """
 import argparse
 import glob
-import signal
 import time
 import json
 import os
@@ -32,7 +31,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "ddp"))
-from jobprocs import procs_mentioning  # noqa: E402  (shared with tests/ddp/fault_test.py)
+from jobprocs import kill_job, procs_mentioning  # noqa: E402  (shared with tests/ddp/fault_test.py)
 
 FAULTS = {
     "kill": "kill:rank=1:step={s}:phase=allreduce:after_chunks=1",
@@ -99,15 +98,7 @@ def restart_run(args, model):
     t_end = time.monotonic() + 300
     while time.monotonic() < t_end and not any(x["event"] == "inject" for x in audit_lines(aud1)):
         time.sleep(0.002)  # polling the audit file for a condition
-    victims = procs_mentioning(work)
-    t_kill = time.time()
-    os.killpg(p.pid, signal.SIGKILL)
-    for pid in victims:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    p.wait()
+    t_kill = kill_job(p, work)
     while procs_mentioning(work) and time.monotonic() < t_end:
         time.sleep(0.002)
     before = max(x["s"] for x in audit_lines(aud1) if x["event"] == "apply")

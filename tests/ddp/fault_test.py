@@ -28,7 +28,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from jobprocs import procs_mentioning  # noqa: E402  (shared with bench/recovery)
+from jobprocs import kill_job, procs_mentioning  # noqa: E402  (shared with bench/recovery)
 
 STEPS = 40
 W = 3
@@ -153,14 +153,7 @@ def kill_whole_job(work, ringfence, worker, launcher_flags, worker_flags, at_ste
     while time.monotonic() < t_end and not frozen and p.poll() is None:
         frozen = any('"inject"' in l for f in glob.glob(os.path.join(aud, "audit-*.jsonl")) for l in open(f))
         time.sleep(0.002)  # polling a file for a condition, not a timed wait for one
-    victims = procs_mentioning(work)
-    os.killpg(p.pid, signal.SIGKILL)
-    for pid in victims:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    p.wait()
+    kill_job(p, work)
     out.close()
     while procs_mentioning(work) and time.monotonic() < t_end + 5:
         time.sleep(0.002)

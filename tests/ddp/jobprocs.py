@@ -1,5 +1,7 @@
 """Process helpers shared by the ddp tests and bench/recovery (one copy, imported by both)."""
 import os
+import signal
+import time
 
 
 def procs_mentioning(text):
@@ -17,3 +19,19 @@ def procs_mentioning(text):
         except OSError:
             pass  # it exited while we looked
     return pids
+
+
+def kill_job(launcher, text):
+    """SIGKILLs a whole job: the launcher's process group and every worker whose command
+    line mentions text (workers run in their own process groups), then reaps the launcher.
+    Returns the time of the kill (time.time())."""
+    victims = procs_mentioning(text)
+    t_kill = time.time()
+    os.killpg(launcher.pid, signal.SIGKILL)
+    for pid in victims:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    launcher.wait()
+    return t_kill
