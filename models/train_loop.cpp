@@ -95,7 +95,7 @@ TrainResult train(const TrainOptions& opt, std::ostream& log) {
 
   TrainResult r;
   ckpt::SnapshotMeta meta{.model = model_name(opt.model), .step = -1, .generation = 0, .world_size = 1,
-                          .optimizer = "sgd",
+                          .optimizer = sgd.kind(),
                           .optimizer_hparams = nlohmann::json{{"lr", opt.lr}, {"momentum", opt.momentum}}.dump()};
 
   std::ofstream loss_log, batch_log;

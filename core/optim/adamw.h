@@ -16,6 +16,7 @@ class AdamW : public Optimizer {
   void step() override;
   // "<param>.exp_avg" and "<param>.exp_avg_sq" per parameter.
   std::vector<NamedTensor> named_buffers() const override;
+  const char* kind() const override { return "adamw"; }
 
  private:
   AdamWOptions opt_;

@@ -26,6 +26,9 @@ class Optimizer {
 
   const std::vector<NamedTensor>& params() const { return params_; }
   virtual std::vector<NamedTensor> named_buffers() const = 0;
+  // The algorithm's name ("sgd", "adamw"): snapshots record it (metadata "optimizer") and
+  // a restore refuses state written by another algorithm, so every writer must use this.
+  virtual const char* kind() const = 0;
   std::vector<NamedCounter> named_counters() const;
   // Restores a counter by name (snapshot load); throws rf::InvalidInput if unknown.
   void set_counter(const std::string& name, int64_t value);

@@ -17,6 +17,7 @@ class SGD : public Optimizer {
   void step() override;
   // "<param>.momentum_buffer" per parameter when momentum != 0 (zeros before step one).
   std::vector<NamedTensor> named_buffers() const override;
+  const char* kind() const override { return "sgd"; }
   const SgdOptions& options() const { return opt_; }
 
  private:
