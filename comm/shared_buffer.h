@@ -1,0 +1,61 @@
+#pragma once
+// SharedBuffer — host memory that peers on this host can read directly, for the zero-copy
+// all-reduce (docs/comm.md "Shared-memory path"). Allocate gradient buckets (or any large
+// all-reduce buffer) with it; communicators then see that the buffer is registered and let
+// peers read it straight from its pages instead of copying it through the ring.
+//
+// * The memory is a memfd (memfd_create) mapped MAP_SHARED, pre-touched at allocation (page
+//   faults are expensive: never in a collective), and registered in a process-wide registry
+//   by address. A communicator looks every all-reduce buffer up there: [data, data+bytes)
+//   must lie inside one SharedBuffer; any range of it works (views, offsets).
+// * Independent of any communicator: buckets outlive generations. Peers map it read-only
+//   through /proc/<pid>/fd/<fd> when they first meet it and unmap it when their
+//   communicator is destroyed; freeing a buffer while a collective uses it is a bug.
+// * Where memfd is not available the buffer is ordinary private memory, not registered
+//   (shared() is false) and all-reduces on it take the ordinary paths. Nothing else changes.
+// * Every rank must pass the same kind of buffer to get the zero-copy path; a collective
+//   where any rank's buffer is not registered runs the ring (agreed inside the collective).
+//
+// Thread safety: allocation, destruction and find_shared() may run on any threads.
+#include <cstddef>
+#include <cstdint>
+
+namespace rf::comm {
+
+class SharedBuffer {
+ public:
+  SharedBuffer() = default;
+  // `bytes` zero-filled bytes (may be 0: an empty buffer). Throws rf::Error if no memory.
+  explicit SharedBuffer(size_t bytes);
+  ~SharedBuffer();
+  SharedBuffer(SharedBuffer&& o) noexcept;
+  SharedBuffer& operator=(SharedBuffer&& o) noexcept;
+  SharedBuffer(const SharedBuffer&) = delete;
+  SharedBuffer& operator=(const SharedBuffer&) = delete;
+
+  void* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+  template <typename T>
+  T* as() const { return static_cast<T*>(data_); }
+  // Registered for the zero-copy path (memfd); false for the private-memory fallback.
+  bool shared() const { return fd_ >= 0; }
+
+ private:
+  void release();
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+  size_t mapped_ = 0;  // bytes_ rounded up to whole pages
+  int fd_ = -1;
+};
+
+// Where a registered range lives, for the peers that map it (shm/ code).
+struct SharedRange {
+  int fd = -1;           // the memfd in this process (peers open /proc/<pid>/fd/<fd>)
+  uint64_t id = 0;       // unique in this process for its lifetime (fds are reused)
+  uint64_t offset = 0;   // of the range's first byte in the memfd
+  uint64_t file_bytes = 0;  // mapped size of the memfd
+};
+// True when [data, data+bytes) lies inside one registered SharedBuffer.
+bool find_shared(const void* data, size_t bytes, SharedRange* out);
+
+}  // namespace rf::comm
