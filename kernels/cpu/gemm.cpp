@@ -3,6 +3,7 @@
 #include <Eigen/Core>
 
 #include "base/enforce.h"
+#include "kernels/cpu/gemm_small.h"
 
 namespace rf::kernels::cpu {
 namespace {
@@ -36,6 +37,12 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
   if (K == 0) {
     if (beta == 0.0f) c.setZero();
     else if (beta != 1.0f) c *= beta;
+    return;
+  }
+  // The conv's small per-sample products run our register-tiled kernel (gemm_small.h);
+  // it is single-threaded, so only when Eigen would be too.
+  if (Eigen::nbThreads() == 1 && gemm_small_fits(trans_b, M, N, K)) {
+    gemm_small(M, N, K, alpha, A, trans_a ? 1 : lda, trans_a ? lda : 1, B, ldb, beta, C, ldc);
     return;
   }
   // Stored shapes: A is M x K (or K x M when transposed), B is K x N (or N x K).
