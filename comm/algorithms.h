@@ -7,6 +7,9 @@
 
 namespace rf::comm {
 
+class ShmSession;
+struct SharedRange;
+
 // Ring reduce-scatter + all-gather (ring_layout.h), pipelined over `flows` flows of pieces
 // of at most `piece_bytes`; staging holds flows x piece_bytes bytes (pre-touched).
 std::unique_ptr<Collective> make_allreduce_ring(Buffer buf, OpId id, int rank, int world, void* staging,
@@ -15,6 +18,15 @@ std::unique_ptr<Collective> make_allreduce_ring(Buffer buf, OpId id, int rank, i
 // the extra ranks in first and out last. staging holds buf.bytes().
 std::unique_ptr<Collective> make_allreduce_recursive_doubling(Buffer buf, OpId id, int rank, int world,
                                                               void* staging);
+// Shared-memory all-reduces (comm/shm_session.h), every pair of ranks mapped. Zero-copy on
+// registered buffers: range is where buf lies in its SharedBuffer, or null when it is not
+// registered; if any rank's is not, `fallback` runs instead (every rank decides alike).
+// scratch: scratch_bytes (cache-sized) for the partial sums of W > 2.
+std::unique_ptr<Collective> make_allreduce_zero_copy(Buffer buf, OpId id, int rank, int world, ShmSession& shm,
+                                                     const SharedRange* range, std::unique_ptr<Collective> fallback,
+                                                     void* scratch, size_t scratch_bytes);
+// Small all-reduce through the slots: buf.bytes() <= shm.slot_bytes().
+std::unique_ptr<Collective> make_allreduce_shm_slots(Buffer buf, OpId id, int rank, int world, ShmSession& shm);
 // Pipelined chain root -> root+1 -> ... in pieces of piece_bytes, received in place.
 std::unique_ptr<Collective> make_broadcast_chain(Buffer buf, int root, OpId id, int rank, int world,
                                                  size_t piece_bytes);

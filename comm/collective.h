@@ -61,7 +61,7 @@ class Collective {
   virtual bool single_copy_ok() const { return !point_to_point(); }
 
   // The communicator's size cap on the single-copy path (UcxOptions::single_copy_max_bytes).
-  void disable_single_copy() { single_copy_off_ = true; }
+  virtual void disable_single_copy() { single_copy_off_ = true; }
 
   const char* name() const { return name_; }
   OpId id() const { return id_; }
@@ -74,16 +74,18 @@ class Collective {
   };
   // Posts and polls; returns true when every flow finished. Sets `progressed` when a
   // transfer finished. Throws PeerFailed when a transfer failed.
-  bool advance(const Context& c, bool& progressed);
+  // Virtual (with the three below) for collectives that are not rounds of messages: the
+  // shared-memory all-reduces poll sequence words instead (allreduce_zero_copy.cpp).
+  virtual bool advance(const Context& c, bool& progressed);
   // What it waits on now (for stall errors and the flight recorder).
-  void waiting_on(int& peer, int64_t& chunk) const;
+  virtual void waiting_on(int& peer, int64_t& chunk) const;
   // After a failure: cancels pending receives and polls; true once nothing is pending, so
   // no buffer of this collective is touched any more.
-  bool quiesce(Transport& t);
+  virtual bool quiesce(Transport& t);
   // Test hook (generation fencing): tag this collective's messages with generation g.
   void override_generation(uint64_t g) { generation_override_ = static_cast<int64_t>(g); }
   // The last chunk that made progress (for the flight recorder of a finished collective).
-  int64_t last_chunk() const { return last_chunk_; }
+  virtual int64_t last_chunk() const { return last_chunk_; }
 
  private:
   struct Flow {

@@ -4,6 +4,8 @@
 #include "base/error.h"
 #include "base/str.h"
 #include "comm/algorithms.h"
+#include "comm/shared_buffer.h"
+#include "comm/shm_session.h"
 #include "comm/tag.h"
 #include "comm/ucx/ucx_communicator.h"
 
@@ -25,10 +27,21 @@ void UcxCommunicator::validate(const Buffer& b, OpId id, Stream stream, const ch
 
 std::unique_ptr<Collective> UcxCommunicator::allreduce_op(Buffer buf, OpId id, Stream stream) {
   validate(buf, id, stream, "all-reduce");
+  // Every rank has the same size and the same shm_ (agreed when connecting): all pick alike.
+  if (shm_ && buf.bytes() <= shm_->slot_bytes()) return make_allreduce_shm_slots(buf, id, rank_, world_, *shm_);
+  std::unique_ptr<Collective> c;
   if (buf.bytes() <= static_cast<size_t>(opt_.small_allreduce_bytes)) {
-    return make_allreduce_recursive_doubling(buf, id, rank_, world_, small_staging_.data());
+    c = make_allreduce_recursive_doubling(buf, id, rank_, world_, small_staging_.data());
+  } else {
+    c = make_allreduce_ring(buf, id, rank_, world_, ring_staging_.data(), opt_.flows, opt_.chunk_bytes);
   }
-  return make_allreduce_ring(buf, id, rank_, world_, ring_staging_.data(), opt_.flows, opt_.chunk_bytes);
+  if (!shm_) return c;
+  // Registered on this rank or not, the zero-copy collective decides with the others which
+  // way to go (all zero-copy, or all `c`).
+  SharedRange range;
+  const bool registered = find_shared(buf.data, buf.bytes(), &range);
+  return make_allreduce_zero_copy(buf, id, rank_, world_, *shm_, registered ? &range : nullptr, std::move(c),
+                                  zero_copy_scratch_.data(), zero_copy_scratch_.size());
 }
 
 std::unique_ptr<Collective> UcxCommunicator::broadcast_op(Buffer buf, int root, OpId id, Stream stream) {
@@ -95,6 +108,9 @@ void UcxCommunicator::send(int peer, const void* data, size_t bytes, OpId id) {
 void UcxCommunicator::recv(int peer, void* data, size_t bytes, OpId id) {
   run_blocking(recv_op(peer, data, bytes, id));
 }
+
+uint64_t UcxCommunicator::slot_allreduces() const { return shm_ ? shm_->slot_runs() : 0; }
+uint64_t UcxCommunicator::zero_copy_allreduces() const { return shm_ ? shm_->zero_copy_runs() : 0; }
 
 void UcxCommunicator::send_foreign_generation(int peer, uint64_t generation, OpId id, uint32_t chunk,
                                               const void* data, size_t bytes) {

@@ -12,6 +12,7 @@
 #include "base/error.h"
 #include "base/str.h"
 #include "comm/algorithms.h"
+#include "comm/shm_session.h"
 #include "comm/tag.h"
 #include "comm/ucx/single_copy.h"
 #include "comm/ucx/ucx_transport.h"
@@ -54,23 +55,29 @@ class HelloAll : public Collective {
     uint64_t hold_token = 0;
     uint64_t single_copy_bytes = 0;  // 0: this rank does not use the single-copy path
     uint64_t single_copy_max_bytes = 0;  // its cap on the collective's size
+    int64_t shm_fd = -1;                 // its shared-memory segment (-1: path off)
+    uint64_t shm_token = 0;
   };
+  // What pass 1 tells a peer about it (bits), and pass 2 everyone about this rank.
+  static constexpr uint64_t kReadsSingleCopy = 1, kMapsShm = 2;
   // probe: this rank uses the single-copy path (me.single_copy_bytes > 0).
-  HelloAll(int rank, int world, Identity me, bool probe)
+  HelloAll(int rank, int world, Identity me, bool probe, ShmSession* shm)
       : Collective("connect", OpId{0, StepTag::kInternalOp}, 1),
         rank_(rank),
         world_(world),
         probe_(probe),
+        shm_(shm),
         me_(me),
         got_(world),
         can_read_(world, 0),
         peer_reads_me_(world, 0),
+        shm_ok_in_(world, 0),
         warm_out_(kWarmBytes, 1),
         warm_in_(kWarmBytes, 0) {}
   uint64_t bytes() const override { return sizeof(Identity); }
   bool plan(int, uint64_t k, Round& r) override {
     const uint64_t per_pass = static_cast<uint64_t>(world_ - 1);
-    if (per_pass == 0 || k >= (2 + kWarmPasses) * per_pass) return false;
+    if (per_pass == 0 || k >= (3 + kWarmPasses) * per_pass) return false;
     const uint64_t pass = k / per_pass;
     const int d = static_cast<int>(k % per_pass) + 1;
     r = Round{};
@@ -85,6 +92,18 @@ class HelloAll : public Collective {
       r.send_data = &can_read_[r.send_peer];
       r.recv_data = &peer_reads_me_[r.recv_peer];
       r.send_bytes = r.recv_bytes = sizeof(uint64_t);
+    } else if (pass == 2) {
+      // "I map every peer and every peer maps me": the shared-memory path is all-to-all, so
+      // it is on only if every rank says so (every rank then decides alike).
+      if (k == 2 * per_pass) {
+        shm_ok_out_ = shm_ != nullptr ? 1 : 0;
+        for (int p = 0; p < world_; ++p) {
+          if (p != rank_ && !((can_read_[p] & kMapsShm) && (peer_reads_me_[p] & kMapsShm))) shm_ok_out_ = 0;
+        }
+      }
+      r.send_data = &shm_ok_out_;
+      r.recv_data = &shm_ok_in_[r.recv_peer];
+      r.send_bytes = r.recv_bytes = sizeof(uint64_t);
     } else {
       r.send_data = warm_out_.data();
       r.recv_data = warm_in_.data();
@@ -97,6 +116,14 @@ class HelloAll : public Collective {
     const Identity& id = got_[r.recv_peer];
     if (id.rank != r.recv_peer) {
       throw rf::InvalidInput(rf::str("connect: rank ", r.recv_peer, " introduced itself as ", id.rank));
+    }
+    if (shm_ != nullptr && id.shm_fd >= 0 && id.shm_fd <= INT32_MAX) {
+      const std::string why = shm_->attach(r.recv_peer, static_cast<pid_t>(id.pid), static_cast<int>(id.shm_fd),
+                                           id.shm_token);
+      if (why.empty()) can_read_[r.recv_peer] |= kMapsShm;
+      else if (shm_failure_.empty()) shm_failure_ = rf::str("rank ", r.recv_peer, ": ", why);
+    } else if (shm_ != nullptr && shm_failure_.empty()) {
+      shm_failure_ = rf::str("rank ", r.recv_peer, ": it has the shared-memory path off");
     }
     if (!probe_) return;
     // A pair takes the path only if both ends use it with the same threshold: then every
@@ -112,21 +139,32 @@ class HelloAll : public Collective {
       why = read_remote(static_cast<pid_t>(id.pid), &v, id.hold_address, sizeof(v));
       if (why.empty() && v != id.hold_token) why = "probe read the wrong value (another host?)";
     }
-    can_read_[r.recv_peer] = why.empty() ? 1 : 0;
+    if (why.empty()) can_read_[r.recv_peer] |= kReadsSingleCopy;
     if (!why.empty() && probe_failure_.empty()) probe_failure_ = rf::str("rank ", r.recv_peer, ": ", why);
   }
   int64_t pid(int peer) const { return got_[peer].pid; }
-  bool can_read(int peer) const { return can_read_[peer] == 1; }
-  bool peer_reads_me(int peer) const { return peer_reads_me_[peer] == 1; }
+  bool can_read(int peer) const { return (can_read_[peer] & kReadsSingleCopy) != 0; }
+  bool peer_reads_me(int peer) const { return (peer_reads_me_[peer] & kReadsSingleCopy) != 0; }
   const std::string& probe_failure() const { return probe_failure_; }
+  // Every rank maps every other (the shared-memory path is on for all, or for none).
+  bool shm_all() const {
+    if (shm_ == nullptr || shm_ok_out_ != 1) return false;
+    for (int p = 0; p < world_; ++p) {
+      if (p != rank_ && shm_ok_in_[p] != 1) return false;
+    }
+    return true;
+  }
+  const std::string& shm_failure() const { return shm_failure_; }
 
  private:
   int rank_, world_;
   bool probe_;
+  ShmSession* shm_;
   Identity me_;
   std::vector<Identity> got_;
-  std::vector<uint64_t> can_read_, peer_reads_me_;
-  std::string probe_failure_;
+  std::vector<uint64_t> can_read_, peer_reads_me_, shm_ok_in_;
+  uint64_t shm_ok_out_ = 0;
+  std::string probe_failure_, shm_failure_;
   std::vector<char> warm_out_, warm_in_;
 };
 
@@ -235,7 +273,17 @@ UcxCommunicator::UcxCommunicator(std::shared_ptr<UcxContext> context, BootstrapS
   }
   me.single_copy_bytes = opt_.single_copy ? opt_.single_copy_bytes : 0;
   me.single_copy_max_bytes = static_cast<uint64_t>(opt_.single_copy_max_bytes);
-  auto hello_coll = std::make_unique<HelloAll>(rank, world, me, opt_.single_copy);
+  if (opt_.shm && world > 1) {
+    try {
+      shm_ = std::make_unique<ShmSession>(rank, world, generation, std::max<size_t>(opt_.shm_slot_bytes, 8));
+      me.shm_fd = shm_->fd();
+      me.shm_token = shm_->token();
+    } catch (const rf::Error& e) {
+      static std::atomic<bool> logged{false};
+      if (!logged.exchange(true)) std::cerr << "ringfence comm: no shared-memory path: " << e.what() << "\n";
+    }
+  }
+  auto hello_coll = std::make_unique<HelloAll>(rank, world, me, opt_.single_copy, shm_.get());
   const HelloAll& hello_result = *hello_coll;  // owned by the Work until it is released
   auto hello = start(std::move(hello_coll), false);
   hello->wait(Clock::now() + opt_.connect_timeout);
@@ -258,6 +306,17 @@ UcxCommunicator::UcxCommunicator(std::shared_ptr<UcxContext> context, BootstrapS
         }
       }
     }
+    if (shm_ && !hello_result.shm_all()) {
+      if (!hello_result.shm_failure().empty()) {
+        static std::atomic<bool> logged{false};  // once per process, not per generation
+        if (!logged.exchange(true)) {
+          std::cerr << "ringfence comm: rank " << rank << " does not take the shared-memory path with "
+                    << hello_result.shm_failure() << "; all-reduces use UCX messages\n";
+        }
+      }
+      shm_.reset();  // every rank sees a pair that cannot, and turns it off alike
+    }
+    if (shm_) zero_copy_scratch_.assign(size_t{64} << 10, 0);
     departed_.assign(world, false);
     farewell_recv_.resize(world);
     farewell_in_.assign(world, Farewell{});
@@ -305,6 +364,7 @@ UcxCommunicator::~UcxCommunicator() {
   for (auto& t : farewell_recv_) transport_->test(t);
   graveyard_.clear();
   transport_.reset();
+  shm_.reset();  // our segment and the peers' mappings go (a peer's mapping of ours stays valid)
 }
 
 uint64_t UcxCommunicator::farewell_tag(int sender) const {
@@ -450,6 +510,7 @@ void UcxCommunicator::inject_drop() {
 void UcxCommunicator::inject_release() {
   // An atomic store into the transport: needs no driver lock (and on_chunk holds it).
   transport_->release_offered_buffers();
+  if (shm_) shm_->release();
 }
 
 void UcxCommunicator::wait_for(Pending& p, TimePoint deadline) {
@@ -675,6 +736,9 @@ bool UcxCommunicator::pump() {
 
 void UcxCommunicator::poison(const char* kind, CommErrorInfo info) {
   poisoned_ = true;
+  // Peers reading our registered buffers fail from now on (before any collective of ours
+  // fails, so before our caller can change a buffer): allreduce_zero_copy.cpp.
+  if (shm_) shm_->release();
   // Tell every peer first (they may not see the culprit themselves for a while), then end
   // our transfers.
   if (!farewell_recv_.empty()) {

@@ -36,6 +36,7 @@
 namespace rf::comm {
 
 class UcxTransport;
+class ShmSession;
 
 struct UcxOptions {
   std::chrono::milliseconds stall_timeout{30000};     // D3
@@ -78,6 +79,14 @@ struct UcxOptions {
   // one copy instead of two keeps winning (W = 4 on 2 cores: 1.01-1.21x at 16-32 MiB,
   // 0.92-0.97x at 64 MiB). Every rank must resolve the same value (checked at connect).
   int64_t single_copy_max_bytes = -1;
+  // Shared-memory path (comm/shm_session.h), used when every pair of ranks can map each
+  // other's memory (same host; probed when connecting, else off for the whole communicator,
+  // logged once): all-reduces of at most shm_slot_bytes go through shared slots (one round,
+  // no message); larger ones on buffers every rank registered (comm/shared_buffer.h) are
+  // zero-copy: each rank sums its segment straight from the peers' buffers. Larger ones
+  // on unregistered buffers keep the algorithms above. Every rank must use the same values.
+  bool shm = true;
+  size_t shm_slot_bytes = 4096;
   size_t flight_records = 256;
   std::string flight_recorder_path;  // JSON lines appended here on failure; "" = stderr
   ChunkCallback on_chunk;            // fault injection hook, called on the driving thread
@@ -126,6 +135,11 @@ class UcxCommunicator : public Communicator {
   // Single-copy path: whether messages from `peer` are read from its memory, and how many
   // such reads this rank did so far (tests, benchmarks).
   bool single_copy_from(int peer) const { return peer >= 0 && peer < world_ && single_copy_from_[peer]; }
+  // Whether the shared-memory path (slots, zero-copy) is on for this communicator.
+  bool shm_path() const { return shm_ != nullptr; }
+  // How many all-reduces went through the slots, and how many were zero-copy, so far.
+  uint64_t slot_allreduces() const;
+  uint64_t zero_copy_allreduces() const;
   uint64_t single_copy_reads() const { return single_copy_reads_.load(std::memory_order_relaxed); }
 
   class Pending;  // one started collective; its Work handle
@@ -162,6 +176,8 @@ class UcxCommunicator : public Communicator {
   FlightRecorder recorder_;
   std::vector<char> small_staging_, ring_staging_;  // pre-touched, reused by every call
   std::vector<bool> single_copy_from_;              // set once, when connecting
+  std::unique_ptr<ShmSession> shm_;                 // null: the shared-memory path is off
+  std::vector<char> zero_copy_scratch_;             // partial sums of the zero-copy path
   std::atomic<uint64_t> single_copy_reads_{0};      // the transport's count, after each pump
 
   std::mutex driver_mu_;  // whoever holds it drives UCX (transport_, the collectives)

@@ -6,7 +6,9 @@
 //   (ranks run the same binary with RF_RANK/RF_WORLD/RF_STORE set)
 //
 // Scenarios: allreduce, large, collectives, blob_size, abort, kill, stall, fence, drop,
-// destroy, sc_abort, sc_release, sc_cap, sc_cap_async; `<scenario>_fifo` runs one with the
+// destroy, sc_abort, sc_release, sc_cap, sc_cap_async; `_reg`, `_halfreg`, `_noshm` select
+// registered buffers (zero-copy), all but rank 0 registered, the shared-memory path off;
+// `<scenario>_fifo` runs one with the
 // single-copy path off, `<scenario>_mixed` with it off on rank 0 only.
 // A rank reports a failed check on stderr and exits 1; the launcher fails if any rank
 // ended other than expected (only `kill`'s victim is expected to die by SIGKILL).
@@ -32,6 +34,7 @@
 #include "comm/errors.h"
 #include "comm/file_store.h"
 #include "comm/local_launcher.h"
+#include "comm/shared_buffer.h"
 #include "comm/ucx/ucx_communicator.h"
 
 using namespace rf::comm;
@@ -74,9 +77,52 @@ Env make_env() {
 bool fifo_only() { return std::getenv("RF_TEST_FIFO") != nullptr; }
 bool mixed() { return std::getenv("RF_TEST_MIXED") != nullptr; }
 bool single_copy_on(int rank) { return !fifo_only() && !(mixed() && rank == 0); }
+// `<scenario>_reg`: every rank's buffers are SharedBuffers (the zero-copy path);
+// `_halfreg`: all but rank 0's (so every rank must agree on the ordinary algorithms);
+// `_noshm`: the shared-memory path off (slots and zero-copy), the message paths only.
+bool no_shm() { return std::getenv("RF_TEST_NOSHM") != nullptr; }
+bool all_registered() { return std::getenv("RF_TEST_REG") != nullptr; }
+bool registered(int rank) { return all_registered() || (std::getenv("RF_TEST_HALFREG") != nullptr && rank != 0); }
+
+// A test buffer: a SharedBuffer (registered) or a vector, as the scenario's suffix says.
+template <typename T>
+struct TestBuf {
+  using value_type = T;
+  TestBuf(size_t n, T fill = T{}) : count(n) {
+    if (registered(g_rank)) {
+      shared = SharedBuffer(n * sizeof(T));
+      p = shared.as<T>();
+    } else {
+      plain.resize(n);
+      p = plain.data();
+    }
+    std::fill(p, p + n, fill);
+  }
+  T* data() { return p; }
+  size_t size() const { return count; }
+  T& operator[](size_t i) { return p[i]; }
+  T* begin() { return p; }
+  T* end() { return p + count; }
+  T& back() { return p[count - 1]; }
+  size_t count;
+  SharedBuffer shared;
+  std::vector<T> plain;
+  T* p = nullptr;
+};
+
+// Which all-reduce paths a communicator took, as the suffix says it must.
+void check_paths(const UcxCommunicator& c, bool expect_zero_copy, bool expect_slots) {
+  if (c.world_size() == 1) return;
+  EXPECT(c.shm_path() == !no_shm(), "shared-memory path ", c.shm_path());
+  if (no_shm()) return;
+  if (expect_slots) EXPECT(c.slot_allreduces() > 0, "no all-reduce through the slots");
+  if (all_registered() && expect_zero_copy) EXPECT(c.zero_copy_allreduces() > 0, "no zero-copy all-reduce");
+  if (!all_registered()) EXPECT(c.zero_copy_allreduces() == 0, c.zero_copy_allreduces(), " zero-copy all-reduces");
+}
 
 UcxOptions base_options() {
   UcxOptions o;
+  o.shm = !no_shm();
   o.single_copy = single_copy_on(g_rank);
   return o;
 }
@@ -110,8 +156,9 @@ T typed_value(int rank, size_t i) {
   else return static_cast<T>((i * 2654435761u + static_cast<size_t>(rank) * 40503u) ^ (uint64_t{1} << 62));
 }
 
-template <typename T>
-void check_allreduce(Communicator& c, std::vector<T>& buf, size_t count, DType dt, uint64_t step) {
+template <typename V>
+void check_allreduce(Communicator& c, V& buf, size_t count, DType dt, uint64_t step) {
+  using T = typename V::value_type;
   const int W = c.world_size(), r = c.rank();
   for (size_t i = 0; i < count; ++i) buf[i] = typed_value<T>(r, i);
   c.allreduce(Buffer{buf.data(), count, dt}, OpId{step, 0});
@@ -166,10 +213,10 @@ int scenario_allreduce(bool large) {
   }
   size_t maxc = 0;
   for (size_t n : counts) maxc = std::max(maxc, n);
-  std::vector<float> f(maxc);
-  std::vector<double> d(maxc);
-  std::vector<int64_t> i64(maxc);
-  std::vector<uint64_t> u64(maxc);
+  TestBuf<float> f(maxc);
+  TestBuf<double> d(maxc);
+  TestBuf<int64_t> i64(maxc);
+  TestBuf<uint64_t> u64(maxc);
   uint64_t step = 0;
   for (size_t n : counts) {
     check_allreduce(c, f, n, DType::f32, step++);
@@ -180,7 +227,8 @@ int scenario_allreduce(bool large) {
     }
   }
   // Several outstanding all-reduces (gradient buckets) complete in start order.
-  std::vector<std::vector<float>> buckets(3, std::vector<float>(20011));
+  std::vector<TestBuf<float>> buckets;
+  for (int b = 0; b < 3; ++b) buckets.emplace_back(20011);
   std::vector<WorkPtr> work;
   for (size_t b = 0; b < buckets.size(); ++b) {
     for (size_t i = 0; i < buckets[b].size(); ++i) buckets[b][i] = static_cast<float>(e.re.rank + 1) * static_cast<float>(b + 1);
@@ -194,8 +242,10 @@ int scenario_allreduce(bool large) {
            "bucket ", b, " got ", buckets[b][0]);
   }
   c.barrier(OpId{step + 1, 0});
-  // Ring pieces of >= 32 KiB: at W > 1 the 1M+3 and 64 MiB cases read from the peers.
-  check_single_copy(c, W > 1 && (large || W <= 4));
+  // Ring pieces of >= 32 KiB: at W > 1 the 1M+3 and 64 MiB cases read from the peers
+  // (unless they went zero-copy).
+  check_single_copy(c, W > 1 && (large || W <= 4) && !all_registered());
+  check_paths(c, true, !large);
   return g_failures ? 1 : 0;
 }
 
@@ -281,15 +331,27 @@ int scenario_abort() {
   UcxOptions o = base_options();
   o.stall_timeout = std::chrono::milliseconds(3000);
   o.flight_recorder_path = e.re.store_dir + "/flight." + std::to_string(r);
-  o.on_chunk = [&](const ChunkEvent& ev) { chunks.store(static_cast<int>(ev.chunks_done)); };
+  // Zero-copy (_reg): its events are phases (1 = reduce begins), and rank 0 holds its
+  // reduce there until the other thread's abort() is in, so the abort lands mid-collective
+  // (before rank 0 published its segment) whatever the scheduling.
+  const int abort_at = all_registered() ? 1 : 3;
+  UcxCommunicator* self = nullptr;
+  o.on_chunk = [&](const ChunkEvent& ev) {
+    chunks.store(static_cast<int>(ev.chunks_done));
+    if (r == 0 && all_registered() && static_cast<int>(ev.chunks_done) == abort_at) {
+      while (!self->aborted()) std::this_thread::yield();
+    }
+  };
   UcxCommunicator c(e.ctx, *e.store, r, e.re.world, 7, o);
-  std::vector<float> big(size_t{8} << 20, 1.0f), second(1000, 1.0f);
+  self = &c;
+  TestBuf<float> big(size_t{8} << 20, 1.0f);
+  TestBuf<float> second(1000, 1.0f);
   // Rank 0 aborts from another thread once its all-reduce is under way (3 chunks done).
   std::atomic<int64_t> aborted_ns{0}, aborted_wall_us{0};  // written by the aborting thread
   std::thread aborter;
   if (r == 0) {
     aborter = std::thread([&] {
-      while (chunks.load() < 3) std::this_thread::yield();
+      while (chunks.load() < abort_at) std::this_thread::yield();
       aborted_ns.store(rf::now_ns());
       aborted_wall_us.store(rf::wall_us());
       c.abort("test: coordinator revoked g=7");
@@ -358,14 +420,15 @@ int scenario_kill() {
   o.flight_recorder_path = e.re.store_dir + "/flight." + std::to_string(r);
   if (r == victim) {
     o.on_chunk = [&](const ChunkEvent& ev) {
-      if (ev.chunks_done == 3) {
+      // Zero-copy: phase 1 (reduce begins), before this rank publishes its segment.
+      if (ev.chunks_done == (all_registered() ? 1u : 3u)) {
         write_time(killed_file, rf::wall_us());
         raise(SIGKILL);
       }
     };
   }
   auto comm = std::make_unique<UcxCommunicator>(e.ctx, *e.store, r, W, 2, o);
-  std::vector<float> big(size_t{8} << 20, 1.0f);
+  TestBuf<float> big(size_t{8} << 20, 1.0f);
   try {
     comm->allreduce(Buffer{big.data(), big.size(), DType::f32}, OpId{150, 0});
     EXPECT(false, "all-reduce finished although rank ", victim, " was killed");
@@ -384,7 +447,7 @@ int scenario_kill() {
     std::cerr << "rank " << r << " failed " << ms << " ms after the kill: " << err.what() << "\n";
   }
   // The victim's right neighbour read the victim's first pieces (single-copy path).
-  if (r == (victim + 1) % W) check_single_copy(*comm, true);
+  if (r == (victim + 1) % W) check_single_copy(*comm, !all_registered());
   // Teardown is bounded although a peer is dead.
   const TimePoint t = rf::Clock::now();
   comm.reset();
@@ -527,7 +590,7 @@ int scenario_sc_abort(bool release_only) {
   o.chunk_bytes = size_t{1} << 20;  // one piece per segment: chunk 0 reduce-scatter, 1 all-gather
   o.small_allreduce_bytes = 0;      // the ring, whatever the size
   UcxCommunicator* self = nullptr;
-  std::vector<float> buf(size_t{1} << 18, static_cast<float>(r + 1));  // 1 MiB: two 512 KiB segments
+  TestBuf<float> buf(size_t{1} << 18, static_cast<float>(r + 1));  // 1 MiB: two 512 KiB segments
   bool scribbled = false;
   if (r == 0 && release_only) {
     o.on_chunk = [&](const ChunkEvent& ev) {
@@ -566,7 +629,8 @@ int scenario_sc_abort(bool release_only) {
     }
   }
   if (r == 0 && !scribbled) e.store->set("scribbled", {1});  // never leave rank 1 waiting
-  if (r == 1) check_single_copy(c, true);  // its reduce-scatter piece came single-copy
+  if (r == 1) check_single_copy(c, !all_registered());  // its reduce-scatter piece came single-copy
+  if (all_registered()) EXPECT(c.zero_copy_allreduces() == 1, "not zero-copy");
   return g_failures ? 1 : 0;
 }
 
@@ -663,23 +727,19 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::string scenario = argv[1];
-  if (std::getenv("RF_RANK")) {
-    for (const char* suffix : {"_fifo", "_mixed"}) {
-      const std::string x = suffix;
-      if (scenario.size() > x.size() && scenario.compare(scenario.size() - x.size(), x.size(), x) == 0) {
-        scenario.resize(scenario.size() - x.size());
-      }
+  // Suffixes select a variant (see the helpers above); the ranks strip them too.
+  static const std::pair<const char*, const char*> kSuffixes[] = {
+      {"_fifo", "RF_TEST_FIFO"}, {"_mixed", "RF_TEST_MIXED"}, {"_halfreg", "RF_TEST_HALFREG"},
+      {"_reg", "RF_TEST_REG"}, {"_noshm", "RF_TEST_NOSHM"}};
+  std::vector<const char*> variant_env;
+  for (const auto& [suffix, env] : kSuffixes) {
+    const std::string x = suffix;
+    if (scenario.size() > x.size() && scenario.compare(scenario.size() - x.size(), x.size(), x) == 0) {
+      scenario.resize(scenario.size() - x.size());
+      variant_env.push_back(env);
     }
-    return run_rank(scenario);
   }
-  const std::string fifo_suffix = "_fifo";
-  const bool fifo = scenario.size() > fifo_suffix.size() &&
-                    scenario.compare(scenario.size() - fifo_suffix.size(), fifo_suffix.size(), fifo_suffix) == 0;
-  if (fifo) scenario.resize(scenario.size() - fifo_suffix.size());
-  const std::string mixed_suffix = "_mixed";
-  const bool mix = scenario.size() > mixed_suffix.size() &&
-                   scenario.compare(scenario.size() - mixed_suffix.size(), mixed_suffix.size(), mixed_suffix) == 0;
-  if (mix) scenario.resize(scenario.size() - mixed_suffix.size());
+  if (std::getenv("RF_RANK")) return run_rank(scenario);
   LocalLaunch l;
   l.program = "/proc/self/exe";
   char self[4096];
@@ -693,8 +753,7 @@ int main(int argc, char** argv) {
   l.deadline = std::chrono::seconds(scenario == "large" ? 150 : 60);
   // Strays of the fence test and leftovers of aborted collectives are expected; UCX's
   // warnings about them would only bury the report.
-  if (fifo) l.env.push_back({"RF_TEST_FIFO", "1"});
-  if (mix) l.env.push_back({"RF_TEST_MIXED", "1"});
+  for (const char* env : variant_env) l.env.push_back({env, "1"});
   if (!std::getenv("UCX_LOG_LEVEL")) l.env.push_back({"UCX_LOG_LEVEL", "error"});
   // UCX's own fatal-signal handlers (backtraces, "freeze") must not get in the way of a
   // rank that the test kills or that crashes: the launcher reports how each rank ended.

@@ -1,0 +1,117 @@
+#include "comm/shm_session.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <new>
+
+#include "base/error.h"
+#include "base/str.h"
+#include "comm/ucx/single_copy.h"
+
+namespace rf::comm {
+
+namespace {
+
+size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+// Maps `bytes` of process `pid`'s fd `fd` read-only. MAP_POPULATE: the page-table entries
+// are made now, once per buffer and communicator, not by faults inside collectives.
+const void* map_remote(pid_t pid, int fd, size_t bytes, std::string* why) {
+  const std::string path = rf::str("/proc/", pid, "/fd/", fd);
+  const int local = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (local < 0) {
+    *why = rf::str("open(", path, "): ", std::strerror(errno));
+    return nullptr;
+  }
+  void* p = mmap(nullptr, bytes, PROT_READ, MAP_SHARED | MAP_POPULATE, local, 0);
+  const int err = errno;
+  close(local);  // the mapping keeps the memfd alive
+  if (p == MAP_FAILED) {
+    *why = rf::str("mmap(", path, ", ", bytes, " bytes): ", std::strerror(err));
+    return nullptr;
+  }
+  return p;
+}
+
+}  // namespace
+
+ShmSession::ShmSession(int rank, int world, uint64_t generation, size_t slot_bytes)
+    : rank_(rank), world_(world), slot_bytes_(round_up(slot_bytes, 64)), peers_(world) {
+  slots_offset_ = round_up(sizeof(ShmControl), 64);
+  segment_bytes_ = round_up(slots_offset_ + 2 * slot_bytes_, static_cast<size_t>(sysconf(_SC_PAGESIZE)));
+  fd_ = memfd_create("ringfence-comm", MFD_CLOEXEC);
+  if (fd_ < 0) throw rf::Error(rf::str("memfd_create: ", std::strerror(errno)));
+  void* p = MAP_FAILED;
+  if (ftruncate(fd_, static_cast<off_t>(segment_bytes_)) == 0) {
+    p = mmap(nullptr, segment_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd_, 0);
+  }
+  if (p == MAP_FAILED) {
+    const int err = errno;
+    close(fd_);
+    throw rf::Error(rf::str("shared-memory segment of ", segment_bytes_, " bytes: ", std::strerror(err)));
+  }
+  mine_ = new (p) ShmControl;
+  mine_->token = make_hold_token();
+  mine_->generation = generation;
+  mine_->slot_bytes = slot_bytes_;
+  mine_->hold.store(mine_->token, std::memory_order_relaxed);
+  mine_->magic = ShmControl::kMagic;
+  std::atomic_thread_fence(std::memory_order_release);
+}
+
+ShmSession::~ShmSession() {
+  for (int p = 0; p < world_; ++p) {
+    Peer& peer = peers_[p];
+    for (const Mapping& m : peer.buffers) munmap(const_cast<unsigned char*>(m.base), m.bytes);
+    if (peer.ctrl) munmap(peer.ctrl, segment_bytes_);
+  }
+  release();
+  munmap(mine_, segment_bytes_);
+  close(fd_);
+}
+
+std::string ShmSession::attach(int peer, pid_t pid, int fd, uint64_t token) {
+  std::string why;
+  const void* p = map_remote(pid, fd, segment_bytes_, &why);
+  if (!p) return why;
+  const auto* c = static_cast<const ShmControl*>(p);
+  if (c->magic != ShmControl::kMagic || c->token != token) {
+    why = "its shared segment does not hold the announced token (another host?)";
+  } else if (c->slot_bytes != slot_bytes_) {
+    why = rf::str("it uses slots of ", c->slot_bytes, " bytes, this rank ", slot_bytes_);
+  }
+  if (!why.empty()) {
+    munmap(const_cast<void*>(p), segment_bytes_);
+    return why;
+  }
+  peers_[peer].ctrl = const_cast<ShmControl*>(c);
+  peers_[peer].pid = pid;
+  peers_[peer].token = token;
+  return "";
+}
+
+const unsigned char* ShmSession::peer_buffer(int p) {
+  Peer& peer = peers_[p];
+  const ShmControl& c = *peer.ctrl;
+  // Written by the peer before its `entered` word, which the caller loaded (acquire).
+  const uint64_t id = c.buf_id, fd = c.buf_fd, offset = c.buf_offset, bytes = c.buf_bytes, file = c.buf_file_bytes;
+  if (offset > file || bytes > file - offset) {
+    throw rf::InvalidInput(rf::str("rank ", p, " announced a buffer range [", offset, ", +", bytes,
+                                   ") outside its ", file, "-byte shared buffer"));
+  }
+  for (const Mapping& m : peer.buffers) {
+    if (m.id == id && m.bytes == file) return m.base + offset;
+  }
+  std::string why;
+  const void* base = fd <= static_cast<uint64_t>(INT32_MAX) ? map_remote(peer.pid, static_cast<int>(fd), file, &why)
+                                                            : nullptr;
+  if (!base) throw rf::Error(rf::str("cannot map rank ", p, "'s registered buffer: ", why));
+  peer.buffers.push_back(Mapping{id, static_cast<const unsigned char*>(base), file});
+  return peer.buffers.back().base + offset;
+}
+
+}  // namespace rf::comm
