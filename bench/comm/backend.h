@@ -25,6 +25,9 @@ struct BenchTuning {  // knobs of our backend (the others have their own default
   long long idle_spins = -1, idle_yields = -1;
   long long single_copy_bytes = -1;  // -1: default; 0: single-copy path off
   long long single_copy_max_bytes = -1;  // -1: default (auto); cap on the collective's size
+  bool unregistered = false;  // plain memory instead of a SharedBuffer (no zero-copy path)
+  bool no_shm = false;        // the shared-memory path off (slots and zero-copy)
+  long long shm_slot_bytes = -1;  // -1: default
 };
 
 std::unique_ptr<BenchBackend> make_ucx_backend(const BenchTuning& t);

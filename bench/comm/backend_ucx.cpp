@@ -20,6 +20,8 @@ class UcxBackend : public BenchBackend {
     if (t.single_copy_bytes == 0) o.single_copy = false;
     else if (t.single_copy_bytes > 0) o.single_copy_bytes = static_cast<size_t>(t.single_copy_bytes);
     if (t.single_copy_max_bytes >= 0) o.single_copy_max_bytes = t.single_copy_max_bytes;
+    if (t.no_shm) o.shm = false;
+    if (t.shm_slot_bytes >= 0) o.shm_slot_bytes = static_cast<size_t>(t.shm_slot_bytes);
     comm_ = std::make_unique<comm::UcxCommunicator>(comm::UcxContext::create(), store_, env_.rank, env_.world, 0, o);
   }
   int rank() const override { return env_.rank; }

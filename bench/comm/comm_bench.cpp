@@ -4,7 +4,13 @@
 //              [--json FILE] [--chunk-bytes N] [--flows N] [--small-bytes N] [--deadline S]
 //              [--idle-spins N] [--idle-yields N] [--single-copy-bytes N (0: off)]
 //              [--single-copy-max-bytes N (cap on the all-reduce size taking it)]
+//              [--unregistered] [--no-shm] [--shm-slot-bytes N]
 //              (our backend's knobs, for tuning)
+//
+// Our backend all-reduces a registered buffer (comm/shared_buffer.h) by default, as ddp's
+// buckets are, so large sizes take the zero-copy path; --unregistered uses plain memory
+// (the ring / recursive doubling), --no-shm turns the shared-memory path off altogether.
+// The header line says which.
 //
 // Started by hand it is the launcher: it starts its own W ranks (for mpi through
 // `mpirun -np W`), each rank runs every size, rank 0 prints the table. Like mpirun, it
@@ -32,6 +38,7 @@
 #include "base/str.h"
 #include "bench/comm/backend.h"
 #include "comm/local_launcher.h"
+#include "comm/shared_buffer.h"
 
 namespace {
 
@@ -93,6 +100,9 @@ Args parse(int argc, char** argv) {
     else if (k == "--idle-yields") a.tuning.idle_yields = static_cast<long long>(num(val()));
     else if (k == "--single-copy-bytes") a.tuning.single_copy_bytes = static_cast<long long>(parse_size(val()));
     else if (k == "--single-copy-max-bytes") a.tuning.single_copy_max_bytes = static_cast<long long>(parse_size(val()));
+    else if (k == "--unregistered") a.tuning.unregistered = true;
+    else if (k == "--no-shm") a.tuning.no_shm = true;
+    else if (k == "--shm-slot-bytes") a.tuning.shm_slot_bytes = static_cast<long long>(parse_size(val()));
     else if (k == "--deadline") a.deadline_s = static_cast<int>(num(val()));
     else throw rf::InvalidInput(rf::str("unknown option '", k, "'"));
   }
@@ -122,12 +132,21 @@ int run_rank(const Args& a, int argc, char** argv) {
   (void)argv;
   const int rank = be->rank(), world = be->world();
   // One buffer, allocated and touched once: page faults cost ~13 us / 4 KiB here.
-  std::vector<float> buf(std::max<size_t>(a.max_bytes / 4, 1), 0.0f);
-  std::vector<float> expect(buf.size());
+  // Ours: a SharedBuffer (registered, zero-copy) unless --unregistered.
+  const size_t elems = std::max<size_t>(a.max_bytes / 4, 1);
+  const bool registered = a.backend == "ucx" && !a.tuning.unregistered && !a.tuning.no_shm;
+  rf::comm::SharedBuffer shared(registered ? elems * 4 : 0);
+  std::vector<float> plain(registered ? 0 : elems, 0.0f);
+  float* buf = registered ? shared.as<float>() : plain.data();
+  std::vector<float> expect(elems);
   nlohmann::json records = nlohmann::json::array();
   if (rank == 0) {
-    std::printf("# comm_bench: backend %s, %d ranks, float sum, median of %d iterations after %d warm-up\n",
-                a.backend.c_str(), world, a.iters, a.warmup);
+    const char* what = a.backend != "ucx"       ? ""
+                       : a.tuning.no_shm         ? " (shared-memory path off)"
+                       : registered && shared.shared() ? " (registered buffer: zero-copy)"
+                                                       : " (unregistered buffer)";
+    std::printf("# comm_bench: backend %s%s, %d ranks, float sum, median of %d iterations after %d warm-up\n",
+                a.backend.c_str(), what, world, a.iters, a.warmup);
     std::printf("#%12s %12s %7s %6s %11s %11s %11s %8s\n", "size(B)", "count", "type", "redop", "time(us)",
                 "algbw(GB/s)", "busbw(GB/s)", "#wrong");
   }
@@ -144,7 +163,7 @@ int run_rank(const Args& a, int argc, char** argv) {
       for (size_t i = 0; i < count; ++i) buf[i] = value(rank, i);
       be->barrier();
       const auto t0 = rf::Clock::now();
-      be->allreduce(buf.data(), count);
+      be->allreduce(buf, count);
       const auto t1 = rf::Clock::now();
       for (size_t i = 0; i < count; ++i) wrong += buf[i] != expect[i];
       if (it >= a.warmup) times.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
