@@ -32,6 +32,7 @@ class AllreduceShmSlots : public Collective {
   bool reports_chunks() const override { return true; }
   bool plan(int, uint64_t, Round&) override { return false; }  // never asked: advance() is ours
   bool quiesce(Transport&) override { return true; }            // no transfer to cancel
+  bool needs_transport() const override { return false; }
   int64_t last_chunk() const override { return published_ ? 0 : -1; }
   void waiting_on(int& peer, int64_t& chunk) const override {
     peer = next_peer_ < world_ ? next_peer_ : -1;

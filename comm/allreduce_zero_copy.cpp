@@ -67,6 +67,7 @@ class AllreduceZeroCopy : public Collective {
   bool plan(int, uint64_t, Round&) override { return false; }  // never asked: advance() is ours
   void disable_single_copy() override { fallback_->disable_single_copy(); }
   bool quiesce(Transport& t) override { return !use_fallback_ || fallback_->quiesce(t); }
+  bool needs_transport() const override { return use_fallback_; }
   int64_t last_chunk() const override { return use_fallback_ ? fallback_->last_chunk() : static_cast<int64_t>(phase_); }
   void waiting_on(int& peer, int64_t& chunk) const override {
     if (use_fallback_) return fallback_->waiting_on(peer, chunk);

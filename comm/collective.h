@@ -59,6 +59,9 @@ class Collective {
   // sides to agree on every message's size, which collectives do by construction (blobs
   // do not). Latency-bound algorithms say no: the rendezvous adds a round trip.
   virtual bool single_copy_ok() const { return !point_to_point(); }
+  // Whether its progress depends on the transport's: false for the shared-memory
+  // collectives (they poll shared words), so the wait loop may drive UCX less often then.
+  virtual bool needs_transport() const { return true; }
 
   // The communicator's size cap on the single-copy path (UcxOptions::single_copy_max_bytes).
   virtual void disable_single_copy() { single_copy_off_ = true; }

@@ -615,7 +615,17 @@ bool UcxCommunicator::pump() {
     poison("peer", i);
     return true;
   }
-  const unsigned events = transport_->progress();
+  // While only shared-memory collectives run, UCX carries nothing they wait for: drive it
+  // every kShmProgressEvery-th pump only (it still brings D1's endpoint errors and the
+  // farewells, a few microseconds later), since a progress call costs as much as the
+  // whole poll of the shared words.
+  bool shm_only = !active_.empty();
+  for (const Pending* p : active_) shm_only = shm_only && !p->coll->needs_transport();
+  unsigned events = 0;
+  if (!shm_only || ++transport_skip_ >= kShmProgressEvery) {
+    transport_skip_ = 0;
+    events = transport_->progress();
+  }
   bool moved = events > 0;
   // A farewell can only have arrived if UCX handled an event; polling W requests on every
   // idle pump costs the small all-reduce. Every 64th pump looks anyway (belt and braces).

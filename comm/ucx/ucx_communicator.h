@@ -191,6 +191,8 @@ class UcxCommunicator : public Communicator {
   uint64_t active_version_ = ~uint64_t{0};       // queue_version_ active_ was built from
   unsigned stall_countdown_ = 0;
   unsigned farewell_countdown_ = 0;
+  static constexpr unsigned kShmProgressEvery = 16;
+  unsigned transport_skip_ = 0;
   std::vector<std::shared_ptr<Pending>> done_;   // scratch of pump(), reused
   // Farewells: each rank sends every peer exactly one, either "goodbye" when it is
   // destroyed in order or "failed" (naming the culprit) when it is poisoned; one receive
