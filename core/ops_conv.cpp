@@ -8,6 +8,7 @@
 #include "core/ops.h"
 #include "core/ops_check.h"
 #include "kernels/cpu/conv_direct.h"
+#include "kernels/cpu/elementwise.h"
 
 namespace rf {
 
@@ -82,6 +83,16 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, int64_t stri
     const bool direct_dx = dX && o.device == Device::CPU && input_grad_geometry(g, OC, &gi);
     auto col = Storage::allocate(sizeof(float) * CKK * P, o.device);
     auto padded = Storage::allocate(sizeof(float) * g.padded_size(), o.device);
+    // The weight gradient without a column matrix either: dW^T[CKK, OC] summed over the
+    // batch from the padded image and G_n^T (conv_direct_weight_grad) in a scratch, added
+    // to dW once. (dW = G_n col_n^T made Eigen pack the 300 KB column block every sample.)
+    const bool direct_dw = dW && o.device == Device::CPU && N > 0 &&
+                           kernels::cpu::conv_direct_weight_grad_fits(g, OC);
+    std::shared_ptr<Storage> gt, dwt;
+    if (direct_dw) {
+      gt = Storage::allocate(sizeof(float) * P * OC, o.device);
+      dwt = Storage::allocate(sizeof(float) * CKK * OC, o.device);
+    }
     std::shared_ptr<Storage> wt, gpad;
     if (direct_dx) {
       wt = Storage::allocate(sizeof(float) * OC * CKK, o.device);
@@ -93,8 +104,16 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, int64_t stri
       // Per sample, while G_n is in cache (a separate pass over G would read it again).
       if (db) k.add_channel_bias_backward(1, OC, P, Gn, db);
       if (dW) {  // dW[OC, CKK] += G_n[OC, P] col_n[CKK, P]^T
-        k.im2col(g, X->data() + n * in_plane, col->data(), P, padded->data());
-        k.gemm(false, true, OC, CKK, P, 1.0f, Gn, P, col->data(), P, 1.0f, dW, CKK);
+        if (direct_dw) {
+          const float* x_n = X->data() + n * in_plane;
+          if (g.padding > 0) kernels::cpu::pad_image(g, x_n, padded->data());
+          kernels::cpu::transpose(OC, P, Gn, gt->data());
+          kernels::cpu::conv_direct_weight_grad(g, OC, g.padding > 0 ? padded->data() : x_n,
+                                                gt->data(), n == 0 ? 0.0f : 1.0f, dwt->data());
+        } else {
+          k.im2col(g, X->data() + n * in_plane, col->data(), P, padded->data());
+          k.gemm(false, true, OC, CKK, P, 1.0f, Gn, P, col->data(), P, 1.0f, dW, CKK);
+        }
       }
       if (direct_dx) {  // dX_n (+)= the flipped kernel over G_n padded by K-1-p
         kernels::cpu::pad_image(gi, Gn, gpad->data());
@@ -104,6 +123,11 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, int64_t stri
         k.gemm(true, false, CKK, P, OC, 1.0f, W->data(), CKK, Gn, P, 0.0f, col->data(), P);
         k.col2im(g, col->data(), P, dX.data + n * in_plane, padded->data(), dX.accumulate());
       }
+    }
+    if (direct_dw) {
+      const float* t = dwt->data();
+      for (int64_t oc = 0; oc < OC; ++oc)
+        for (int64_t j = 0; j < CKK; ++j) dW[oc * CKK + j] += t[j * OC + oc];
     }
   }, x.device());
 

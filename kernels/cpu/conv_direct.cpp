@@ -91,7 +91,82 @@ void tile_rows(int64_t mr, const Plane& p, const float* w, int64_t ldw, const fl
   }
 }
 
+// TR taps (rows of dwt) x NV vectors of output channels; the last vector masked to `last`.
+template <int TR, int NV>
+void wgrad_tile(const ConvGeometry& g, int64_t t0, int64_t M, const float* padded,
+                const float* gt, __mmask16 last, float beta, float* dwt) {
+  const int64_t Wp = g.width + 2 * g.padding, plane = (g.height + 2 * g.padding) * Wp;
+  const int64_t KK = g.kernel_h * g.kernel_w, OH = g.out_h(), OW = g.out_w();
+  const float* tap[TR];
+  for (int r = 0; r < TR; ++r) {
+    const int64_t t = t0 + r, c = t / KK, kh = (t % KK) / g.kernel_w, kw = t % g.kernel_w;
+    tap[r] = padded + c * plane + kh * Wp + kw;
+  }
+  __m512 acc[TR][NV];
+#pragma GCC unroll 8
+  for (int r = 0; r < TR; ++r)
+#pragma GCC unroll 2
+    for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
+  const float* b = gt;
+  for (int64_t oh = 0; oh < OH; ++oh) {
+    const int64_t row = oh * Wp;
+    for (int64_t ow = 0; ow < OW; ++ow, b += M) {
+      __m512 bv[NV];
+#pragma GCC unroll 2
+      for (int v = 0; v < NV; ++v)
+        bv[v] = _mm512_maskz_loadu_ps(v + 1 == NV ? last : static_cast<__mmask16>(0xFFFF), b + 16 * v);
+#pragma GCC unroll 8
+      for (int r = 0; r < TR; ++r) {
+        const __m512 a = _mm512_set1_ps(tap[r][row + ow]);
+#pragma GCC unroll 2
+        for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(a, bv[v], acc[r][v]);
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < TR; ++r)
+#pragma GCC unroll 2
+    for (int v = 0; v < NV; ++v) {
+      const __mmask16 m = v + 1 == NV ? last : static_cast<__mmask16>(0xFFFF);
+      float* o = dwt + (t0 + r) * M + 16 * v;
+      __m512 s = acc[r][v];
+      if (beta != 0.0f) s = _mm512_add_ps(s, _mm512_maskz_loadu_ps(m, o));
+      _mm512_mask_storeu_ps(o, m, s);
+    }
+}
+
+template <int NV>
+void wgrad_rows(int64_t tr, const ConvGeometry& g, int64_t t0, int64_t M, const float* padded,
+                const float* gt, __mmask16 last, float beta, float* dwt) {
+  switch (tr) {
+#define RF_ROWS(N) \
+  case N: return wgrad_tile<N, NV>(g, t0, M, padded, gt, last, beta, dwt);
+    RF_ROWS(1) RF_ROWS(2) RF_ROWS(3) RF_ROWS(4) RF_ROWS(5) RF_ROWS(6) RF_ROWS(7) RF_ROWS(8)
+#undef RF_ROWS
+    default: RF_ENFORCE(false, "conv_direct_weight_grad: tile of ", tr, " taps");
+  }
+}
+
 }  // namespace
+
+bool conv_direct_weight_grad_fits(const ConvGeometry& g, int64_t M) {
+  return g.stride == 1 && M >= 1 && M <= 32;
+}
+
+void conv_direct_weight_grad(const ConvGeometry& g, int64_t M, const float* padded,
+                             const float* gt, float beta, float* dwt) {
+  RF_ENFORCE(conv_direct_weight_grad_fits(g, M), "conv_direct_weight_grad: stride ", g.stride,
+             ", ", M, " channels");
+  RF_ENFORCE(beta == 0.0f || beta == 1.0f, "conv_direct_weight_grad: beta must be 0 or 1, got ", beta);
+  const int64_t T = g.col_rows();
+  const bool two = M > 16;
+  const __mmask16 last = lanes(two ? M - 16 : M);
+  for (int64_t t0 = 0; t0 < T; t0 += 8) {
+    const int64_t tr = std::min<int64_t>(8, T - t0);
+    if (two) wgrad_rows<2>(tr, g, t0, M, padded, gt, last, beta, dwt);
+    else wgrad_rows<1>(tr, g, t0, M, padded, gt, last, beta, dwt);
+  }
+}
 
 bool conv_direct_fits(const ConvGeometry& g) { return g.stride == 1 && g.out_w() <= 32; }
 
@@ -129,6 +204,11 @@ void conv_direct(const ConvGeometry& g, int64_t M, const float* w, int64_t ldw,
 #else  // no AVX-512: conv2d uses im2col + GEMM
 
 bool conv_direct_fits(const ConvGeometry&) { return false; }
+bool conv_direct_weight_grad_fits(const ConvGeometry&, int64_t) { return false; }
+void conv_direct_weight_grad(const ConvGeometry&, int64_t, const float*, const float*, float,
+                             float*) {
+  RF_ENFORCE(false, "conv_direct_weight_grad needs AVX-512");
+}
 void conv_direct(const ConvGeometry&, int64_t, const float*, int64_t, const float*, float, float*) {
   RF_ENFORCE(false, "conv_direct needs AVX-512");
 }

@@ -31,4 +31,13 @@ void pad_image(const ConvGeometry& g, const float* image, float* padded);
 void conv_direct(const ConvGeometry& g, int64_t M, const float* w, int64_t ldw,
                  const float* padded, float beta, float* out);
 
+// The weight gradient the same way, transposed, with M <= 32 output channels:
+//   dwt[(c * KH + kh) * KW + kw, m] (beta 0: =, 1: +=) sum over (oh, ow) of
+//       padded[c, oh + kh, ow + kw] * gt[oh * OW + ow, m]
+// where gt is the output gradient transposed to [OH*OW, M]. dwt is [C*KH*KW, M]: the
+// caller sums samples into it and adds its transpose to dW once per batch.
+bool conv_direct_weight_grad_fits(const ConvGeometry& g, int64_t M);
+void conv_direct_weight_grad(const ConvGeometry& g, int64_t M, const float* padded,
+                             const float* gt, float beta, float* dwt);
+
 }  // namespace rf::kernels::cpu

@@ -1,5 +1,9 @@
 #include "kernels/cpu/elementwise.h"
 
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
 namespace rf::kernels::cpu {
 
 void fill(float* x, int64_t n, float value) {
@@ -16,6 +20,24 @@ void copy(int64_t n, const float* x, float* y) {
 
 void add(int64_t n, const float* a, const float* b, float* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+}
+
+void transpose(int64_t rows, int64_t cols, const float* src, float* dst) {
+  int64_t r0 = 0;
+#if defined(__AVX512F__)
+  // 16 rows at a time: each output row's 16 floats in one gather (strided by cols) and
+  // one contiguous store, instead of 16 scalar stores cols floats apart.
+  if (cols <= (int64_t{1} << 26)) {
+    const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                           _mm512_set1_epi32(static_cast<int32_t>(cols)));
+    for (; r0 + 16 <= rows; r0 += 16)
+      for (int64_t c = 0; c < cols; ++c)
+        _mm512_storeu_ps(dst + c * rows + r0, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), 0xFFFF, idx,
+                                                                        src + r0 * cols + c, 4));
+  }
+#endif
+  for (int64_t c = 0; c < cols; ++c)
+    for (int64_t r = r0; r < rows; ++r) dst[c * rows + r] = src[r * cols + c];
 }
 
 void add_row_bias(int64_t rows, int64_t cols, const float* x, const float* bias, float* out) {

@@ -1,8 +1,9 @@
 // conv_direct (the implicit-GEMM stride-1 convolution) against im2col + GEMM on the same
 // data: every tile shape (one vector per row and two output rows, two vectors per row,
 // the odd last row), channel counts that are not a multiple of the 8-channel tile, with
-// and without padding, overwrite and accumulate. Plus gemm_small against a naive product
-// on shapes spanning several tiles, with ragged edges and leading dimensions.
+// and without padding, overwrite and accumulate. conv_direct_weight_grad against
+// G col^T the same way; transpose; gemm_small against a naive product on shapes spanning
+// several tiles, with ragged edges and leading dimensions.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -10,6 +11,7 @@
 
 #include "kernels/cpu/conv.h"
 #include "kernels/cpu/conv_direct.h"
+#include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_small.h"
 
@@ -59,9 +61,68 @@ TEST_CASE("conv_direct equals im2col + gemm") {
   }
 }
 
+TEST_CASE("conv_direct_weight_grad equals G col^T, transposed") {
+  struct Case { int64_t C, H, W, K, pad, M; };
+  const Case cases[] = {
+      {1, 28, 28, 5, 2, 16},  // the CNN's first conv: 25 taps (8 + 8 + 8 + 1), one vector
+      {16, 14, 14, 5, 2, 32}, // its second: 400 taps, two vectors
+      {3, 7, 9, 3, 1, 21},    // a masked second vector
+      {2, 5, 6, 3, 0, 5},     // no padding, a masked single vector
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.C);
+    CAPTURE(c.M);
+    const ConvGeometry g{c.C, c.H, c.W, c.K, c.K, 1, c.pad};
+    if (!conv_direct_weight_grad_fits(g, c.M)) {
+      MESSAGE("conv_direct_weight_grad not built here (no AVX-512): nothing to compare");
+      return;
+    }
+    const int64_t P = g.col_cols(), CKK = g.col_rows();
+    std::vector<float> x(c.C * c.H * c.W), G(c.M * P), gt(P * c.M), col(CKK * P), pad(g.padded_size());
+    for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.9f * i + 0.1f);
+    for (size_t i = 0; i < G.size(); ++i) G[i] = std::cos(0.23f * i);
+    std::vector<float> ref(c.M * CKK), dwt(CKK * c.M);
+    im2col(g, x.data(), col.data(), P, pad.data());
+    gemm(false, true, c.M, CKK, P, 1.0f, G.data(), P, col.data(), P, 0.0f, ref.data(), CKK);
+
+    transpose(c.M, P, G.data(), gt.data());
+    for (int64_t m = 0; m < c.M; ++m)
+      for (int64_t p = 0; p < P; ++p) REQUIRE(gt[p * c.M + m] == G[m * P + p]);
+    const float* src = x.data();
+    if (c.pad > 0) {
+      pad_image(g, x.data(), pad.data());
+      src = pad.data();
+    }
+    for (float& v : dwt) v = NAN;  // beta 0 must not read dwt
+    conv_direct_weight_grad(g, c.M, src, gt.data(), 0.0f, dwt.data());
+    for (int64_t m = 0; m < c.M; ++m)
+      for (int64_t t = 0; t < CKK; ++t)
+        REQUIRE(dwt[t * c.M + m] == doctest::Approx(ref[m * CKK + t]).epsilon(1e-5));
+    // beta 1: a second sample (the same one) sums onto the first.
+    conv_direct_weight_grad(g, c.M, src, gt.data(), 1.0f, dwt.data());
+    for (int64_t m = 0; m < c.M; ++m)
+      for (int64_t t = 0; t < CKK; ++t)
+        REQUIRE(dwt[t * c.M + m] == doctest::Approx(2.0 * ref[m * CKK + t]).epsilon(1e-5));
+  }
+}
+
+TEST_CASE("transpose: rows that are and are not a multiple of 16") {
+  for (int64_t rows : {1, 16, 37}) {
+    CAPTURE(rows);
+    const int64_t cols = 19;
+    std::vector<float> a(rows * cols), t(rows * cols);
+    for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(i);
+    transpose(rows, cols, a.data(), t.data());
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) REQUIRE(t[c * rows + r] == a[r * cols + c]);
+  }
+}
+
 TEST_CASE("conv_direct refuses what it does not handle") {
   CHECK_FALSE(conv_direct_fits(ConvGeometry{1, 8, 8, 3, 3, 2, 1}));   // stride 2
   CHECK_FALSE(conv_direct_fits(ConvGeometry{1, 8, 40, 3, 3, 1, 1}));  // out_w 40 > 32
+  CHECK_FALSE(conv_direct_weight_grad_fits(ConvGeometry{1, 8, 8, 3, 3, 2, 1}, 8));  // stride 2
+  CHECK_FALSE(conv_direct_weight_grad_fits(ConvGeometry{1, 8, 8, 3, 3, 1, 1}, 33));  // > 32 channels
 }
 
 TEST_CASE("gemm_small equals the naive product across tiles, ragged edges and strides") {
