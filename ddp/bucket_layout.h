@@ -7,6 +7,15 @@
 // flat float buffer, each parameter's gradient a view at `offset` into it. The last bucket
 // (the highest index, launched last) also carries the control block (R5) after its
 // gradients. Pure: no tensors, only sizes, so it is unit-tested on its own.
+//
+// The last bucket is special: its gradients are final only at the very end of backward,
+// so its all-reduce overlaps nothing — it is the exposed part of communication. With
+// `last_cap_bytes` > 0 the last bucket is kept small: it takes the parameters backward
+// finalises LAST (the first registered) while they fit in last_cap_bytes, and the rest
+// are packed as above into the buckets before it, which overlap the first layers'
+// backward. (For the reference CNN: fc2+fc1 overlap the conv layers' backward, the
+// 53 KB of conv gradients stay exposed.) When the first parameter alone does not fit, or
+// every parameter does, the layout is the plain one.
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -28,7 +37,8 @@ struct BucketLayout {
 
 // numels: each parameter's element count, in registration order. Throws rf::InvalidInput
 // for an empty list, a parameter of no elements, a zero cap, or more buckets than the
-// tag's op field can name (comm::StepTag::kMaxUserOp + 1).
-BucketLayout make_bucket_layout(const std::vector<int64_t>& numels, size_t cap_bytes);
+// tag's op field can name (comm::StepTag::kMaxUserOp + 1). last_cap_bytes: see above
+// (0 = off; it never exceeds cap_bytes).
+BucketLayout make_bucket_layout(const std::vector<int64_t>& numels, size_t cap_bytes, size_t last_cap_bytes = 0);
 
 }  // namespace rf::ddp

@@ -21,7 +21,7 @@ Reducer::Reducer(const std::vector<NamedTensor>& params, ReducerOptions options)
       throw InvalidInput(str("ddp reducer: '", name, "' is not a parameter (a leaf that requires grad)"));
     numels.push_back(p.numel());
   }
-  layout_ = make_bucket_layout(numels, opt_.bucket_cap_bytes);
+  layout_ = make_bucket_layout(numels, opt_.bucket_cap_bytes, opt_.last_bucket_cap_bytes);
   // Allocated (and so faulted in) once; every step reuses them.
   for (int b = 0; b < layout_.num_buckets(); ++b) {
     const bool last = b + 1 == layout_.num_buckets();
@@ -58,7 +58,9 @@ void Reducer::begin_step(comm::Communicator& comm, uint64_t step, const ControlB
   comm_ = &comm;
   step_ = step;
   next_start_ = 0;
-  started_early_ = 0;
+  timeline_ = {};
+  timeline_.begin = Clock::now();
+  timeline_.buckets = layout_.num_buckets();
 }
 
 void Reducer::set_local_loss(float loss_sum) {
@@ -72,7 +74,7 @@ void Reducer::on_grad_ready(int param) {
   if (--pending_[b] == 0 && opt_.overlap) {
     const int before = next_start_;
     start_ready_buckets();
-    started_early_ += next_start_ - before;
+    timeline_.started_early += next_start_ - before;
   }
 }
 
@@ -85,18 +87,24 @@ void Reducer::start_ready_buckets() {
 }
 
 void Reducer::start_bucket(int b) {
+  if (b == 0) timeline_.first_start = Clock::now();
   comm::Buffer whole{buf(b), buffer_floats_[b], comm::DType::f32};
   work_[b] = comm_->allreduce_start(whole, comm::OpId{step_, static_cast<uint32_t>(b)});
 }
 
 ControlBlock Reducer::finish() {
   RF_ENFORCE(comm_ != nullptr, "finish without begin_step");
+  timeline_.finish_enter = Clock::now();
   try {
+    // Which overlapped buckets the communicator finished while backward ran (test() pumps
+    // at most once, and only if nobody drives: it cannot hide a long wait).
+    for (int b = 0; b < next_start_; ++b) timeline_.done_at_finish += work_[b]->test() ? 1 : 0;
     // Buckets whose hooks did not all fire (an empty local batch, an unused parameter)
     // still join the collective: all ranks start the same ones in the same order.
     for (int b = 0; b < next_start_; ++b) work_[b]->wait();
     for (; next_start_ < layout_.num_buckets(); ++next_start_) {
       comm::Buffer whole{buf(next_start_), buffer_floats_[next_start_], comm::DType::f32};
+      if (next_start_ == 0) timeline_.first_start = Clock::now();
       comm_->allreduce(whole, comm::OpId{step_, static_cast<uint32_t>(next_start_)});
     }
   } catch (...) {
@@ -114,6 +122,7 @@ ControlBlock Reducer::finish() {
     const int64_t count = layout_.bucket_floats[b];
     for (int64_t i = 0; i < count; ++i) g[i] /= n;
   }
+  timeline_.finish_end = Clock::now();
   return sum;
 }
 

@@ -21,6 +21,7 @@
 #include <memory>
 #include <vector>
 
+#include "base/clock.h"
 #include "comm/communicator.h"
 #include "core/storage.h"
 #include "core/tensor.h"
@@ -29,9 +30,26 @@
 
 namespace rf::ddp {
 
+// Where the time of the last finished step went, from the training thread's side: is the
+// overlap real (buckets started during backward, and done before finish() needed them)
+// and how much communication stayed exposed (the time spent inside finish()). A handful
+// of clock reads per step; ddp_bench reads it.
+struct StepTimeline {
+  TimePoint begin;                      // begin_step
+  TimePoint first_start;                // first bucket handed to the communicator
+  TimePoint finish_enter, finish_end;   // finish(): the only wait of the training thread
+  int buckets = 0;
+  int started_early = 0;                // buckets started during backward
+  int done_at_finish = 0;               // ...of which complete when finish() began
+};
+
 struct ReducerOptions {
   size_t bucket_cap_bytes = size_t{25} << 20;  // 25 MiB, as PyTorch DDP
   bool overlap = true;  // false: every bucket is started in finish(), after backward
+  // The last bucket (its all-reduce overlaps nothing) holds at most this many bytes of the
+  // gradients backward finalises last (bucket_layout.h); 0 = off. See docs/ddp.md for the
+  // measurement behind the default.
+  size_t last_bucket_cap_bytes = size_t{256} << 10;
 };
 
 class Reducer {
@@ -63,7 +81,8 @@ class Reducer {
   const BucketLayout& layout() const { return layout_; }
   int num_buckets() const { return layout_.num_buckets(); }
   // Buckets started before finish() in the last step (how much overlapped backward).
-  int started_during_backward() const { return started_early_; }
+  int started_during_backward() const { return timeline_.started_early; }
+  const StepTimeline& timeline() const { return timeline_; }
 
  private:
   void on_grad_ready(int param);
@@ -82,7 +101,7 @@ class Reducer {
   comm::Communicator* comm_ = nullptr;  // armed between begin_step and finish/abandon
   uint64_t step_ = 0;
   int next_start_ = 0;
-  int started_early_ = 0;
+  StepTimeline timeline_;
   double global_loss_ = 0.0;
   // The hooks outlive the reducer (they belong to the parameters): they reach it through
   // this cell, which the destructor clears.

@@ -539,6 +539,8 @@ Trainer::~Trainer() = default;
 
 TrainerResult Trainer::run() { return impl_->run(); }
 
+const StepTimeline& Trainer::last_step_timeline() const { return impl_->reducer.timeline(); }
+
 TrainerProgress Trainer::progress() const {
   const Impl& i = *impl_;
   TrainerProgress p;

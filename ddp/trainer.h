@@ -118,6 +118,9 @@ class Trainer {
   TrainerResult run();
   // Only from the training thread (on_step) or when run() is not running.
   TrainerProgress progress() const;
+  // Where the last applied step's time went in the reducer (overlap, exposed wait); same
+  // threading rule as progress().
+  const StepTimeline& last_step_timeline() const;
 
  private:
   struct Impl;
