@@ -10,6 +10,22 @@ TrainState::TrainState(nn::Module& model, optim::Optimizer& optimizer, std::stri
 
 std::string TrainState::digest() const { return state_digest(model_, optimizer_); }
 
+const std::string& TrainState::current_digest() const {
+  if (!memo_valid_) {
+    memo_ = digest();
+    memo_valid_ = true;
+  }
+  return memo_;
+}
+
+size_t TrainState::image_size() const {
+  ckpt::SnapshotMeta meta;
+  meta.model = model_name_;
+  meta.step = step_;
+  meta.optimizer = "optimizer";
+  return ckpt::snapshot_size(model_, optimizer_, meta);
+}
+
 void TrainState::write_image(uint64_t generation, int world, std::vector<std::byte>& out) const {
   ckpt::SnapshotMeta meta;
   meta.model = model_name_;
@@ -26,6 +42,8 @@ void TrainState::restore_verified(std::span<const std::byte> image, int64_t expe
   expect.model = model_name_;
   expect.step = expect_step;
   expect.digest = expect_digest;
+  // A refused image changed nothing (R6), but forget the memo either way: cheap and sure.
+  state_changed();
   const ckpt::SnapshotMeta m = ckpt::restore_state(image, model_, optimizer_, expect, source);
   step_ = m.step;
 }

@@ -77,6 +77,7 @@ struct Trainer::Impl {
   int rank = 0, world = 1;
   std::vector<std::byte> staging;  // the image buffer, reused by every transfer (R6)
   uint64_t staging_size = 0;
+  std::thread staging_thread;      // faults `staging` in once (start_staging_pretouch)
   std::vector<int32_t> y_buf;
   TrainerResult result;
   std::unique_ptr<ckpt::AsyncCheckpointer> checkpointer;  // made when this worker is rank 0
@@ -118,7 +119,7 @@ struct Trainer::Impl {
     // state, and when nobody holds any the plan says fresh_start (everyone starts from
     // the identical initial state their program built from the seed).
     if (state.step() < 0) return {};
-    return {true, state.step(), state.digest()};
+    return {true, state.step(), state.current_digest()};
   }
 
   // Steps 5-7 for the plan just received. Returns false when the generation was revoked
@@ -156,10 +157,11 @@ struct Trainer::Impl {
 
     // Step 6: transfer S_T to every rank behind T (R6 on the receiving side).
     t0 = Clock::now();
+    await_staging();
     try {
       if (plan.fresh_start) {
         state.set_step(-1);
-        audit_->record("start", plan.generation, -1, state.digest(), rank, world);
+        audit_->record("start", plan.generation, -1, state.current_digest(), rank, world);
       } else {
         // The image's size travels first (comm's receives name their size), then the
         // image itself: the same safetensors bytes a disk checkpoint holds.
@@ -184,13 +186,13 @@ struct Trainer::Impl {
           uint64_t size = 0;
           comm->recv(*me->source_rank, &size, sizeof size, size_op);
           if (size > (uint64_t{1} << 40)) throw InvalidInput(str("state image of ", size, " bytes announced"));
-          // The staging buffer of R6, pre-touched at start (pretouch_staging): grown only if
+          // The staging buffer of R6, pre-touched at start (start_staging_pretouch): grown only if
           // this image is larger, never shrunk (a shrink then a grow would zero-fill again).
           if (size > staging.size()) staging.resize(size);
           comm->recv(*me->source_rank, staging.data(), size, image_op);
           state.restore_verified({staging.data(), size}, plan.target_step, plan.target_digest,
                                  str("state image from rank ", *me->source_rank, " (generation ", plan.generation, ")"));
-          audit_->record("transfer", plan.generation, state.step(), state.digest(), rank, world,
+          audit_->record("transfer", plan.generation, state.step(), state.current_digest(), rank, world,
                          str("\"source\":", *me->source_rank));
         }
       }
@@ -228,7 +230,7 @@ struct Trainer::Impl {
   // All-gather of digests; DivergenceError names every rank's digest on a mismatch.
   void verify_digests(uint64_t tag_step, const char* when) {
     // (step, digest) of every rank: 1 + 4 words each.
-    const std::string mine = state.digest();
+    const std::string mine = state.current_digest();
     std::vector<uint64_t> in(5), out(5 * static_cast<size_t>(world));
     in[0] = static_cast<uint64_t>(state.step());
     digest_words(mine, in.data() + 1);
@@ -261,14 +263,20 @@ struct Trainer::Impl {
   }
 
   // The staging buffer of step 6 is as large as the state image (parameters + optimizer
-  // buffers: 800 MB for 100M parameters with momentum). Faulting it in during a recovery
-  // would cost ~13 us per 4 KiB page here (2.6 s for 800 MB), so every worker writes its
-  // own image into it once before joining: the pages are resident when a transfer comes
-  // (a source serialises into it, a receiver receives into it). The slack covers the
-  // header's few varying digits (step, generation).
-  void pretouch_staging() {
-    state.write_image(0, 1, staging);
-    staging.resize(staging.size() + 4096);
+  // buffers: 800 MB for 100M parameters with momentum). Faulting it in during a transfer
+  // would cost ~13 us per 4 KiB page here (2.6 s for 800 MB), so it is faulted in once,
+  // ahead of need — on a thread of its own started right after join(), so a replacement
+  // reports at once and its page faults overlap the round, the connect and the source's
+  // serialisation instead of delaying all of them (await_staging() before step 6 and
+  // before training). Only the pages are wanted: a zero fill of the image's size, not an
+  // image (no digest, no CRCs). The slack covers the header's few varying digits (step,
+  // generation); the buffer is never shrunk, so it stays resident.
+  void start_staging_pretouch() {
+    const size_t bytes = state.image_size() + 4096;
+    staging_thread = std::thread([this, bytes] { staging.resize(bytes); });
+  }
+  void await_staging() {
+    if (staging_thread.joinable()) staging_thread.join();
   }
 
   // Rank 0 alone writes (every replica holds the same S, R4); the directory's writer lock
@@ -354,9 +362,12 @@ struct Trainer::Impl {
       if (client) client->set_step(s);
       result.final_loss = reducer.global_loss();
       if (audit_->enabled())
-        audit_->record("apply", plan.generation, s, state.digest(), rank, world,
+        audit_->record("apply", plan.generation, s, state.current_digest(), rank, world,
                      str("\"loss\":", reducer.global_loss()));
-      if (cfg.on_step) cfg.on_step(s, reducer.global_loss());
+      if (cfg.on_step) {
+        cfg.on_step(s, reducer.global_loss());
+        state.state_changed();  // user code may have written S (a test corrupts a replica)
+      }
       window_samples += sums.samples;
       if (cfg.log_interval > 0 && rank == 0 && ((s + 1) % cfg.log_interval == 0 || s + 1 == cfg.steps)) {
         const double dt = seconds_since(window_t);
@@ -448,6 +459,7 @@ struct Trainer::Impl {
   // The heartbeat thread calls back into this object (abort_comm): stop it before any
   // member goes, also when run() ended with an exception.
   ~Impl() {
+    await_staging();
     stop_watchdog();
     if (client) client->close();
   }
@@ -473,10 +485,10 @@ struct Trainer::Impl {
     if (cfg.resume) {
       if (cfg.ckpt_dir.empty()) throw InvalidInput("resume needs a checkpoint directory (ckpt_dir)");
       restore_from_disk();
-      audit_->record("resume", 0, state.step(), state.digest(), -1, 0);
+      audit_->record("resume", 0, state.step(), state.current_digest(), -1, 0);
     }
-    pretouch_staging();
     client->join();
+    start_staging_pretouch();
     if (cfg.hang_timeout.count() > 0) watchdog = std::thread([this] { watchdog_main(); });
     const TimePoint t0 = Clock::now();
     bool first = true;

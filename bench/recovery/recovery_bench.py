@@ -3,7 +3,7 @@
 the new generation, by phase, for the reference MLP and CNN (W ranks, one thread each).
 
     recovery_bench.py [--build build] [--world 2] [--steps 120] [--fail-step 60] [--trials 3]
-                      [--models mlp,cnn] [--faults kill,stop] [--json OUT]
+                      [--models mlp,cnn] [--faults kill,stop] [--spares N] [--json OUT]
 
 For every (model, fault, trial) it runs `ringfence run -n W --inject FAULT` with
 bench/recovery's worker and reads
@@ -18,6 +18,9 @@ bench/recovery's worker and reads
     the failed step, the launcher and every worker are SIGKILLed, and the same job is
     started again with --resume from its last disk checkpoint (every --ckpt-every steps):
     time from the kill to the first completed step, and the steps redone.
+  --spares N starts N standby workers with the job (`ringfence run --spares N`): a spare
+  has built its model and faulted its buffers in before any failure, so it takes the dead
+  rank's place without a start-up inside the recovery.
 """
 import argparse
 import glob
@@ -46,7 +49,8 @@ def one_run(args, model, fault):
     summary = os.path.join(work, "summary.json")
     spec = FAULTS[fault].format(s=args.fail_step)
     cmd = [os.path.join(args.build, "bin", "ringfence"), "run", "-n", str(args.world), "--quiet", "--summary", summary,
-           "--inject", spec, "--heartbeat", args.heartbeat, "--lease", args.lease, "--",
+           "--inject", spec, "--heartbeat", args.heartbeat, "--lease", args.lease] + \
+          (["--spares", str(args.spares)] if args.spares else []) + ["--",
            os.path.join(args.build, "bin", "recovery_worker"), "--model", model, "--steps", str(args.steps),
            "--audit-dir", aud, "--batch", str(args.batch)] + (["--data-dir", args.data_dir] if args.data_dir else [])
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
@@ -130,12 +134,13 @@ def main():
     ap.add_argument("--heartbeat", default="100ms")
     ap.add_argument("--lease", default="1s")
     ap.add_argument("--ckpt-every", type=int, default=100)
+    ap.add_argument("--spares", type=int, default=0, help="standby workers started with the job")
     ap.add_argument("--data-dir", help="real Fashion-MNIST (default: synthetic, no load time)")
     ap.add_argument("--json")
     args = ap.parse_args()
     rows = []
     print(f"# recovery_bench: W={args.world}, batch {args.batch}, fault at step {args.fail_step}, "
-          f"heartbeat {args.heartbeat}, lease {args.lease}; times in ms")
+          f"heartbeat {args.heartbeat}, lease {args.lease}, spares {args.spares}; times in ms")
     print(f"{'model':5} {'fault':5} {'trial':>5} {'to 1st step':>11} {'detect':>8} {'agree':>8} {'connect':>8} "
           f"{'transfer':>8} {'verify':>8} {'redone':>6} {'step':>6}")
     for model in args.models.split(","):

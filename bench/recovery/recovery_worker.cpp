@@ -6,16 +6,23 @@
 //                   [--big-params N (default 100M)]
 //                   [--data-dir D] [--threads T] [--no-overlap] [--bucket-mib M]
 //                   [--ckpt-dir D --ckpt-every N [--resume]]
+//   recovery_worker --model big --profile    (no job: times the start-up and the state
+//                   operations of one recovery in this process, one line each, ms)
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <string>
 
+#include "base/clock.h"
 #include "base/error.h"
 #include "base/str.h"
 #include "core/data/data.h"
 #include "core/ops.h"
 #include "core/optim/sgd.h"
+#include "ddp/reducer.h"
+#include "ddp/train_state.h"
 #include "ddp/trainer.h"
 #include "kernels/cpu/gemm.h"
 #include "models/reference.h"
@@ -48,6 +55,62 @@ class BigState : public nn::Module {
   std::shared_ptr<nn::Module> mlp_;
   Tensor ones_, eps_;
 };
+double ms_since(TimePoint t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+
+// Where a replacement's start-up and one recovery's state work go, without a job: each
+// operation timed once, in the order a recovery runs them (bench/RESULTS.md "Recovery").
+int profile(const std::string& model, int64_t big_params, int64_t samples) {
+  TimePoint t = Clock::now();
+  const auto kind = model == "cnn" ? models::ModelKind::CNN : models::ModelKind::MLP;
+  std::shared_ptr<nn::Module> net = models::make_model(kind, 0);
+  if (model == "big") net = std::make_shared<BigState>(net, big_params);
+  std::printf("start-up  model (parameters initialised)      %8.1f ms\n", ms_since(t));
+  t = Clock::now();
+  optim::SGD sgd(net->named_parameters(), {.lr = 0.05f, .momentum = 0.9f});
+  std::printf("start-up  optimizer (momentum zeroed)        %8.1f ms\n", ms_since(t));
+  t = Clock::now();
+  ddp::Reducer red(net->named_parameters(), {});
+  std::printf("start-up  reducer (gradient buckets zeroed)  %8.1f ms\n", ms_since(t));
+  t = Clock::now();
+  const data::Dataset ds = data::make_synthetic(samples, 1, 28, 28, 10, 1);
+  std::printf("start-up  synthetic data (%lld samples)      %8.1f ms\n", static_cast<long long>(samples), ms_since(t));
+  ddp::TrainState st(*net, sgd, "big-state");
+  st.set_step(0);
+  std::vector<std::byte> staging, other;
+  t = Clock::now();
+  st.write_image(0, 1, staging);
+  std::printf("start-up  staging pre-touch (first image)    %8.1f ms  (%.0f MB)\n", ms_since(t),
+              static_cast<double>(staging.size()) / 1e6);
+  t = Clock::now();
+  const std::string d = st.digest();
+  std::printf("recovery  digest of S                        %8.1f ms\n", ms_since(t));
+  t = Clock::now();
+  st.write_image(1, 2, staging);
+  std::printf("recovery  source: image into the warm buffer %8.1f ms\n", ms_since(t));
+  t = Clock::now();
+  other.assign(staging.begin(), staging.end());
+  std::printf("(a copy into a cold buffer, for scale)       %8.1f ms\n", ms_since(t));
+  {
+    // The same into a cold buffer backed by transparent huge pages (THP "madvise" mode):
+    // the reserve maps without touching, madvise marks the 2 MiB-aligned interior.
+    std::vector<std::byte> huge;
+    huge.reserve(staging.size());
+    const auto a = (reinterpret_cast<uintptr_t>(huge.data()) + (size_t{2} << 20) - 1) & ~((uintptr_t{2} << 20) - 1);
+    const auto e = (reinterpret_cast<uintptr_t>(huge.data()) + staging.size()) & ~((uintptr_t{2} << 20) - 1);
+    t = Clock::now();
+    const int rc = e > a ? ::madvise(reinterpret_cast<void*>(a), e - a, MADV_HUGEPAGE) : -1;
+    huge.assign(staging.begin(), staging.end());
+    std::printf("(the same, MADV_HUGEPAGE%s)                 %8.1f ms\n", rc == 0 ? "" : " FAILED", ms_since(t));
+  }
+  t = Clock::now();
+  st.restore_verified({staging.data(), staging.size()}, 0, d, "profile");
+  std::printf("recovery  receiver: validate + swap in (R6)  %8.1f ms\n", ms_since(t));
+  t = Clock::now();
+  (void)st.current_digest();
+  std::printf("recovery  digest after the swap (verify)     %8.1f ms\n", ms_since(t));
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -58,6 +121,7 @@ int main(int argc, char** argv) {
   int64_t samples = 8192;
   int threads = 1;
   int64_t big_params = 100'000'000;
+  bool prof = false;
   try {
     for (int i = 1; i < argc; ++i) {
       const std::string f = argv[i];
@@ -78,10 +142,13 @@ int main(int argc, char** argv) {
       else if (f == "--ckpt-dir") cfg.ckpt_dir = val();
       else if (f == "--ckpt-every") cfg.ckpt_every = std::stoll(val());
       else if (f == "--resume") cfg.resume = true;
+      else if (f == "--profile") prof = true;
       else throw InvalidInput(str("unknown option ", f));
     }
     if (model != "mlp" && model != "cnn" && model != "big")
       throw InvalidInput(str("--model ", model, ": expected mlp, cnn or big"));
+    kernels::cpu::set_num_threads(threads);
+    if (prof) return profile(model, big_params, samples);
     const char* slot = std::getenv("RINGFENCE_SLOT");
     const char* inc = std::getenv("RINGFENCE_INCARNATION");
     if (!audit_dir.empty()) {

@@ -93,3 +93,26 @@ TEST_CASE("the digest is rf::state_digest: parameters, buffers and counters") {
   a.model->parameters()[0].values()[3] += 1.0f;
   CHECK(a.state.digest() != d0);
 }
+
+TEST_CASE("the remembered digest lasts until S may have changed") {
+  Replica a, b;
+  const std::string d0 = a.state.current_digest();
+  CHECK(d0 == a.state.digest());
+  a.train_one(0.5f);
+  CHECK(a.state.current_digest() == d0);  // not told yet: the memo stands
+  a.state.set_step(0);                    // the trainer's call after the update
+  const std::string d1 = a.state.current_digest();
+  CHECK(d1 != d0);
+  CHECK(d1 == a.state.digest());
+  a.model->parameters()[0].values()[0] += 1.0f;  // user code writing S ...
+  a.state.state_changed();                        // ... is followed by this
+  CHECK(a.state.current_digest() == a.state.digest());
+  CHECK(a.state.current_digest() != d1);
+  // A restore replaces S: b's memo of its old state is dropped.
+  const std::string b0 = b.state.current_digest();
+  std::vector<std::byte> img;
+  a.state.write_image(1, 2, img);
+  b.state.restore_verified(img, 0, a.state.digest(), "test");
+  CHECK(b.state.current_digest() != b0);
+  CHECK(b.state.current_digest() == a.state.digest());
+}
