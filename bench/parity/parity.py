@@ -19,6 +19,11 @@ also trains PyTorch in float64 from the same weights on the same batches and pri
 PyTorch's own float32 run is from it ("fp32 noise"): a ringfence difference of the same
 size as PyTorch's own is rounding, one far larger is not. It also compares the mean loss
 over the 10 steps ending at each checkpoint, which averages out batch-to-batch noise.
+It also measures PyTorch's distance from ITSELF in float32, in the same run: PyTorch with
+2 threads instead of 1 (intra-op threads), and PyTorch fed each batch's samples in
+reverse order (mathematically the same loss and gradient, summed in another order). Those
+columns are the noise floor: if ringfence is no further from PyTorch than PyTorch is from
+itself, the difference is rounding, not semantics.
 For the CNN it trains PyTorch float32 once more with its convolutions computed as
 unfold + matmul (im2col + GEMM, the algorithm ringfence uses): that run drifts from
 float64 as fast as ringfence does, which shows the CNN's faster drift comes from the
@@ -195,6 +200,13 @@ def run_one(kind, args, images, labels, test_x, test_y, work):
     model64 = make_model(kind)
     model64.load_state_dict(init_state)
     fp64_loss = train_torch(model64.double(), batches, images, labels, args, torch.float64)
+    # PyTorch against itself, float32 both: another thread count (a different split of the
+    # work where its kernels split reductions) and the batch's samples in reverse order.
+    pt_variants = {}
+    for name, kw in (("t2", dict(threads=2 if args.threads != 2 else 1)), ("rev", dict(reverse=True))):
+        m = make_model(kind)
+        m.load_state_dict(init_state)
+        pt_variants[name] = train_torch(m, batches, images, labels, args, torch.float32, **kw)
     im2col_loss = None
     if kind == "cnn":
         model_i = make_model(kind)
@@ -212,6 +224,7 @@ def run_one(kind, args, images, labels, test_x, test_y, work):
         rows.append(dict(model=kind, step=s, rf=rf_loss[s], torch=torch_loss[s], fp64=fp64_loss[s],
                          rel=rel(rf_loss[s], torch_loss[s]), noise=rel(torch_loss[s], fp64_loss[s]),
                          rf64=rel(rf_loss[s], fp64_loss[s]),
+                         t2=rel(pt_variants["t2"][s], torch_loss[s]), rev=rel(pt_variants["rev"][s], torch_loss[s]),
                          im2col64=rel(im2col_loss[s], fp64_loss[s]) if im2col_loss else None,
                          win_rf=mean(rf_loss), win_torch=mean(torch_loss),
                          win_rel=rel(mean(rf_loss), mean(torch_loss)), win_noise=rel(mean(torch_loss), mean(fp64_loss))))
@@ -232,14 +245,24 @@ def rel(a, b):
     return abs(a - b) / abs(b)
 
 
-def train_torch(model, batches, images, labels, args, dtype, snapshot=None):
+def train_torch(model, batches, images, labels, args, dtype, snapshot=None, threads=None, reverse=False):
     """Trains `model` on the logged batches; returns {step: loss before that step's update}.
-    snapshot=(steps, out): copies the weights used at each of `steps` into out[step]."""
+    snapshot=(steps, out): copies the weights used at each of `steps` into out[step].
+    threads: PyTorch intra-op threads for this run (default --threads); reverse: feed each
+    batch's samples in reverse order (the same sums, added in another order)."""
+    torch.set_num_threads(threads or args.threads)
+    try:
+        return _train_torch(model, batches, images, labels, args, dtype, snapshot, reverse)
+    finally:
+        torch.set_num_threads(args.threads)
+
+
+def _train_torch(model, batches, images, labels, args, dtype, snapshot, reverse):
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
     loss_fn = nn.CrossEntropyLoss(reduction="mean")
     losses = {}
     for b in batches:
-        idx = torch.tensor(b["indices"], dtype=torch.int64)
+        idx = torch.tensor(b["indices"][::-1] if reverse else b["indices"], dtype=torch.int64)
         if snapshot and b["step"] in snapshot[0]:
             snapshot[1][b["step"]] = {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}
         loss = loss_fn(model(images[idx].to(dtype)), labels[idx])
@@ -295,6 +318,17 @@ def main():
         print(f"{r['model']:<6}{r['step']:>5}{r['rf']:>11.5f}{r['torch']:>11.5f}{r['rel'] * 100:>9.3f}%  "
               f"{'PASS' if ok else 'FAIL':<7}{r['fp64']:>11.5f}{r['noise'] * 100:>10.3f}%{r['rf64'] * 100:>10.3f}%"
               + (f"{r['im2col64'] * 100:>14.3f}%" if r["im2col64"] is not None else f"{'-':>15}"))
+    print()
+    print("noise floor: the same PyTorch fp32 run against PyTorch itself, relative loss difference at each step")
+    print(f"(fp32 vs fp64; {args.threads} vs {2 if args.threads != 2 else 1} threads; samples of each batch in reverse order). "
+          "floor = the largest of the three;")
+    print("'within floor' when ringfence vs PyTorch fp32 is no further than PyTorch is from itself")
+    print(f"{'model':<6}{'step':>5}{'rf vs pt':>10}{'fp32/fp64':>11}{'threads':>10}{'reversed':>10}{'floor':>10}  verdict")
+    for r in rows:
+        floor = max(r["noise"], r["t2"], r["rev"])
+        verdict = "within floor" if r["rel"] <= floor else "above floor"
+        print(f"{r['model']:<6}{r['step']:>5}{r['rel'] * 100:>9.3f}%{r['noise'] * 100:>10.3f}%{r['t2'] * 100:>9.3f}%"
+              f"{r['rev'] * 100:>9.3f}%{floor * 100:>9.3f}%  {verdict}")
     print()
     print("mean loss over the 10 steps ending at each step (diagnostic)")
     print(f"{'model':<6}{'step':>5}{'ringfence':>11}{'pytorch':>11}{'rel diff':>10}{'fp32 noise':>12}")
