@@ -39,9 +39,10 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
     else if (beta != 1.0f) c *= beta;
     return;
   }
-  // The conv's small per-sample products run our register-tiled kernel (gemm_small.h);
-  // it is single-threaded, so only when Eigen would be too.
-  if (Eigen::nbThreads() == 1 && gemm_small_fits(trans_b, M, N, K)) {
+  // Small products run our register-tiled kernel (gemm_small.h), whatever the thread
+  // count: they are too small to split, and the choice must not depend on --threads, or
+  // the same run with more threads would round differently.
+  if (gemm_small_fits(trans_b, M, N, K)) {
     gemm_small(M, N, K, alpha, A, trans_a ? 1 : lda, trans_a ? lda : 1, B, ldb, beta, C, ldc);
     return;
   }
