@@ -35,7 +35,10 @@ std::unique_ptr<Collective> UcxCommunicator::allreduce_op(Buffer buf, OpId id, S
   } else {
     c = make_allreduce_ring(buf, id, rank_, world_, ring_staging_.data(), opt_.flows, opt_.chunk_bytes);
   }
-  if (!shm_) return c;
+  // An empty all-reduce moves nothing, so its algorithm may finish on one rank before
+  // another entered: it must not take part in the zero-copy sequence (allreduce_zero_copy.cpp
+  // relies on every rank having read every `entered` word before anyone can finish).
+  if (!shm_ || buf.bytes() == 0) return c;
   // Registered on this rank or not, the zero-copy collective decides with the others which
   // way to go (all zero-copy, or all `c`).
   SharedRange range;
