@@ -635,10 +635,24 @@ bool UcxCommunicator::pump() {
   }
   if (transport_->failure_count() != departed_count_) {
     // D1: any dead member dooms every collective of this generation, not only the ones
-    // that talk to it directly.
+    // that talk to it directly. But UCX may report a peer's endpoint error (its close, its
+    // exit) before it hands us messages that peer sent ahead of it: its goodbye (it left in
+    // order, no failure) or a "failed" farewell naming the real culprit. A peer closes its
+    // endpoints only after its farewell sends completed, so those messages are already in
+    // our receive queues: drain them (bounded: until UCX has no more events) and read the
+    // farewells once more before blaming anyone. (Seen at W = 7, 8 under load: a rank still
+    // in the final barrier failed, blaming a rank that had finished it and said goodbye.)
+    bool drained = false;
     for (int peer = 0; peer < world_; ++peer) {
       std::string cause;
       if (peer == rank_ || departed_[peer] || !transport_->peer_failed(peer, &cause)) continue;
+      if (!drained) {
+        drained = true;
+        for (int n = 0; n < 256 && transport_->progress() > 0; ++n) {
+        }
+        if (check_farewells()) return true;
+        if (departed_[peer]) continue;
+      }
       CommErrorInfo i;
       i.peer = peer;
       i.cause = cause;
