@@ -8,7 +8,9 @@ a fixed random batch, in one run. Prints both and the ratio ringfence / PyTorch.
 
 The two are measured alternately --repeats times and the best of each is kept: on a
 shared machine the best run is the one least disturbed by other work. The median ratio is
-printed too.
+printed too. Both are also timed in CPU time (PyTorch: process_time of its process;
+ringfence: train_bench's "cpu ms/step"), which leaves out time spent waiting for a core:
+the "cpu ratio" columns are the figure to trust when the machine is busy.
 """
 import argparse
 import os
@@ -45,10 +47,11 @@ def bench_torch(name, batch, steps, warmup=5):
 
     for _ in range(warmup):
         step()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     for _ in range(steps):
         step()
-    return steps * batch / (time.perf_counter() - t0)
+    c1 = time.process_time()
+    return steps * batch / (time.perf_counter() - t0), 1000 * (c1 - c0) / steps
 
 
 def bench_ringfence(bin_dir, name, batch, threads, steps):
@@ -58,7 +61,8 @@ def bench_ringfence(bin_dir, name, batch, threads, steps):
     m = re.search(r"([0-9.]+) samples/s", out)
     if not m:
         sys.exit(f"compare_torch: cannot parse train_bench output: {out!r}")
-    return float(m.group(1))
+    c = re.search(r"([0-9.]+) cpu ms/step", out)  # absent from older builds
+    return float(m.group(1)), float(c.group(1)) if c else None
 
 
 def main():
@@ -78,16 +82,26 @@ def main():
     torch.set_num_threads(a.threads)
     print(f"torch {torch.__version__}, BLAS: {'OpenBLAS' if 'openblas' in torch.__config__.show().lower() else 'other'}, "
           f"mkldnn: {torch.backends.mkldnn.is_available()}, threads {a.threads}, batch {a.batch}")
-    print(f"{'model':6} {'pytorch samples/s':>18} {'ringfence samples/s':>20} {'ratio':>7} {'median ratio':>13}")
+    print(f"{'model':6} {'pytorch samples/s':>18} {'ringfence samples/s':>20} {'ratio':>7} {'median ratio':>13}"
+          f" {'pytorch cpu ms/step':>20} {'ringfence cpu ms/step':>22} {'cpu ratio':>10} {'median cpu ratio':>17}")
     for name in a.models.split(","):
         steps = a.steps_mlp if name == "mlp" else a.steps_cnn
-        pts, rfs = [], []
+        pts, rfs, ptc, rfc = [], [], [], []
         for _ in range(max(1, a.repeats)):
-            pts.append(bench_torch(name, a.batch, steps))
-            rfs.append(bench_ringfence(a.bin, name, a.batch, a.threads, steps))
+            rate, cpu = bench_torch(name, a.batch, steps)
+            pts.append(rate)
+            ptc.append(cpu)
+            rate, cpu = bench_ringfence(a.bin, name, a.batch, a.threads, steps)
+            rfs.append(rate)
+            rfc.append(cpu)
         ratios = sorted(r / p for r, p in zip(rfs, pts))
         pt, rf = max(pts), max(rfs)
-        print(f"{name:6} {pt:18.0f} {rf:20.0f} {rf / pt:7.2f} {ratios[len(ratios) // 2]:13.2f}", flush=True)
+        line = f"{name:6} {pt:18.0f} {rf:20.0f} {rf / pt:7.2f} {ratios[len(ratios) // 2]:13.2f}"
+        if None not in rfc:
+            cratios = sorted(p / r for r, p in zip(rfc, ptc))
+            line += (f" {min(ptc):20.2f} {min(rfc):22.2f} {min(ptc) / min(rfc):10.2f}"
+                     f" {cratios[len(cratios) // 2]:17.2f}")
+        print(line, flush=True)
 
 
 if __name__ == "__main__":
