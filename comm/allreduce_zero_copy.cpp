@@ -88,7 +88,7 @@ class AllreduceZeroCopy : public Collective {
         next_phase(c, kReduce);
         [[fallthrough]];
       case kReduce:
-        if (!reduce_slice()) break;
+        if (!reduce_slice(c)) break;
         check_held_all(c, "reduce");
         shm_.mine().reduced.store(seq_, std::memory_order_release);
         next_phase(c, kGather);
@@ -179,12 +179,13 @@ class AllreduceZeroCopy : public Collective {
   // Sums the next slice of our segment: ((b0 + b1) + b2) + ... in rank order (R4). With
   // more than two ranks the partial sums go through the cache-sized scratch, because our
   // own buffer is one of the inputs and must not be overwritten before it is read.
-  bool reduce_slice() {
+  bool reduce_slice(const Context& c) {
     const size_t end = seg_[rank_ + 1];
     const size_t slice_end = std::min(end, cursor_ + kSliceBytes / es_);
     auto* dst = static_cast<unsigned char*>(buf_.data);
     const DType t = buf_.dtype;
     while (cursor_ < slice_end) {
+      if (aborting(c)) return false;
       const size_t n = std::min(piece_elems_, slice_end - cursor_);
       const size_t off = cursor_ * es_;
       if (world_ == 2) {
@@ -216,11 +217,15 @@ class AllreduceZeroCopy : public Collective {
         cursor_ = seg_[q];
       }
       const size_t end = seg_[q + 1];
-      const size_t n = std::min(end - cursor_, (budget + es_ - 1) / es_);
-      std::memcpy(static_cast<unsigned char*>(buf_.data) + cursor_ * es_, src_[q] + cursor_ * es_, n * es_);
-      cursor_ += n;
-      budget -= std::min(budget, n * es_);
-      worked = true;
+      // Pieces of the scratch size, like the sums, so an abort is seen between pieces.
+      while (cursor_ < end && budget > 0) {
+        if (aborting(c)) return false;
+        const size_t n = std::min({end - cursor_, (budget + es_ - 1) / es_, piece_elems_});
+        std::memcpy(static_cast<unsigned char*>(buf_.data) + cursor_ * es_, src_[q] + cursor_ * es_, n * es_);
+        cursor_ += n;
+        budget -= std::min(budget, n * es_);
+        worked = true;
+      }
       if (cursor_ < end) return false;
       std::atomic_thread_fence(std::memory_order_acquire);  // every load of the copy before the hold check
       if (!shm_.held(q)) fail(c, q, rf::str("rank ", q, " released its buffer during the zero-copy read (it failed or aborted)"));
@@ -235,6 +240,8 @@ class AllreduceZeroCopy : public Collective {
     }
     return false;
   }
+
+  static bool aborting(const Context& c) { return c.abort && c.abort->load(std::memory_order_relaxed); }
 
   void check_held_all(const Context& c, const char* phase) {
     std::atomic_thread_fence(std::memory_order_acquire);  // every load of the sums before the checks

@@ -9,6 +9,7 @@
 // allgather_ring.cpp, barrier.cpp, point_to_point.cpp) only say which round comes next;
 // advance() in collective.cpp does the posting, polling and bookkeeping for all of them.
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -74,6 +75,9 @@ class Collective {
     uint64_t generation = 0;
     int rank = 0;
     const ChunkCallback* on_chunk = nullptr;
+    // The communicator's abort flag: long local work (the zero-copy sums) stops early when
+    // it is set, so the driver reaches the check in pump() within one piece.
+    const std::atomic<bool>* abort = nullptr;
   };
   // Posts and polls; returns true when every flow finished. Sets `progressed` when a
   // transfer finished. Throws PeerFailed when a transfer failed.

@@ -682,7 +682,7 @@ bool UcxCommunicator::pump() {
       }
       bool progressed = false;
       try {
-        p->finished = p->coll->advance({transport_.get(), generation_, rank_, &opt_.on_chunk}, progressed);
+        p->finished = p->coll->advance({transport_.get(), generation_, rank_, &opt_.on_chunk, &abort_flag_}, progressed);
       } catch (const CommError& e) {
         // A transfer failed because a peer is gone (e.g. a single-copy read from a rank
         // that exited after failing itself). If that peer said why in a farewell already
