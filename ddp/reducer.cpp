@@ -26,9 +26,14 @@ Reducer::Reducer(const std::vector<NamedTensor>& params, ReducerOptions options)
   for (int b = 0; b < layout_.num_buckets(); ++b) {
     const bool last = b + 1 == layout_.num_buckets();
     const size_t n = static_cast<size_t>(layout_.bucket_floats[b] + (last ? kTail : 0));
-    buffers_.push_back(Storage::allocate(sizeof(float) * n));
+    if (opt_.shared_buckets) {
+      shared_.push_back(std::make_shared<comm::SharedBuffer>(sizeof(float) * n));  // zero-filled
+      buffers_.push_back(Storage::wrap(shared_.back()->data(), sizeof(float) * n));
+    } else {
+      buffers_.push_back(Storage::allocate(sizeof(float) * n));
+      std::memset(buf(b), 0, sizeof(float) * n);
+    }
     buffer_floats_.push_back(n);
-    std::memset(buf(b), 0, sizeof(float) * n);
   }
   pending_.assign(layout_.num_buckets(), 0);
   work_.resize(layout_.num_buckets());
@@ -37,7 +42,8 @@ Reducer::Reducer(const std::vector<NamedTensor>& params, ReducerOptions options)
     Tensor p = params[k].second;
     p.set_grad_view(buffers_[slot.bucket], slot.offset);
     std::weak_ptr<Reducer*> cell = self_;
-    p.register_hook([cell, k](const Tensor&) {
+    std::shared_ptr<comm::SharedBuffer> keep = opt_.shared_buckets ? shared_[slot.bucket] : nullptr;
+    p.register_hook([cell, k, keep](const Tensor&) {
       if (auto c = cell.lock(); c && *c) (*c)->on_grad_ready(static_cast<int>(k));
     });
   }

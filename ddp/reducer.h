@@ -23,6 +23,7 @@
 
 #include "base/clock.h"
 #include "comm/communicator.h"
+#include "comm/shared_buffer.h"
 #include "core/storage.h"
 #include "core/tensor.h"
 #include "ddp/bucket_layout.h"
@@ -50,6 +51,10 @@ struct ReducerOptions {
   // gradients backward finalises last (bucket_layout.h); 0 = off. See docs/ddp.md for the
   // measurement behind the default.
   size_t last_bucket_cap_bytes = size_t{256} << 10;
+  // Buckets in comm::SharedBuffer memory (memfd, pre-touched), which comm's shared-memory
+  // path all-reduces without copies through the ring (docs/comm.md); false: private memory
+  // from the caching allocator (for comparisons). Every rank must choose the same.
+  bool shared_buckets = true;
 };
 
 class Reducer {
@@ -92,8 +97,11 @@ class Reducer {
   ReducerOptions opt_;
   BucketLayout layout_;
   // One per bucket (the last also holds the control tail). Shared with the parameters,
-  // whose gradients view them, so a parameter never points at freed memory.
+  // whose gradients view them, so a parameter never points at freed memory: a Storage from
+  // the allocator is owned by its views; a SharedBuffer's Storage only wraps it, so each
+  // parameter's hook holds its bucket's SharedBuffer (hooks live as long as the parameter).
   std::vector<std::shared_ptr<Storage>> buffers_;
+  std::vector<std::shared_ptr<comm::SharedBuffer>> shared_;
   std::vector<size_t> buffer_floats_;
   float* buf(int b) const { return buffers_[b]->data<float>(); }
   std::vector<int> pending_;                 // gradients not yet final, per bucket
