@@ -18,25 +18,6 @@ namespace {
 
 size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
-// Maps `bytes` of process `pid`'s fd `fd` read-only. MAP_POPULATE: the page-table entries
-// are made now, once per buffer and communicator, not by faults inside collectives.
-const void* map_remote(pid_t pid, int fd, size_t bytes, std::string* why) {
-  const std::string path = rf::str("/proc/", pid, "/fd/", fd);
-  const int local = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (local < 0) {
-    *why = rf::str("open(", path, "): ", std::strerror(errno));
-    return nullptr;
-  }
-  void* p = mmap(nullptr, bytes, PROT_READ, MAP_SHARED | MAP_POPULATE, local, 0);
-  const int err = errno;
-  close(local);  // the mapping keeps the memfd alive
-  if (p == MAP_FAILED) {
-    *why = rf::str("mmap(", path, ", ", bytes, " bytes): ", std::strerror(err));
-    return nullptr;
-  }
-  return p;
-}
-
 }  // namespace
 
 ShmSession::ShmSession(int rank, int world, uint64_t generation, size_t slot_bytes)
@@ -56,6 +37,7 @@ ShmSession::ShmSession(int rank, int world, uint64_t generation, size_t slot_byt
   }
   mine_ = new (p) ShmControl;
   mine_->token = make_hold_token();
+  mine_->process = process_token();
   mine_->generation = generation;
   mine_->slot_bytes = slot_bytes_;
   mine_->hold.store(mine_->token, std::memory_order_relaxed);
@@ -66,7 +48,7 @@ ShmSession::ShmSession(int rank, int world, uint64_t generation, size_t slot_byt
 ShmSession::~ShmSession() {
   for (int p = 0; p < world_; ++p) {
     Peer& peer = peers_[p];
-    for (const Mapping& m : peer.buffers) munmap(const_cast<unsigned char*>(m.base), m.bytes);
+    peer.buffers.clear();  // the process-wide cache may keep them (shm_mappings.h)
     if (peer.ctrl) munmap(peer.ctrl, segment_bytes_);
   }
   release();
@@ -76,7 +58,7 @@ ShmSession::~ShmSession() {
 
 std::string ShmSession::attach(int peer, pid_t pid, int fd, uint64_t token) {
   std::string why;
-  const void* p = map_remote(pid, fd, segment_bytes_, &why);
+  const void* p = map_remote_fd(pid, fd, segment_bytes_, &why);
   if (!p) return why;
   const auto* c = static_cast<const ShmControl*>(p);
   if (c->magic != ShmControl::kMagic || c->token != token) {
@@ -91,6 +73,7 @@ std::string ShmSession::attach(int peer, pid_t pid, int fd, uint64_t token) {
   peers_[peer].ctrl = const_cast<ShmControl*>(c);
   peers_[peer].pid = pid;
   peers_[peer].token = token;
+  peers_[peer].process = c->process;
   return "";
 }
 
@@ -104,14 +87,23 @@ const unsigned char* ShmSession::peer_buffer(int p) {
                                    ") outside its ", file, "-byte shared buffer"));
   }
   for (const Mapping& m : peer.buffers) {
-    if (m.id == id && m.bytes == file) return m.base + offset;
+    if (m.id == id && m.map->bytes == file) return m.map->base + offset;
   }
   std::string why;
-  const void* base = fd <= static_cast<uint64_t>(INT32_MAX) ? map_remote(peer.pid, static_cast<int>(fd), file, &why)
-                                                            : nullptr;
-  if (!base) throw rf::Error(rf::str("cannot map rank ", p, "'s registered buffer: ", why));
-  peer.buffers.push_back(Mapping{id, static_cast<const unsigned char*>(base), file});
-  return peer.buffers.back().base + offset;
+  auto map = fd <= static_cast<uint64_t>(INT32_MAX)
+                 ? map_peer_buffer(peer.process, peer.pid, static_cast<int>(fd), id, file, &why)
+                 : nullptr;
+  if (!map) throw rf::Error(rf::str("cannot map rank ", p, "'s registered buffer: ", why));
+  peer.buffers.push_back(Mapping{id, map});
+  return map->base + offset;
+}
+
+void ShmSession::forget_other_processes() const {
+  std::vector<uint64_t> live;
+  for (const Peer& p : peers_) {
+    if (p.ctrl) live.push_back(p.process);
+  }
+  rf::comm::forget_other_processes(live);
 }
 
 }  // namespace rf::comm

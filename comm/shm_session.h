@@ -24,8 +24,11 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
+
+#include "comm/shm_mappings.h"
 
 namespace rf::comm {
 
@@ -34,6 +37,7 @@ struct ShmControl {
   static constexpr uint64_t kMagic = 0x726673686d303031ull;  // "rfshm001"
   uint64_t magic = 0;
   uint64_t token = 0;        // random; peers check it when they attach
+  uint64_t process = 0;      // process_token() of the owner (names its buffers' mappings)
   uint64_t generation = 0;
   uint64_t slot_bytes = 0;
   // The token while this rank's buffers may be read; 0 from the moment it fails or aborts
@@ -76,8 +80,12 @@ class ShmSession {
   void release() { mine_->hold.store(0, std::memory_order_seq_cst); }
 
   // `peer`'s registered buffer as it announced it for the current zero-copy all-reduce,
-  // mapped read-only (cached by its id). Throws rf::Error naming the peer if it cannot.
+  // mapped read-only (shm_mappings.h: cached process-wide, so a survivor's buckets are
+  // not mapped again in the next generation). Throws rf::Error naming the peer if it cannot.
   const unsigned char* peer_buffer(int peer);
+  // Frees cached mappings of processes that are not this communicator's peers (dead or
+  // departed ranks) and that no communicator uses any more.
+  void forget_other_processes() const;
 
   uint64_t next_slot_seq() {
     slot_runs_.fetch_add(1, std::memory_order_relaxed);
@@ -92,14 +100,14 @@ class ShmSession {
  private:
   struct Mapping {
     uint64_t id;
-    const unsigned char* base;
-    size_t bytes;
+    std::shared_ptr<const PeerMapping> map;
   };
   struct Peer {
     ShmControl* ctrl = nullptr;  // mapped read-only
     pid_t pid = 0;
     uint64_t token = 0;
-    std::vector<Mapping> buffers;
+    uint64_t process = 0;
+    std::vector<Mapping> buffers;  // the ones this communicator used (held while it lives)
   };
   unsigned char* slot_of(ShmControl* c, uint64_t seq) const {
     return reinterpret_cast<unsigned char*>(c) + slots_offset_ + (seq & 1) * slot_bytes_;

@@ -316,7 +316,10 @@ UcxCommunicator::UcxCommunicator(std::shared_ptr<UcxContext> context, BootstrapS
       }
       shm_.reset();  // every rank sees a pair that cannot, and turns it off alike
     }
-    if (shm_) zero_copy_scratch_.assign(size_t{64} << 10, 0);
+    if (shm_) {
+      zero_copy_scratch_.assign(size_t{64} << 10, 0);
+      shm_->forget_other_processes();  // a dead rank's buffers: unmapped once nobody uses them
+    }
     departed_.assign(world, false);
     farewell_recv_.resize(world);
     farewell_in_.assign(world, Farewell{});

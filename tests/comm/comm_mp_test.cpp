@@ -35,6 +35,7 @@
 #include "comm/file_store.h"
 #include "comm/local_launcher.h"
 #include "comm/shared_buffer.h"
+#include "comm/shm_mappings.h"
 #include "comm/ucx/ucx_communicator.h"
 
 using namespace rf::comm;
@@ -695,6 +696,28 @@ int scenario_sc_cap_async() {
   return g_failures ? 1 : 0;
 }
 
+// regen (run as regen_reg): buckets outlive generations. Generation 1 all-reduces two
+// registered buffers zero-copy; generation 2 (a new communicator, same processes) does it
+// again: right sums both times, and generation 2 maps no peer buffer anew (the mappings are
+// cached process-wide, so a recovery's survivors do not pay the page-table set-up again).
+int scenario_regen() {
+  Env e = make_env();
+  EXPECT(all_registered(), "regen runs as regen_reg");
+  TestBuf<float> a(size_t{1} << 18), b((size_t{1} << 16) + 7);
+  uint64_t maps_after_g1 = 0;
+  for (uint64_t g = 1; g <= 2; ++g) {
+    UcxCommunicator c(e.ctx, *e.store, e.re.rank, e.re.world, g, base_options());
+    check_allreduce(c, a, a.size(), DType::f32, 10 * g);
+    check_allreduce(c, b, b.size(), DType::f32, 10 * g + 2);
+    EXPECT(c.zero_copy_allreduces() == 2, "generation ", g, ": ", c.zero_copy_allreduces(), " zero-copy all-reduces");
+    if (g == 1) maps_after_g1 = peer_buffer_maps_made();
+    else EXPECT(peer_buffer_maps_made() == maps_after_g1, "generation 2 mapped ", peer_buffer_maps_made() - maps_after_g1, " peer buffers again");
+    c.barrier(OpId{10 * g + 5, 0});  // nobody destroys its communicator while a peer still needs it
+  }
+  EXPECT(maps_after_g1 == 2 * static_cast<uint64_t>(e.re.world - 1), "generation 1 mapped ", maps_after_g1);
+  return g_failures ? 1 : 0;
+}
+
 int run_rank(const std::string& scenario) {
   try {
     if (scenario == "allreduce") return scenario_allreduce(false);
@@ -711,6 +734,7 @@ int run_rank(const std::string& scenario) {
     if (scenario == "sc_release") return scenario_sc_abort(true);
     if (scenario == "sc_cap") return scenario_sc_cap();
     if (scenario == "sc_cap_async") return scenario_sc_cap_async();
+    if (scenario == "regen") return scenario_regen();
     std::cerr << "unknown scenario " << scenario << "\n";
     return 2;
   } catch (const std::exception& err) {

@@ -1,0 +1,98 @@
+#include "comm/shm_mappings.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <utility>
+
+#include "base/str.h"
+#include "comm/ucx/single_copy.h"
+
+namespace rf::comm {
+
+namespace {
+
+struct Cache {
+  std::mutex mu;
+  uint64_t maps_made = 0;
+  std::map<std::pair<uint64_t, uint64_t>, std::shared_ptr<const PeerMapping>> by_key;  // (process, id)
+};
+Cache& cache() {
+  static Cache* c = new Cache;  // never destroyed: communicators may outlive static teardown
+  return *c;
+}
+
+}  // namespace
+
+PeerMapping::~PeerMapping() { munmap(const_cast<unsigned char*>(base), bytes); }
+
+uint64_t process_token() {
+  static const uint64_t token = make_hold_token();
+  return token;
+}
+
+const void* map_remote_fd(pid_t pid, int fd, size_t bytes, std::string* why) {
+  const std::string path = rf::str("/proc/", pid, "/fd/", fd);
+  const int local = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (local < 0) {
+    *why = rf::str("open(", path, "): ", std::strerror(errno));
+    return nullptr;
+  }
+  // MAP_POPULATE: the page-table entries are made now, not by faults inside collectives.
+  void* p = mmap(nullptr, bytes, PROT_READ, MAP_SHARED | MAP_POPULATE, local, 0);
+  const int err = errno;
+  close(local);  // the mapping keeps the memfd alive
+  if (p == MAP_FAILED) {
+    *why = rf::str("mmap(", path, ", ", bytes, " bytes): ", std::strerror(err));
+    return nullptr;
+  }
+  return p;
+}
+
+std::shared_ptr<const PeerMapping> map_peer_buffer(uint64_t process, pid_t pid, int fd, uint64_t id, size_t bytes,
+                                                   std::string* why) {
+  Cache& c = cache();
+  {
+    std::lock_guard lk(c.mu);
+    auto it = c.by_key.find({process, id});
+    if (it != c.by_key.end() && it->second->bytes == bytes) return it->second;
+  }
+  // Mapped outside the lock (slow); two racing communicators may both map, one wins.
+  const void* p = map_remote_fd(pid, fd, bytes, why);
+  if (!p) return nullptr;
+  auto m = std::make_shared<const PeerMapping>(static_cast<const unsigned char*>(p), bytes);
+  std::lock_guard lk(c.mu);
+  ++c.maps_made;
+  auto [it, inserted] = c.by_key.try_emplace({process, id}, m);
+  if (!inserted && it->second->bytes != bytes) it->second = m;
+  return it->second;
+}
+
+uint64_t peer_buffer_maps_made() {
+  Cache& c = cache();
+  std::lock_guard lk(c.mu);
+  return c.maps_made;
+}
+
+void forget_other_processes(const std::vector<uint64_t>& live) {
+  std::vector<std::shared_ptr<const PeerMapping>> dropped;  // unmapped outside the lock
+  Cache& c = cache();
+  std::lock_guard lk(c.mu);
+  for (auto it = c.by_key.begin(); it != c.by_key.end();) {
+    const bool is_live = std::find(live.begin(), live.end(), it->first.first) != live.end();
+    if (!is_live && it->second.use_count() == 1) {
+      dropped.push_back(std::move(it->second));
+      it = c.by_key.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+}  // namespace rf::comm
