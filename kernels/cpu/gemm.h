@@ -1,5 +1,6 @@
 #pragma once
-// GEMM on row-major float matrices through Eigen::Map (no copies):
+// GEMM on row-major float matrices through Eigen::Map (no copies), or for small NN/TN
+// products our own AVX-512 kernel (gemm_small.h, chosen by shape only):
 //   C = alpha * op(A) * op(B) + beta * C,   op(X) = X or X^T
 // op(A) is M x K, op(B) is K x N, C is M x N. lda/ldb/ldc are row strides (elements).
 // beta is 0 (overwrite; C may hold garbage) or 1 (accumulate, the autograd rule "+=").
