@@ -23,8 +23,20 @@ struct KernelTable {
   void (*add_channel_bias_backward)(int64_t, int64_t, int64_t, const float*, float*);
   void (*relu)(int64_t, const float*, float*);
   void (*relu_backward)(int64_t, const float*, const float*, float*, bool);
+  void (*transpose)(int64_t, int64_t, const float*, float*);
+  void (*add_transposed)(int64_t, int64_t, const float*, float*);
   void (*im2col)(const kernels::cpu::ConvGeometry&, const float*, float*, int64_t, float*);
   void (*col2im)(const kernels::cpu::ConvGeometry&, const float*, int64_t, float*, float*, bool);
+  // Stride-1 convolutions without a column matrix (kernels/cpu/conv_direct.h); conv2d
+  // takes this route when *_fits says the kernels handle the geometry, im2col + gemm else.
+  bool (*conv_direct_fits)(const kernels::cpu::ConvGeometry&);
+  void (*pad_image)(const kernels::cpu::ConvGeometry&, const float*, float*);
+  void (*conv_direct)(const kernels::cpu::ConvGeometry&, int64_t, const float*, int64_t, const float*,
+                      float, float*);
+  bool (*conv_direct_weight_grad_fits)(const kernels::cpu::ConvGeometry&, int64_t);
+  void (*conv_direct_weight_grad)(const kernels::cpu::ConvGeometry&, int64_t, const float*, const float*,
+                                  float, float*);
+  void (*flip_kernel)(const kernels::cpu::ConvGeometry&, int64_t, const float*, float*);
   void (*max_pool2d)(const kernels::cpu::PoolGeometry&, const float*, float*, int32_t*);
   void (*max_pool2d_backward)(const kernels::cpu::PoolGeometry&, const float*, const int32_t*,
                               float*, bool);

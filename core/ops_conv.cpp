@@ -1,14 +1,12 @@
 // conv2d (one sample at a time so its buffers stay in cache) and max_pool2d.
 //
 // Stride-1 convolutions that kernels/cpu/conv_direct.h handles (the CNN's two) run as an
-// implicit GEMM straight from the padded image, forward and input gradient alike; the
-// weight gradient, and every other geometry, goes through im2col + GEMM.
+// implicit GEMM straight from the padded image: forward, input gradient and weight gradient
+// (kernels chosen through core/dispatch.h); every other geometry goes through im2col + GEMM.
 #include "core/autograd.h"
 #include "core/dispatch.h"
 #include "core/ops.h"
 #include "core/ops_check.h"
-#include "kernels/cpu/conv_direct.h"
-#include "kernels/cpu/elementwise.h"
 
 namespace rf {
 
@@ -21,21 +19,10 @@ namespace {
 // gradient, padded by K-1-p, with the kernel flipped and its channel axes swapped:
 //   dX[c, h, w] = sum over (oc, kh, kw) of W[oc, c, K-1-kh, K-1-kw] * Gpad[oc, h+kh, w+kw].
 // Its geometry, when conv_direct can run it (square kernel, p <= K-1).
-bool input_grad_geometry(const ConvGeometry& g, int64_t OC, ConvGeometry* out) {
+bool input_grad_geometry(const KernelTable& k, const ConvGeometry& g, int64_t OC, ConvGeometry* out) {
   if (g.stride != 1 || g.kernel_h != g.kernel_w || g.padding > g.kernel_h - 1) return false;
   *out = ConvGeometry{OC, g.out_h(), g.out_w(), g.kernel_h, g.kernel_w, 1, g.kernel_h - 1 - g.padding};
-  return kernels::cpu::conv_direct_fits(*out);
-}
-
-// wt[c, (oc*KH + kh)*KW + kw] = w[oc, (c*KH + KH-1-kh)*KW + KW-1-kw].
-void flip_weight(const ConvGeometry& g, int64_t OC, const float* w, float* wt) {
-  const int64_t KH = g.kernel_h, KW = g.kernel_w, C = g.channels;
-  for (int64_t c = 0; c < C; ++c)
-    for (int64_t oc = 0; oc < OC; ++oc)
-      for (int64_t kh = 0; kh < KH; ++kh)
-        for (int64_t kw = 0; kw < KW; ++kw)
-          wt[(c * OC + oc) * KH * KW + kh * KW + kw] =
-              w[((oc * C + c) * KH + (KH - 1 - kh)) * KW + (KW - 1 - kw)];
+  return k.conv_direct_fits(*out);
 }
 
 }  // namespace
@@ -80,14 +67,13 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, int64_t stri
     // conv) would be read back from memory, which measured slower. Grouping several
     // samples into one wider GEMM (ld = S*P) also measured slower here (2-15 %).
     ConvGeometry gi{};
-    const bool direct_dx = dX && o.device == Device::CPU && input_grad_geometry(g, OC, &gi);
+    const bool direct_dx = dX && input_grad_geometry(k, g, OC, &gi);
     auto col = Storage::allocate(sizeof(float) * CKK * P, o.device);
     auto padded = Storage::allocate(sizeof(float) * g.padded_size(), o.device);
     // The weight gradient without a column matrix either: dW^T[CKK, OC] summed over the
     // batch from the padded image and G_n^T (conv_direct_weight_grad) in a scratch, added
     // to dW once. (dW = G_n col_n^T made Eigen pack the 300 KB column block every sample.)
-    const bool direct_dw = dW && o.device == Device::CPU && N > 0 &&
-                           kernels::cpu::conv_direct_weight_grad_fits(g, OC);
+    const bool direct_dw = dW && N > 0 && k.conv_direct_weight_grad_fits(g, OC);
     std::shared_ptr<Storage> gt, dwt;
     if (direct_dw) {
       gt = Storage::allocate(sizeof(float) * P * OC, o.device);
@@ -97,7 +83,7 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, int64_t stri
     if (direct_dx) {
       wt = Storage::allocate(sizeof(float) * OC * CKK, o.device);
       gpad = Storage::allocate(sizeof(float) * gi.padded_size(), o.device);
-      flip_weight(g, OC, W->data(), wt->data());
+      k.flip_kernel(g, OC, W->data(), wt->data());
     }
     for (int64_t n = 0; n < N; ++n) {
       const float* Gn = G + n * OC * P;
@@ -106,40 +92,35 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, int64_t stri
       if (dW) {  // dW[OC, CKK] += G_n[OC, P] col_n[CKK, P]^T
         if (direct_dw) {
           const float* x_n = X->data() + n * in_plane;
-          if (g.padding > 0) kernels::cpu::pad_image(g, x_n, padded->data());
-          kernels::cpu::transpose(OC, P, Gn, gt->data());
-          kernels::cpu::conv_direct_weight_grad(g, OC, g.padding > 0 ? padded->data() : x_n,
-                                                gt->data(), n == 0 ? 0.0f : 1.0f, dwt->data());
+          if (g.padding > 0) k.pad_image(g, x_n, padded->data());
+          k.transpose(OC, P, Gn, gt->data());
+          k.conv_direct_weight_grad(g, OC, g.padding > 0 ? padded->data() : x_n, gt->data(),
+                                    n == 0 ? 0.0f : 1.0f, dwt->data());
         } else {
           k.im2col(g, X->data() + n * in_plane, col->data(), P, padded->data());
           k.gemm(false, true, OC, CKK, P, 1.0f, Gn, P, col->data(), P, 1.0f, dW, CKK);
         }
       }
       if (direct_dx) {  // dX_n (+)= the flipped kernel over G_n padded by K-1-p
-        kernels::cpu::pad_image(gi, Gn, gpad->data());
-        kernels::cpu::conv_direct(gi, g.channels, wt->data(), OC * g.kernel_h * g.kernel_w,
-                                  gpad->data(), dX.beta(), dX.data + n * in_plane);
+        k.pad_image(gi, Gn, gpad->data());
+        k.conv_direct(gi, g.channels, wt->data(), OC * g.kernel_h * g.kernel_w, gpad->data(), dX.beta(),
+                      dX.data + n * in_plane);
       } else if (dX) {  // dcol[CKK, P] = W^T G_n, then scatter-add back onto the image
         k.gemm(true, false, CKK, P, OC, 1.0f, W->data(), CKK, Gn, P, 0.0f, col->data(), P);
         k.col2im(g, col->data(), P, dX.data + n * in_plane, padded->data(), dX.accumulate());
       }
     }
-    if (direct_dw) {
-      const float* t = dwt->data();
-      for (int64_t oc = 0; oc < OC; ++oc)
-        for (int64_t j = 0; j < CKK; ++j) dW[oc * CKK + j] += t[j * OC + oc];
-    }
+    if (direct_dw) k.add_transposed(OC, CKK, dwt->data(), dW);
   }, x.device());
 
   const KernelTable& k = kernels_for(x.device(), op);
   auto padded = Storage::allocate(sizeof(float) * g.padded_size(), x.device());
-  if (x.device() == Device::CPU && kernels::cpu::conv_direct_fits(g)) {
+  if (k.conv_direct_fits(g)) {
     for (int64_t n = 0; n < N; ++n) {
       const float* x_n = x.data() + n * in_plane;
-      if (g.padding > 0) kernels::cpu::pad_image(g, x_n, padded->data());
+      if (g.padding > 0) k.pad_image(g, x_n, padded->data());
       float* out_n = out.data() + n * OC * P;
-      kernels::cpu::conv_direct(g, OC, w.data(), CKK, g.padding > 0 ? padded->data() : x_n, 0.0f,
-                                out_n);
+      k.conv_direct(g, OC, w.data(), CKK, g.padding > 0 ? padded->data() : x_n, 0.0f, out_n);
       // The bias while this sample's output is still in cache.
       if (has_bias) k.add_channel_bias(1, OC, P, out_n, bias.data(), out_n);
     }

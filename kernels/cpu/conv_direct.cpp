@@ -215,4 +215,13 @@ void conv_direct(const ConvGeometry&, int64_t, const float*, int64_t, const floa
 
 #endif
 
+void flip_kernel(const ConvGeometry& g, int64_t M, const float* w, float* wt) {
+  const int64_t KH = g.kernel_h, KW = g.kernel_w, C = g.channels;
+  for (int64_t c = 0; c < C; ++c)
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t kh = 0; kh < KH; ++kh)
+        for (int64_t kw = 0; kw < KW; ++kw)
+          wt[(c * M + m) * KH * KW + kh * KW + kw] = w[((m * C + c) * KH + (KH - 1 - kh)) * KW + (KW - 1 - kw)];
+}
+
 }  // namespace rf::kernels::cpu

@@ -37,6 +37,9 @@ void conv_direct(const ConvGeometry& g, int64_t M, const float* w, int64_t ldw,
 // where gt is the output gradient transposed to [OH*OW, M]. dwt is [C*KH*KW, M]: the
 // caller sums samples into it and adds its transpose to dW once per batch.
 bool conv_direct_weight_grad_fits(const ConvGeometry& g, int64_t M);
+// The kernel of the input gradient's convolution: flipped, with its channel axes swapped:
+//   wt[c, (m * KH + kh) * KW + kw] = w[m, (c * KH + KH-1-kh) * KW + KW-1-kw].
+void flip_kernel(const ConvGeometry& g, int64_t M, const float* w, float* wt);
 void conv_direct_weight_grad(const ConvGeometry& g, int64_t M, const float* padded,
                              const float* gt, float beta, float* dwt);
 

@@ -22,6 +22,11 @@ void add(int64_t n, const float* a, const float* b, float* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
 }
 
+void add_transposed(int64_t rows, int64_t cols, const float* src, float* dst) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) dst[r * cols + c] += src[c * rows + r];
+}
+
 void transpose(int64_t rows, int64_t cols, const float* src, float* dst) {
   int64_t r0 = 0;
 #if defined(__AVX512F__)

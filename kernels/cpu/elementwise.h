@@ -13,6 +13,8 @@ void copy(int64_t n, const float* x, float* y);  // y = x
 void add(int64_t n, const float* a, const float* b, float* out);
 // dst[c, r] = src[r, c] for a (rows x cols) src; dst is (cols x rows).
 void transpose(int64_t rows, int64_t cols, const float* src, float* dst);
+// dst[r, c] += src[c, r] for a (rows x cols) dst; src is (cols x rows).
+void add_transposed(int64_t rows, int64_t cols, const float* src, float* dst);
 
 // out[r, c] = x[r, c] + bias[c % cols] for a (rows x cols) x. With cols = C*H*W and
 // a per-channel bias of C, use add_channel_bias instead.
