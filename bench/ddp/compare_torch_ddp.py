@@ -69,7 +69,7 @@ def bench_ringfence(args, name):
     p = subprocess.run([os.path.join(args.bin, "ddp_bench"), "--model", name, "--world", str(args.world), "--batch",
                         str(args.batch), "--steps", str(args.steps), "--warmup", str(args.warmup), "--rounds", "1",
                         "--variants", "ft"], capture_output=True, text=True, timeout=600)
-    m = re.search(r"ft\s+([0-9.]+) ms/step", p.stdout)
+    m = re.search(r"^ft\s+(?:median\s+)?([0-9.]+) ms/step", p.stdout, re.M)
     if p.returncode != 0 or not m:
         sys.exit(f"ddp_bench failed:\n{p.stdout}\n{p.stderr}")
     return float(m.group(1))
