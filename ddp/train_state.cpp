@@ -22,7 +22,7 @@ size_t TrainState::image_size() const {
   ckpt::SnapshotMeta meta;
   meta.model = model_name_;
   meta.step = step_;
-  meta.optimizer = "optimizer";
+  meta.optimizer = optimizer_.kind();
   return ckpt::snapshot_size(model_, optimizer_, meta);
 }
 
@@ -32,7 +32,7 @@ void TrainState::write_image(uint64_t generation, int world, std::vector<std::by
   meta.step = step_;
   meta.generation = static_cast<int64_t>(generation);
   meta.world_size = world;
-  meta.optimizer = "optimizer";
+  meta.optimizer = optimizer_.kind();
   ckpt::serialize_state(model_, optimizer_, meta, out);
 }
 
@@ -40,6 +40,7 @@ void TrainState::restore_verified(std::span<const std::byte> image, int64_t expe
                                   const std::string& expect_digest, const std::string& source) {
   ckpt::RestoreExpect expect;
   expect.model = model_name_;
+  expect.optimizer = optimizer_.kind();
   expect.step = expect_step;
   expect.digest = expect_digest;
   // A refused image changed nothing (R6), but forget the memo either way: cheap and sure.

@@ -292,7 +292,7 @@ struct Trainer::Impl {
     meta.step = state.step();
     meta.generation = static_cast<int64_t>(plan.generation);
     meta.world_size = world;
-    meta.optimizer = "optimizer";
+    meta.optimizer = optimizer.kind();
     checkpointer->save(model, optimizer, meta);
     saved_step = state.step();
   }
@@ -300,6 +300,7 @@ struct Trainer::Impl {
   void restore_from_disk() {
     ckpt::RestoreExpect expect;
     expect.model = cfg.model_name;
+    expect.optimizer = optimizer.kind();
     auto point = ckpt::resume_newest(cfg.ckpt_dir, model, optimizer, expect, std::cerr);
     if (!point) return;
     state.set_step(point->meta.step);

@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "base/error.h"
+#include "ckpt/safetensors_reader.h"
+#include "ckpt/snapshot_meta.h"
 #include "core/optim/sgd.h"
 #include "core/state_digest.h"
 #include "ddp/train_state.h"
@@ -62,6 +64,16 @@ TEST_CASE("image of a trained replica restores another bitwise, only with the ri
   a.train_one(1.0f);
   b.train_one(1.0f);
   CHECK(state_digest(*b.model, b.sgd) == state_digest(*a.model, a.sgd));
+}
+
+TEST_CASE("the image names the optimizer's algorithm as single-process snapshots do") {
+  // train_mlp alone writes optimizer.kind() too, so its checkpoints and the Trainer's
+  // resume each other (they once wrote "sgd" and "optimizer" and refused each other).
+  Replica a;
+  std::vector<std::byte> img;
+  a.state.write_image(1, 2, img);
+  const auto reader = rf::ckpt::SafetensorsReader::borrow(img, "test");
+  CHECK(rf::ckpt::read_snapshot_meta(reader).optimizer == "sgd");
 }
 
 TEST_CASE("a damaged, cut or foreign image is refused and nothing changes (R6)") {
