@@ -2,9 +2,11 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <map>
@@ -44,6 +46,20 @@ const void* map_remote_fd(pid_t pid, int fd, size_t bytes, std::string* why) {
     *why = rf::str("open(", path, "): ", std::strerror(errno));
     return nullptr;
   }
+  // Reading a shared mapping past its file's end raises SIGBUS, and mmap itself does not
+  // check: the file must be as large as announced. It is not when the peer closed the fd
+  // and reused its number for a smaller file before we opened it (test zc_refd).
+  struct stat st {};
+  if (fstat(local, &st) != 0) {
+    *why = rf::str("fstat(", path, "): ", std::strerror(errno));
+    close(local);
+    return nullptr;
+  }
+  if (st.st_size < 0 || static_cast<uint64_t>(st.st_size) < bytes) {
+    *why = rf::str(path, " is ", st.st_size, " bytes, not the announced ", bytes, " (closed and its fd reused?)");
+    close(local);
+    return nullptr;
+  }
   // MAP_POPULATE: the page-table entries are made now, not by faults inside collectives.
   void* p = mmap(nullptr, bytes, PROT_READ, MAP_SHARED | MAP_POPULATE, local, 0);
   const int err = errno;
@@ -56,7 +72,7 @@ const void* map_remote_fd(pid_t pid, int fd, size_t bytes, std::string* why) {
 }
 
 std::shared_ptr<const PeerMapping> map_peer_buffer(uint64_t process, pid_t pid, int fd, uint64_t id, size_t bytes,
-                                                   std::string* why) {
+                                                   const std::function<bool()>& still_held, std::string* why) {
   Cache& c = cache();
   {
     std::lock_guard lk(c.mu);
@@ -67,6 +83,14 @@ std::shared_ptr<const PeerMapping> map_peer_buffer(uint64_t process, pid_t pid, 
   const void* p = map_remote_fd(pid, fd, bytes, why);
   if (!p) return nullptr;
   auto m = std::make_shared<const PeerMapping>(static_cast<const unsigned char*>(p), bytes);
+  // The fd was opened above; if the owner still held the buffer after that, it named this
+  // buffer (an owner frees a buffer only after its hold word is cleared). Otherwise it may
+  // name another file: never cache that under this buffer's id.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (!still_held()) {
+    *why = "its owner released it before it could be mapped (it failed or aborted)";
+    return nullptr;
+  }
   std::lock_guard lk(c.mu);
   ++c.maps_made;
   auto [it, inserted] = c.by_key.try_emplace({process, id}, m);

@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -34,9 +35,11 @@ struct PeerMapping {
 uint64_t process_token();
 
 // Maps `bytes` of fd `fd` of process `pid` (token `process`) read-only, or returns the
-// cached mapping of (process, id). Null and `why` set if it cannot.
+// cached mapping of (process, id). `still_held` (the owner's hold word) is asked after the
+// fd is opened: only then is the fd known to name buffer `id` and the mapping cached. Null
+// and `why` set if it cannot.
 std::shared_ptr<const PeerMapping> map_peer_buffer(uint64_t process, pid_t pid, int fd, uint64_t id, size_t bytes,
-                                                   std::string* why);
+                                                   const std::function<bool()>& still_held, std::string* why);
 
 // How many peer buffers this process has mapped so far (tests: survivors map nothing anew).
 uint64_t peer_buffer_maps_made();
@@ -44,7 +47,8 @@ uint64_t peer_buffer_maps_made();
 // Drops cached mappings that no communicator holds, of processes not in `live`.
 void forget_other_processes(const std::vector<uint64_t>& live);
 
-// Maps `bytes` of `pid`'s fd `fd` read-only, populated (also used for control segments).
+// Maps `bytes` of `pid`'s fd `fd` read-only, populated (also used for control segments);
+// fails if the file is smaller (reading past its end would raise SIGBUS).
 const void* map_remote_fd(pid_t pid, int fd, size_t bytes, std::string* why);
 
 }  // namespace rf::comm

@@ -91,7 +91,7 @@ const unsigned char* ShmSession::peer_buffer(int p) {
   }
   std::string why;
   auto map = fd <= static_cast<uint64_t>(INT32_MAX)
-                 ? map_peer_buffer(peer.process, peer.pid, static_cast<int>(fd), id, file, &why)
+                 ? map_peer_buffer(peer.process, peer.pid, static_cast<int>(fd), id, file, [&] { return held(p); }, &why)
                  : nullptr;
   if (!map) throw rf::Error(rf::str("cannot map rank ", p, "'s registered buffer: ", why));
   peer.buffers.push_back(Mapping{id, map});

@@ -6,13 +6,14 @@
 //   (ranks run the same binary with RF_RANK/RF_WORLD/RF_STORE set)
 //
 // Scenarios: allreduce, large, collectives, blob_size, abort, kill, stall, fence, drop,
-// destroy, sc_abort, sc_release, sc_cap, sc_cap_async; `_reg`, `_halfreg`, `_noshm` select
+// destroy, sc_abort, sc_release, sc_cap, sc_cap_async, regen, zc_refd(_same); `_reg`, `_halfreg`, `_noshm` select
 // registered buffers (zero-copy), all but rank 0 registered, the shared-memory path off;
 // `<scenario>_fifo` runs one with the
 // single-copy path off, `<scenario>_mixed` with it off on rank 0 only.
 // A rank reports a failed check on stderr and exits 1; the launcher fails if any rank
 // ended other than expected (only `kill`'s victim is expected to die by SIGKILL).
 #include <signal.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -36,6 +37,7 @@
 #include "comm/local_launcher.h"
 #include "comm/shared_buffer.h"
 #include "comm/shm_mappings.h"
+#include "comm/shm_session.h"
 #include "comm/ucx/ucx_communicator.h"
 
 using namespace rf::comm;
@@ -718,6 +720,98 @@ int scenario_regen() {
   return g_failures ? 1 : 0;
 }
 
+// zc_refd: a peer's registered buffer is freed, and its fd number reused, between its
+// `entered` word and our first mapping of it. Rank 1 enters zero-copy all-reduce 2 on a
+// fresh 1 MiB buffer B, aborts, frees B and allocates a one-page SharedBuffer that gets
+// B's old fd number. Rank 0 is held (its on_chunk, at the done phase of all-reduce 1)
+// until then; in the same pump it goes on with all-reduce 2, sees rank 1's `entered`, and
+// maps /proc/<pid 1>/fd/<fd>: now a one-page file, not B. It must fail that collective
+// with an error naming rank 1 — never read past that file's end (SIGBUS). zc_refd_same:
+// the new file is as large as B; rank 0 must fail too, and must not have cached (counted)
+// a mapping of that other file as B's. Synchronised by the store and rank 1's own control
+// segment, no sleeps.
+const ShmControl* own_control_segment() {
+  // This process has one communicator: its segment is the memfd named ringfence-comm.
+  for (int fd = 0; fd < 4096; ++fd) {
+    char link[256];
+    const ssize_t n = readlink(rf::str("/proc/self/fd/", fd).c_str(), link, sizeof(link) - 1);
+    if (n <= 0) continue;
+    link[n] = 0;
+    if (std::strstr(link, "memfd:ringfence-comm") == nullptr) continue;
+    void* p = mmap(nullptr, sizeof(ShmControl), PROT_READ, MAP_SHARED, fd, 0);
+    return p == MAP_FAILED ? nullptr : static_cast<const ShmControl*>(p);
+  }
+  return nullptr;
+}
+
+int scenario_zc_refd(bool same_size) {
+  Env e = make_env();
+  const int r = e.re.rank;
+  EXPECT(e.re.world == 2 && all_registered(), "zc_refd runs as zc_refd_reg 2");
+  UcxOptions o = base_options();
+  o.stall_timeout = std::chrono::milliseconds(5000);
+  o.flight_recorder_path = e.re.store_dir + "/flight." + std::to_string(r);
+  if (r == 0) {
+    o.on_chunk = [&](const ChunkEvent& ev) {
+      if (ev.step == 1 && ev.chunks_done == 3) e.store->wait_get("swapped", std::chrono::seconds(20));
+    };
+  }
+  UcxCommunicator c(e.ctx, *e.store, r, 2, 4, o);
+  SharedBuffer a(size_t{1} << 20), b(size_t{1} << 20);
+  const size_t n = a.bytes() / sizeof(float);
+  std::fill(a.as<float>(), a.as<float>() + n, 1.0f);
+  std::fill(b.as<float>(), b.as<float>() + n, 2.0f);
+  const uint64_t maps = peer_buffer_maps_made();  // rank 0 maps rank 1's A, and only A
+  auto w1 = c.allreduce_start(Buffer{a.data(), n, DType::f32}, OpId{1, 0});
+  if (r == 0) {
+    auto w2 = c.allreduce_start(Buffer{b.data(), n, DType::f32}, OpId{2, 0});
+    w1->wait();
+    try {
+      w2->wait();
+      EXPECT(false, "all-reduce 2 completed although rank 1 aborted and freed its buffer");
+    } catch (const CommError& err) {
+      EXPECT(err.peer() == 1, "does not name rank 1: ", err.what());
+      std::cerr << "rank 0 failed as it should: " << err.what() << "\n";
+    }
+    EXPECT(peer_buffer_maps_made() == maps + 1, "mapped (and cached) another file as rank 1's buffer B");
+    e.store->set("rank0_done", {1});
+    return g_failures ? 1 : 0;
+  }
+  w1->wait();
+  const ShmControl* seg = own_control_segment();
+  EXPECT(seg != nullptr, "cannot find this rank's control segment");
+  if (!seg) {
+    e.store->set("swapped", {1});
+    return 1;
+  }
+  SharedRange old;
+  EXPECT(find_shared(b.data(), b.bytes(), &old), "buffer B not registered");
+  auto w2 = c.allreduce_start(Buffer{b.data(), n, DType::f32}, OpId{2, 0});
+  // Entered all-reduce 2 (rank 0 is held, so it cannot have gone further).
+  const TimePoint until = rf::Clock::now() + std::chrono::seconds(20);
+  while (seg->entered.load(std::memory_order_acquire) >> 1 < 2 && rf::Clock::now() < until) std::this_thread::yield();
+  EXPECT(seg->entered.load() >> 1 == 2, "rank 1 never entered all-reduce 2");
+  c.abort("test: rank 1 leaves all-reduce 2");
+  try {
+    w2->wait();
+  } catch (const CommError&) {
+  }
+  // B's fd is closed, and its number reused by a new buffer (the lowest free fd).
+  std::vector<SharedBuffer> pages;
+  SharedRange now;
+  const size_t reuse_bytes = same_size ? b.bytes() : 4096;
+  b = SharedBuffer();
+  for (int i = 0; i < 64; ++i) {
+    pages.emplace_back(reuse_bytes);
+    if (find_shared(pages.back().data(), reuse_bytes, &now) && now.fd == old.fd) break;
+  }
+  EXPECT(now.fd == old.fd, "fd ", old.fd, " was not reused");
+  e.store->set("swapped", {1});
+  e.store->wait_get("rank0_done", std::chrono::seconds(20));  // our /proc entry must stay
+  munmap(const_cast<ShmControl*>(seg), sizeof(ShmControl));
+  return g_failures ? 1 : 0;
+}
+
 int run_rank(const std::string& scenario) {
   try {
     if (scenario == "allreduce") return scenario_allreduce(false);
@@ -735,6 +829,8 @@ int run_rank(const std::string& scenario) {
     if (scenario == "sc_cap") return scenario_sc_cap();
     if (scenario == "sc_cap_async") return scenario_sc_cap_async();
     if (scenario == "regen") return scenario_regen();
+    if (scenario == "zc_refd") return scenario_zc_refd(false);
+    if (scenario == "zc_refd_same") return scenario_zc_refd(true);
     std::cerr << "unknown scenario " << scenario << "\n";
     return 2;
   } catch (const std::exception& err) {
