@@ -57,18 +57,25 @@ ShmSession::~ShmSession() {
 }
 
 std::string ShmSession::attach(int peer, pid_t pid, int fd, uint64_t token) {
+  // The header first (every segment holds one): its slot size says how large the segment
+  // is, and a peer with other slots has a smaller or larger file than ours.
   std::string why;
+  const void* h = map_remote_fd(pid, fd, slots_offset_, &why);
+  if (!h) return why;
+  const auto* hc = static_cast<const ShmControl*>(h);
+  if (hc->magic != ShmControl::kMagic || hc->token != token) {
+    why = "its shared segment does not hold the announced token (another host?)";
+  } else if (hc->slot_bytes != slot_bytes_) {
+    why = rf::str("it uses slots of ", hc->slot_bytes, " bytes, this rank ", slot_bytes_);
+  }
+  munmap(const_cast<void*>(h), slots_offset_);
+  if (!why.empty()) return why;
   const void* p = map_remote_fd(pid, fd, segment_bytes_, &why);
   if (!p) return why;
   const auto* c = static_cast<const ShmControl*>(p);
-  if (c->magic != ShmControl::kMagic || c->token != token) {
-    why = "its shared segment does not hold the announced token (another host?)";
-  } else if (c->slot_bytes != slot_bytes_) {
-    why = rf::str("it uses slots of ", c->slot_bytes, " bytes, this rank ", slot_bytes_);
-  }
-  if (!why.empty()) {
+  if (c->token != token) {  // the same file still (its fd was not reused meanwhile)
     munmap(const_cast<void*>(p), segment_bytes_);
-    return why;
+    return "its shared segment changed while it was being mapped";
   }
   peers_[peer].ctrl = const_cast<ShmControl*>(c);
   peers_[peer].pid = pid;

@@ -6,7 +6,7 @@
 //   (ranks run the same binary with RF_RANK/RF_WORLD/RF_STORE set)
 //
 // Scenarios: allreduce, large, collectives, blob_size, abort, kill, stall, fence, drop,
-// destroy, sc_abort, sc_release, sc_cap, sc_cap_async, regen, zc_refd(_same); `_reg`, `_halfreg`, `_noshm` select
+// destroy, sc_abort, sc_release, sc_cap, sc_cap_async, regen, zc_refd(_same), slot_mismatch; `_reg`, `_halfreg`, `_noshm` select
 // registered buffers (zero-copy), all but rank 0 registered, the shared-memory path off;
 // `<scenario>_fifo` runs one with the
 // single-copy path off, `<scenario>_mixed` with it off on rank 0 only.
@@ -812,6 +812,23 @@ int scenario_zc_refd(bool same_size) {
   return g_failures ? 1 : 0;
 }
 
+// slot_mismatch: rank 1 uses other shm_slot_bytes (a misconfiguration): its control
+// segment has another size, so the connect-time probe must switch the shared-memory path
+// off on every rank alike (all or none), and all-reduces of every size still sum right.
+int scenario_slot_mismatch() {
+  Env e = make_env();
+  UcxOptions o = base_options();
+  if (e.re.rank == 1) o.shm_slot_bytes = 3 * o.shm_slot_bytes;
+  UcxCommunicator c(e.ctx, *e.store, e.re.rank, e.re.world, 6, o);
+  EXPECT(!c.shm_path(), "shared-memory path on although rank 1 uses other slots");
+  TestBuf<float> f(size_t{1} << 16);
+  uint64_t step = 0;
+  for (size_t n : {size_t{5}, size_t{1500}, size_t{1} << 16}) check_allreduce(c, f, n, DType::f32, step++);
+  EXPECT(c.slot_allreduces() == 0 && c.zero_copy_allreduces() == 0, "shared-memory all-reduces with the path off");
+  c.barrier(OpId{step, 0});
+  return g_failures ? 1 : 0;
+}
+
 int run_rank(const std::string& scenario) {
   try {
     if (scenario == "allreduce") return scenario_allreduce(false);
@@ -829,6 +846,7 @@ int run_rank(const std::string& scenario) {
     if (scenario == "sc_cap") return scenario_sc_cap();
     if (scenario == "sc_cap_async") return scenario_sc_cap_async();
     if (scenario == "regen") return scenario_regen();
+    if (scenario == "slot_mismatch") return scenario_slot_mismatch();
     if (scenario == "zc_refd") return scenario_zc_refd(false);
     if (scenario == "zc_refd_same") return scenario_zc_refd(true);
     std::cerr << "unknown scenario " << scenario << "\n";
