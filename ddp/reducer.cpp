@@ -64,7 +64,9 @@ void Reducer::begin_step(comm::Communicator& comm, uint64_t step, const ControlB
   comm_ = &comm;
   step_ = step;
   next_start_ = 0;
+  step_overlap_ = opt_.overlap;
   timeline_ = {};
+  timeline_.overlap = step_overlap_;
   timeline_.begin = Clock::now();
   timeline_.buckets = layout_.num_buckets();
 }
@@ -77,7 +79,7 @@ void Reducer::on_grad_ready(int param) {
   if (!comm_) return;  // a backward outside a step (e.g. a user's own): nothing to reduce
   const int b = layout_.params[param].bucket;
   RF_ENFORCE(pending_[b] > 0, "gradient of parameter ", param, " final twice in step ", step_);
-  if (--pending_[b] == 0 && opt_.overlap) {
+  if (--pending_[b] == 0 && step_overlap_) {
     const int before = next_start_;
     start_ready_buckets();
     timeline_.started_early += next_start_ - before;

@@ -18,6 +18,7 @@
 // Threads: begin_step, the hooks (they run inside backward) and finish all run on the
 // training thread; the communicator moves the bytes on its own thread meanwhile.
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -42,11 +43,19 @@ struct StepTimeline {
   int buckets = 0;
   int started_early = 0;                // buckets started during backward
   int done_at_finish = 0;               // ...of which complete when finish() began
+  bool overlap = true;                  // the overlap setting this step ran with
 };
+
+// The overlap A/B schedule (TrainerConfig::overlap_ab_period = k > 0): overlap on for
+// steps [0, k), off for [k, 2k), on for [2k, 3k), ... A pure function of the step number,
+// so every rank switches at the same step without a message, and a step redone after a
+// recovery runs with the setting it had the first time.
+constexpr bool overlap_ab_on(int64_t step, int64_t period) { return (step / period) % 2 == 0; }
 
 struct ReducerOptions {
   size_t bucket_cap_bytes = size_t{25} << 20;  // 25 MiB, as PyTorch DDP
   bool overlap = true;  // false: every bucket is started in finish(), after backward
+                        // (changeable between steps: Reducer::set_overlap)
   // The last bucket (its all-reduce overlaps nothing) holds at most this many bytes of the
   // gradients backward finalises last (bucket_layout.h); 0 = off. See docs/ddp.md for the
   // measurement behind the default.
@@ -77,6 +86,12 @@ class Reducer {
   // A communication failure is rethrown (comm::CommError); the gradients are then
   // incomplete and must not be applied (R1). Throws rf::Error when the global count is 0.
   ControlBlock finish();
+  // Overlap on or off from the next begin_step on (the step in flight keeps the setting it
+  // began with, so a step never mixes the two). Results are bitwise the same either way:
+  // the same buckets are all-reduced with the same tags in the same order, only when they
+  // start differs (tests/ddp reducer_mp_test "ab"). For paired A/B timing in one job.
+  void set_overlap(bool on) { opt_.overlap = on; }
+  bool overlap() const { return opt_.overlap; }
   // After a failure: forgets the step's outstanding work (the communicator, aborted or
   // poisoned, owns finishing it) so the next begin_step starts clean.
   void abandon();
@@ -109,6 +124,7 @@ class Reducer {
   comm::Communicator* comm_ = nullptr;  // armed between begin_step and finish/abandon
   uint64_t step_ = 0;
   int next_start_ = 0;
+  bool step_overlap_ = true;  // opt_.overlap latched by begin_step
   StepTimeline timeline_;
   double global_loss_ = 0.0;
   // The hooks outlive the reducer (they belong to the parameters): they reach it through

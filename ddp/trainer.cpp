@@ -335,6 +335,7 @@ struct Trainer::Impl {
       ControlBlock sums;
       try {
         inj->at(FaultPhase::Forward, s);
+        if (cfg.overlap_ab_period > 0) reducer.set_overlap(overlap_ab_on(s, cfg.overlap_ab_period));
         reducer.begin_step(*comm, static_cast<uint64_t>(s), cb);
         if (b > 0) {
           Tensor loss = loss_fn(model(x), y_buf);
@@ -466,6 +467,8 @@ struct Trainer::Impl {
   }
 
   TrainerResult run() {
+    if (cfg.overlap_ab_period < 0)
+      throw InvalidInput(str("overlap_ab_period must be >= 0 (0 = off), not ", cfg.overlap_ab_period));
     if (!cfg.fault_tolerance) return run_plain();
     copt = elastic::ClientOptions::from_env();
     inj = FaultInjector::from_env(copt.incarnation, copt.slot);

@@ -47,6 +47,10 @@ struct TrainerConfig {
   uint64_t seed = 0;            // batch order (R3)
   int64_t steps = 100;          // train steps 0 .. steps-1
   ReducerOptions reducer;
+  // > 0: paired A/B of the overlap in one job — overlap on for k steps, off for k, ...
+  // (overlap_ab_on(step, k), reducer.h), the same switch step on every rank; the weights
+  // are bitwise those of a run with overlap always on or always off. 0: reducer.overlap.
+  int64_t overlap_ab_period = 0;
   int64_t verify_every = 0;     // > 0: digests compared every N steps (stop on divergence)
   std::string audit_log;        // JSON lines of every state change ("" = none)
   int64_t log_interval = 0;     // rank 0 prints step/loss/samples/s to stderr

@@ -16,10 +16,21 @@
 // both runs of a pair alike, so the statistic is the PER-ROUND PAIRED ratio: its median
 // over the rounds, its min/max, and in how many rounds it had the sign in question.
 //
+// The overlap's gain is smaller still (~1.5 % of a CNN step at most), so a fourth
+// variant measures it inside ONE job:
+//   ab      fault tolerance on, overlap switched between steps: on for --ab-period steps,
+//           off for as many, ... (TrainerConfig::overlap_ab_period; same weights bit for
+//           bit). Every rank records every step's wall time with its setting; the report
+//           pairs each on-block with the adjacent off-block (ab_stats.h): median paired
+//           gain, its 95 % interval, how many pairs had overlap faster, sign-test p —
+//           for rank 0's step times and for the slowest rank's per step. Each round is
+//           one job; pairs are pooled over rounds. Run it alone:
+//           --variants ab --steps 600 --ab-period 5 --rounds 2
+//
 //   ddp_bench [--model mlp|cnn] [--world 2] [--steps 60] [--warmup 10] [--batch 128]
 //             [--rounds 12] [--bucket-kib K] [--last-bucket-kib K (0 = off)] (unset: the
 //             reducer's defaults)
-//             [--variants ft,plain,ft-seq]
+//             [--variants ft,plain,ft-seq | ab] [--ab-period 5]
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -33,6 +44,7 @@
 #include <vector>
 
 #include "base/clock.h"
+#include "bench/ddp/ab_stats.h"
 #include "base/error.h"
 #include "base/str.h"
 #include "comm/local_launcher.h"
@@ -54,6 +66,7 @@ struct Opts {
   int64_t steps = 60, warmup = 10, batch = 128, rounds = 12, bucket_kib = 0;
   int64_t last_bucket_kib = -1;  // -1: the reducer's default
   std::string variants = "ft,plain,ft-seq";
+  int64_t ab_period = 5;
 };
 
 std::string self_path() {
@@ -66,7 +79,8 @@ std::string self_path() {
 std::vector<std::string> child_args(const Opts& o, const std::string& variant, const std::string& out) {
   return {"--child", variant, "--out", out, "--model", o.model, "--steps", std::to_string(o.steps),
           "--warmup", std::to_string(o.warmup), "--batch", std::to_string(o.batch),
-          "--bucket-kib", std::to_string(o.bucket_kib), "--last-bucket-kib", std::to_string(o.last_bucket_kib)};
+          "--bucket-kib", std::to_string(o.bucket_kib), "--last-bucket-kib", std::to_string(o.last_bucket_kib),
+          "--ab-period", std::to_string(o.ab_period)};
 }
 
 double median(std::vector<double> v) {
@@ -95,16 +109,24 @@ int child(const Opts& o, const std::string& variant, const std::string& out) {
   cfg.global_batch = o.batch;
   cfg.fault_tolerance = variant != "plain";
   cfg.reducer.overlap = variant != "ft-seq";
+  if (variant == "ab") cfg.overlap_ab_period = o.ab_period;
   if (o.bucket_kib > 0) cfg.reducer.bucket_cap_bytes = static_cast<size_t>(o.bucket_kib) << 10;
   if (o.last_bucket_kib >= 0) cfg.reducer.last_bucket_cap_bytes = static_cast<size_t>(o.last_bucket_kib) << 10;
   const auto kind = o.model == "cnn" ? models::ModelKind::CNN : models::ModelKind::MLP;
   cfg.model_name = models::model_name(kind);
   std::vector<TimePoint> at;
   std::vector<double> exposed;
+  // ab: per applied step (after the warm-up) its overlap setting, time in finish() and
+  // whether every overlapped bucket was done when finish() began.
+  std::vector<int64_t> step_no;
+  std::vector<char> step_on, step_done;
   int64_t early = 0, done_early = 0;
   int buckets = 0;
   at.reserve(static_cast<size_t>(o.steps));
   exposed.reserve(static_cast<size_t>(o.steps));
+  step_no.reserve(static_cast<size_t>(o.steps));
+  step_on.reserve(static_cast<size_t>(o.steps));
+  step_done.reserve(static_cast<size_t>(o.steps));
   auto net = models::make_model(kind, 0);
   const data::Dataset ds = data::make_synthetic(8192, 1, 28, 28, 10, 1);
   optim::SGD sgd(net->named_parameters(), {.lr = 0.05f, .momentum = 0.9f});
@@ -114,6 +136,9 @@ int child(const Opts& o, const std::string& variant, const std::string& out) {
     if (s <= o.warmup) return;
     const ddp::StepTimeline& t = tr->last_step_timeline();
     exposed.push_back(ms_between(t.finish_enter, t.finish_end));
+    step_no.push_back(s);
+    step_on.push_back(t.overlap ? 1 : 0);
+    step_done.push_back(t.started_early > 0 && t.done_at_finish == t.started_early ? 1 : 0);
     early += t.started_early;
     buckets = t.buckets;
     done_early += t.done_at_finish;
@@ -124,6 +149,20 @@ int child(const Opts& o, const std::string& variant, const std::string& out) {
   tr = &trainer;
   const ddp::TrainerResult r = trainer.run();
   const char* rank = std::getenv(cfg.fault_tolerance ? "RINGFENCE_SLOT" : "RF_RANK");
+  if (variant == "ab") {
+    // Every rank: one line per step after the warm-up (step, overlap, wall ms, finish ms,
+    // overlapped buckets all done at finish). `at` holds steps 0.., so step s ended at at[s].
+    if (!rank) throw Error("ab variant: RINGFENCE_SLOT not set");
+    if (static_cast<int64_t>(at.size()) != o.steps) throw Error("ab variant: a step was redone (a recovery?)");
+    std::ofstream f(str(out, ".rank", rank));
+    for (size_t i = 0; i < step_no.size(); ++i) {
+      const auto s = static_cast<size_t>(step_no[i]);
+      f << step_no[i] << " " << int(step_on[i]) << " " << ms_between(at[s - 1], at[s]) << " " << exposed[i] << " "
+        << int(step_done[i]) << "\n";
+    }
+    if (!f) throw Error("ab variant: cannot write per-step times");
+    return 0;
+  }
   if (rank && std::string(rank) == "0") {
     std::vector<double> dt;
     for (size_t i = static_cast<size_t>(o.warmup) + 1; i < at.size(); ++i) dt.push_back(ms_between(at[i - 1], at[i]));
@@ -147,6 +186,131 @@ int spawn_wait(const std::vector<std::string>& argv) {
   return status;
 }
 
+// A variant with fault tolerance on: one job under `ringfence run`.
+void run_ft(const Opts& o, const std::string& variant, const std::string& out) {
+  const std::string self = self_path();
+  const std::string ringfence = self.substr(0, self.rfind('/')) + "/ringfence";
+  std::vector<std::string> argv{ringfence, "run", "-n", std::to_string(o.world), "--quiet", "--", self};
+  for (auto& a : child_args(o, variant, out)) argv.push_back(a);
+  const int st = spawn_wait(argv);
+  if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) throw Error(str(variant, " variant: ringfence run failed"));
+}
+
+// One step of one rank in an ab job.
+struct AbStep {
+  int64_t step = 0;
+  bool on = false;
+  double ms = 0, finish_ms = 0;
+  bool done = false;  // every overlapped bucket complete when finish() began
+};
+
+// One ab job: every rank's steps (the same steps on every rank).
+std::vector<std::vector<AbStep>> run_ab_job(const Opts& o, const std::string& dir) {
+  const std::string out = str(dir, "/ab.txt");
+  for (int r = 0; r < o.world; ++r) std::remove(str(out, ".rank", r).c_str());
+  run_ft(o, "ab", out);
+  std::vector<std::vector<AbStep>> ranks(static_cast<size_t>(o.world));
+  for (int r = 0; r < o.world; ++r) {
+    std::ifstream in(str(out, ".rank", r));
+    AbStep x;
+    int on = 0, done = 0;
+    while (in >> x.step >> on >> x.ms >> x.finish_ms >> done) {
+      x.on = on != 0;
+      x.done = done != 0;
+      ranks[static_cast<size_t>(r)].push_back(x);
+    }
+    if (ranks[static_cast<size_t>(r)].empty()) throw Error(str("ab variant: rank ", r, " wrote no steps"));
+    if (ranks[static_cast<size_t>(r)].size() != ranks[0].size())
+      throw Error(str("ab variant: rank ", r, " wrote ", ranks[static_cast<size_t>(r)].size(), " steps, rank 0 ",
+                      ranks[0].size()));
+  }
+  return ranks;
+}
+
+// The paired statistic of a set of pairs, on one line.
+void print_pairs(const char* what, const std::vector<bench::AbPair>& pairs) {
+  const bench::AbSummary a = bench::summarize_pairs(pairs);
+  std::printf("  %-34s %4zu pairs, gain off/on-1 median %+.2f %% (95 %% CI %+.2f .. %+.2f %%), on faster in "
+              "%zu (ties %zu), sign test p = %.3g\n",
+              what, a.pairs, a.median_gain_pct, a.ci_lo_pct, a.ci_hi_pct, a.on_faster, a.ties, a.sign_p);
+}
+
+// --variants ab: rounds of one job each; pairs pooled over the rounds.
+int run_ab(const Opts& o, const std::string& dir) {
+  std::printf("# ddp_bench ab: %s, W=%d, batch %lld (global), 1 thread per rank, fault tolerance on, overlap on "
+              "for %lld steps then off for %lld, ..., %lld steps per job (steps before %lld dropped), %lld jobs\n",
+              o.model.c_str(), o.world, static_cast<long long>(o.batch), static_cast<long long>(o.ab_period),
+              static_cast<long long>(o.ab_period), static_cast<long long>(o.steps), static_cast<long long>(o.warmup + 1),
+              static_cast<long long>(o.rounds));
+  std::printf("# job  steps on/off  rank0 median ms on / off  finish() ms on / off  done-before-finish(on)  "
+              "pairs  median gain\n");
+  const TimePoint t_all = Clock::now();
+  std::vector<double> on_ms, off_ms, on_fin, off_fin;
+  int64_t on_done = 0;
+  std::vector<bench::AbPair> r0_on_first, r0_off_first, mx_on_first, mx_off_first;
+  for (int64_t job = 0; job < o.rounds; ++job) {
+    const auto ranks = run_ab_job(o, dir);
+    std::vector<bench::StepSample> r0, mx;
+    std::vector<double> jon, joff, jfon, jfoff;
+    int64_t jdone = 0;
+    for (size_t i = 0; i < ranks[0].size(); ++i) {
+      const AbStep& x = ranks[0][i];
+      double slowest = x.ms;
+      for (const auto& rk : ranks) {
+        if (rk[i].step != x.step || rk[i].on != x.on) throw Error("ab variant: ranks disagree on steps or overlap");
+        slowest = std::max(slowest, rk[i].ms);
+      }
+      r0.push_back({x.step, x.on, x.ms});
+      mx.push_back({x.step, x.on, slowest});
+      (x.on ? jon : joff).push_back(x.ms);
+      (x.on ? jfon : jfoff).push_back(x.finish_ms);
+      if (x.on && x.done) ++jdone;
+    }
+    const auto p0 = bench::ab_pairs(r0, o.ab_period, true);
+    r0_on_first.insert(r0_on_first.end(), p0.begin(), p0.end());
+    const auto p1 = bench::ab_pairs(r0, o.ab_period, false);
+    r0_off_first.insert(r0_off_first.end(), p1.begin(), p1.end());
+    const auto m0 = bench::ab_pairs(mx, o.ab_period, true);
+    mx_on_first.insert(mx_on_first.end(), m0.begin(), m0.end());
+    const auto m1 = bench::ab_pairs(mx, o.ab_period, false);
+    mx_off_first.insert(mx_off_first.end(), m1.begin(), m1.end());
+    std::printf("%5lld  %5zu/%-5zu  %10.3f / %-10.3f  %8.3f / %-8.3f  %21.0f %%  %5zu  %+.2f %%\n",
+                static_cast<long long>(job), jon.size(), joff.size(), median(jon), median(joff), median(jfon),
+                median(jfoff), jon.empty() ? 0.0 : 100.0 * static_cast<double>(jdone) / static_cast<double>(jon.size()),
+                p0.size(), bench::summarize_pairs(p0).median_gain_pct);
+    std::fflush(stdout);
+    on_ms.insert(on_ms.end(), jon.begin(), jon.end());
+    off_ms.insert(off_ms.end(), joff.begin(), joff.end());
+    on_fin.insert(on_fin.end(), jfon.begin(), jfon.end());
+    off_fin.insert(off_fin.end(), jfoff.begin(), jfoff.end());
+    on_done += jdone;
+  }
+  const double mon = median(on_ms), moff = median(off_ms);
+  std::printf("ab rank 0: median step on %.3f ms (%zu steps), off %.3f ms (%zu steps): off/on - 1 = %+.2f %%\n", mon,
+              on_ms.size(), moff, off_ms.size(), 100.0 * (moff / mon - 1.0));
+  std::printf("ab rank 0: median time in finish() on %.3f ms, off %.3f ms; overlapped buckets all done when "
+              "finish() began in %.0f %% of the on-steps\n",
+              median(on_fin), median(off_fin),
+              on_ms.empty() ? 0.0 : 100.0 * static_cast<double>(on_done) / static_cast<double>(on_ms.size()));
+  std::printf("paired adjacent blocks of %lld steps (block median step time; gain > 0: overlap faster):\n",
+              static_cast<long long>(o.ab_period));
+  print_pairs("rank 0, on-block then off-block:", r0_on_first);
+  print_pairs("rank 0, off-block then on-block:", r0_off_first);
+  print_pairs("slowest rank, on then off:", mx_on_first);
+  print_pairs("slowest rank, off then on:", mx_off_first);
+  // A verdict only when both pairings (opposite orders, so a drift biases them oppositely)
+  // put the whole 95 % interval on the same side of 0.
+  const bench::AbSummary a = bench::summarize_pairs(r0_on_first), b = bench::summarize_pairs(r0_off_first);
+  const char* verdict = a.ci_lo_pct > 0 && b.ci_lo_pct > 0   ? "overlap FASTER (measurable gain)"
+                        : a.ci_hi_pct < 0 && b.ci_hi_pct < 0 ? "overlap SLOWER (measurable loss)"
+                                                             : "no measurable difference";
+  std::printf("VERDICT overlap (rank 0, both pairings): %s; median gain %+.2f / %+.2f %%, 95 %% CI %+.2f .. %+.2f "
+              "/ %+.2f .. %+.2f %%\n",
+              verdict, a.median_gain_pct, b.median_gain_pct, a.ci_lo_pct, a.ci_hi_pct, b.ci_lo_pct, b.ci_hi_pct);
+  std::printf("# total %.0f s\n", seconds_since(t_all));
+  return 0;
+}
+
 RunResult run_variant(const Opts& o, const std::string& variant, const std::string& dir) {
   const std::string out = str(dir, "/", variant, ".txt");
   std::remove(out.c_str());
@@ -160,11 +324,7 @@ RunResult run_variant(const Opts& o, const std::string& variant, const std::stri
     for (const auto& e : comm::run_local_ranks(l))
       if (!e.ok()) throw Error(str("plain variant: ", e.describe()));
   } else {
-    const std::string ringfence = self.substr(0, self.rfind('/')) + "/ringfence";
-    std::vector<std::string> argv{ringfence, "run", "-n", std::to_string(o.world), "--quiet", "--", self};
-    for (auto& a : child_args(o, variant, out)) argv.push_back(a);
-    const int st = spawn_wait(argv);
-    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) throw Error(str(variant, " variant: ringfence run failed"));
+    run_ft(o, variant, out);
   }
   RunResult r;
   std::string digest;
@@ -193,21 +353,30 @@ int main(int argc, char** argv) {
       else if (f == "--bucket-kib") o.bucket_kib = std::stoll(v);
       else if (f == "--last-bucket-kib") o.last_bucket_kib = std::stoll(v);
       else if (f == "--variants") o.variants = v;
+      else if (f == "--ab-period") o.ab_period = std::stoll(v);
       else if (f == "--child") variant = v;
       else if (f == "--out") out = v;
       else throw InvalidInput(str("unknown option ", f));
     }
     if (o.model != "mlp" && o.model != "cnn") throw InvalidInput("--model: mlp or cnn");
+    if (o.ab_period < 1) throw InvalidInput("--ab-period must be >= 1");
+    if (o.warmup < 1) throw InvalidInput("--warmup must be >= 1 (a step's time needs the previous step's end)");
     if (!variant.empty()) return child(o, variant, out);
 
     char tmpl[] = "/tmp/ddp_bench_XXXXXX";
     if (!::mkdtemp(tmpl)) throw Error("mkdtemp failed");
+    if (o.variants == "ab") {
+      const int rc = run_ab(o, tmpl);
+      if (std::system(str("rm -rf ", tmpl).c_str()) != 0) std::fprintf(stderr, "could not remove %s\n", tmpl);
+      return rc;
+    }
     std::vector<std::string> variants;
     for (size_t a = 0; a <= o.variants.size();) {
       size_t b = o.variants.find(',', a);
       if (b == std::string::npos) b = o.variants.size();
       const std::string v = o.variants.substr(a, b - a);
-      if (v != "ft" && v != "plain" && v != "ft-seq") throw InvalidInput(str("--variants: unknown '", v, "'"));
+      if (v != "ft" && v != "plain" && v != "ft-seq")
+        throw InvalidInput(str("--variants: unknown '", v, "' (ab runs alone: --variants ab)"));
       variants.push_back(v);
       a = b + 1;
     }

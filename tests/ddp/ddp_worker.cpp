@@ -3,7 +3,7 @@
 // (last step, state digest, final loss, generation, world, recoveries) that the tests
 // compare between runs.
 //   ddp_worker --result-dir DIR [--audit-dir DIR] [--steps N] [--batch B] [--samples N]
-//              [--hidden H] [--seed S] [--verify-every N] [--bucket-kib K] [--no-overlap]
+//              [--hidden H] [--seed S] [--verify-every N] [--bucket-kib K] [--no-overlap] [--overlap-ab K]
 //              [--stall-ms M] [--log-interval N] [--lr LR] [--hang-ms M]
 //              [--ckpt-dir D --ckpt-every N [--resume]]
 //              [--corrupt-at STEP]                 slot 1 silently changes a weight after STEP
@@ -66,6 +66,7 @@ int main(int argc, char** argv) {
       else if (f == "--verify-every") cfg.verify_every = std::stoll(val());
       else if (f == "--bucket-kib") cfg.reducer.bucket_cap_bytes = std::stoull(val()) << 10;
       else if (f == "--no-overlap") cfg.reducer.overlap = false;
+      else if (f == "--overlap-ab") cfg.overlap_ab_period = std::stoll(val());
       else if (f == "--stall-ms") cfg.stall_timeout = std::chrono::milliseconds(std::stoll(val()));
       else if (f == "--log-interval") cfg.log_interval = std::stoll(val());
       else if (f == "--replacement-waits-for-world") wait_world = std::stoi(val());

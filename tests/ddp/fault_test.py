@@ -123,6 +123,9 @@ SCENARIOS = {
     # flag rides in step 16's control block on every rank): exit 0, every replica at step
     # 16 with one digest, a checkpoint of step 16; then --resume runs to the end, bitwise
     # equal to the uninterrupted run.
+    # The overlap A/B of ddp_bench (overlap on 3 steps, off 3, ...; several buckets) is
+    # the same computation: no recovery, final digest == the run with overlap always on.
+    "overlap_ab": ([], ["--bucket-kib", "4"], {"recoveries": 0, "fault_worker_flags": ["--overlap-ab", "3"]}),
     "graceful_stop_sigint": ([], [], {"graceful": signal.SIGINT}),
     "graceful_stop_sigterm": ([], [], {"graceful": signal.SIGTERM}),
 }

@@ -4,7 +4,9 @@
 //   * and equal, to float tolerance, to a single process training on the whole global
 //     batch with the mean loss (the reducer divides by the GLOBAL count).
 //
-//   reducer_mp_test W BATCH CAP_BYTES overlap|no-overlap     (the launcher)
+//   * with "ab": overlap on, off and switched between steps give bitwise the same weights.
+//
+//   reducer_mp_test W BATCH CAP_BYTES overlap|no-overlap|ab     (the launcher)
 // Ranks run the same binary with RF_RANK/RF_WORLD/RF_STORE set (comm/local_launcher.h)
 // and write their parameters to RF_STORE/params-<rank>.bin.
 #include <unistd.h>
@@ -48,20 +50,22 @@ std::vector<float> flat_params(const nn::Module& m) {
   return out;
 }
 
-int run_rank(int64_t batch, size_t cap, bool overlap) {
-  const comm::RankEnv env = comm::rank_env_from_environment();
-  comm::FileStore store(env.store_dir);
-  auto ctx = comm::UcxContext::create();
-  comm::UcxCommunicator c(ctx, store, env.rank, env.world, 1);
+// Trains a fresh test MLP for kSteps on this rank's slices; overlap_of(s) says whether
+// step s overlaps. Collectives are tagged step + tag_base, so several trainings can share
+// one communicator. Returns the final parameters, or empty on a wrong global count.
+template <class OverlapOf>
+std::vector<float> train(comm::Communicator& c, const comm::RankEnv& env, int64_t batch, size_t cap,
+                         uint64_t tag_base, OverlapOf overlap_of) {
   auto model = ddp::testing::make_test_mlp(5, 48);
   optim::SGD sgd(model->named_parameters(), sgd_options());
-  ddp::Reducer red(model->named_parameters(), {.bucket_cap_bytes = cap, .overlap = overlap});
+  ddp::Reducer red(model->named_parameters(), {.bucket_cap_bytes = cap});
   const data::Dataset ds = ddp::testing::make_test_data(kSamples, 9);
   data::Sampler sampler(ds.n, batch, 3);
   for (int64_t s = 0; s < kSteps; ++s) {
     const auto idx = sampler.local_batch(s, env.rank, env.world);
     const int64_t b = static_cast<int64_t>(idx.size());
-    red.begin_step(c, static_cast<uint64_t>(s), {.samples = b});
+    red.set_overlap(overlap_of(s));
+    red.begin_step(c, tag_base + static_cast<uint64_t>(s), {.samples = b});
     if (b > 0) {
       Tensor x = Tensor::empty({b, 1, 8, 8});
       std::vector<int32_t> y(static_cast<size_t>(b));
@@ -71,14 +75,49 @@ int run_rank(int64_t batch, size_t cap, bool overlap) {
       loss.backward();
     }
     const ddp::ControlBlock sum = red.finish();
+    if (red.timeline().overlap != overlap_of(s)) {
+      std::fprintf(stderr, "rank %d: step %lld ran with overlap %d, asked for %d\n", env.rank,
+                   static_cast<long long>(s), int(red.timeline().overlap), int(overlap_of(s)));
+      return {};
+    }
     if (sum.samples != static_cast<int64_t>(sampler.global_batch(s).size())) {
       std::fprintf(stderr, "rank %d: step %lld global count %lld\n", env.rank, static_cast<long long>(s),
                    static_cast<long long>(sum.samples));
-      return 1;
+      return {};
     }
     sgd.step();
   }
-  const std::vector<float> p = flat_params(*model);
+  return flat_params(*model);
+}
+
+// mode: overlap | no-overlap | ab. "ab" trains three times on one communicator — overlap
+// always on, always off, and switched every 2 steps (Reducer::set_overlap, the Trainer's
+// overlap_ab_period) — and requires the three results to be bitwise equal: the A/B
+// timing in ddp_bench compares two ways of running the SAME computation.
+int run_rank(int64_t batch, size_t cap, const std::string& mode) {
+  const comm::RankEnv env = comm::rank_env_from_environment();
+  comm::FileStore store(env.store_dir);
+  auto ctx = comm::UcxContext::create();
+  comm::UcxCommunicator c(ctx, store, env.rank, env.world, 1);
+  std::vector<float> p;
+  if (mode == "ab") {
+    const std::vector<float> on = train(c, env, batch, cap, 0, [](int64_t) { return true; });
+    const std::vector<float> off = train(c, env, batch, cap, 1000, [](int64_t) { return false; });
+    p = train(c, env, batch, cap, 2000, [](int64_t s) { return ddp::overlap_ab_on(s, 2); });
+    if (on.empty() || off.empty() || p.empty()) return 1;
+    auto same_bits = [](const std::vector<float>& a, const std::vector<float>& b) {
+      return a.size() == b.size() && std::memcmp(a.data(), b.data(), sizeof(float) * a.size()) == 0;
+    };
+    if (!same_bits(on, off) || !same_bits(p, on)) {
+      std::fprintf(stderr, "rank %d: overlap on / off / A-B give different weights (on==off %d, ab==on %d)\n",
+                   env.rank, int(same_bits(on, off)), int(same_bits(p, on)));
+      return 1;
+    }
+  } else {
+    const bool overlap = mode == "overlap";
+    p = train(c, env, batch, cap, 0, [overlap](int64_t) { return overlap; });
+    if (p.empty()) return 1;
+  }
   std::ofstream f(env.store_dir + "/params-" + std::to_string(env.rank) + ".bin", std::ios::binary);
   f.write(reinterpret_cast<const char*>(p.data()), static_cast<std::streamsize>(sizeof(float) * p.size()));
   return f ? 0 : 1;
@@ -107,14 +146,16 @@ std::vector<float> single_process(int64_t batch) {
 int main(int argc, char** argv) {
   try {
     if (argc != 5) {
-      std::fprintf(stderr, "usage: reducer_mp_test W BATCH CAP_BYTES overlap|no-overlap\n");
+      std::fprintf(stderr, "usage: reducer_mp_test W BATCH CAP_BYTES overlap|no-overlap|ab\n");
       return 2;
     }
     const int world = std::atoi(argv[1]);
     const int64_t batch = std::atoll(argv[2]);
     const size_t cap = std::strtoull(argv[3], nullptr, 10);
-    const bool overlap = std::string(argv[4]) == "overlap";
-    if (std::getenv("RF_RANK")) return run_rank(batch, cap, overlap);
+    const std::string mode = argv[4];
+    if (mode != "overlap" && mode != "no-overlap" && mode != "ab")
+      throw InvalidInput(str("mode must be overlap, no-overlap or ab, not '", mode, "'"));
+    if (std::getenv("RF_RANK")) return run_rank(batch, cap, mode);
 
     char tmpl[] = "/tmp/reducer_mp_XXXXXX";
     if (!mkdtemp(tmpl)) throw Error("mkdtemp failed");
@@ -153,7 +194,7 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < ref.size(); ++i)
       worst = std::max(worst, std::abs(double(got[0][i]) - ref[i]) / (1e-3 + std::abs(double(ref[i]))));
     std::printf("W=%d batch %lld cap %zu %s: ranks bitwise equal; worst relative difference to one process %.3g\n",
-                world, static_cast<long long>(batch), cap, overlap ? "overlap" : "no-overlap", worst);
+                world, static_cast<long long>(batch), cap, mode.c_str(), worst);
     if (worst > 1e-4) {
       std::fprintf(stderr, "data-parallel result is not the single-process result (worst %.3g)\n", worst);
       return 1;

@@ -143,6 +143,46 @@ TEST_CASE("overlap off: every bucket starts after backward; an empty local batch
     for (float g : p.grad().values()) CHECK(g == 0.0f);
 }
 
+TEST_CASE("set_overlap takes effect at the next step; the A/B schedule is a function of the step") {
+  auto model = ddp::testing::make_test_mlp(3, 32);
+  ddp::Reducer red(model->named_parameters(), {.bucket_cap_bytes = 4096, .overlap = true});
+  REQUIRE(red.num_buckets() >= 3);
+  Batch b = batch(4);
+  // One step with the fake communicator; returns how many buckets started during backward.
+  auto step = [&](uint64_t s, bool switch_mid_step, std::vector<float>* grads) {
+    TimesW comm(2);
+    red.begin_step(comm, s, {.samples = 4});
+    if (switch_mid_step) red.set_overlap(!red.overlap());  // too late for this step
+    Tensor loss = ddp::testing::sum_loss((*model)(b.x), b.y);
+    comm.in_backward = true;
+    loss.backward();
+    comm.in_backward = false;
+    red.finish();
+    grads->clear();
+    for (auto& p : model->parameters()) grads->insert(grads->end(), p.grad().values().begin(), p.grad().values().end());
+    int during = 0;
+    for (bool d : comm.during_backward) during += d ? 1 : 0;
+    CHECK(comm.ops.size() == static_cast<size_t>(red.num_buckets()));
+    return during;
+  };
+  std::vector<float> g_on, g_off, g_switched;
+  CHECK(step(0, true, &g_on) == red.num_buckets() - 1);  // began with overlap: keeps it
+  CHECK(red.timeline().overlap);
+  CHECK_FALSE(red.overlap());                             // ...and the next step has it off
+  CHECK(step(1, false, &g_off) == 0);
+  CHECK_FALSE(red.timeline().overlap);
+  CHECK(red.started_during_backward() == 0);
+  CHECK(g_on == g_off);  // same parameters, same batch: the same sums either way
+  red.set_overlap(true);
+  CHECK(step(2, false, &g_switched) == red.num_buckets() - 1);
+  CHECK(red.timeline().overlap);
+
+  // overlap_ab_on(s, k): on for k steps, off for k, ... from step 0.
+  const bool want3[] = {true, true, true, false, false, false, true, true, true, false};
+  for (int64_t s = 0; s < 10; ++s) CHECK(ddp::overlap_ab_on(s, 3) == want3[s]);
+  for (int64_t s = 0; s < 6; ++s) CHECK(ddp::overlap_ab_on(s, 1) == (s % 2 == 0));
+}
+
 TEST_CASE("a failed bucket fails the step; nothing is divided; the next step starts clean") {
   auto model = ddp::testing::make_test_mlp(3, 32);
   ddp::Reducer red(model->named_parameters(), {.bucket_cap_bytes = 4096, .overlap = true});
