@@ -6,7 +6,8 @@
 //   sum      slot 0 + slot 1 + ... + slot W-1, in rank order, into the caller's buffer.
 //
 // R4: every rank computes the very same expression from the very same bytes, so all end
-// with identical bits (no second round to share one rank's result).
+// with identical bits (no second round to share one rank's result). Each slot carries its
+// (step, op), checked against ours: a peer at another collective fails us, never summed.
 //
 // Slot reuse needs no extra word: we write slot seq & 1 again only for seq + 2. To get
 // there we completed seq + 1, which waited for every peer's slot_seq >= seq + 1; a peer
@@ -16,7 +17,9 @@
 // published whatever its caller does; no hold check is needed here.
 #include <cstring>
 
+#include "base/str.h"
 #include "comm/algorithms.h"
+#include "comm/errors.h"
 #include "comm/shm_session.h"
 
 namespace rf::comm {
@@ -26,7 +29,12 @@ namespace {
 class AllreduceShmSlots : public Collective {
  public:
   AllreduceShmSlots(Buffer buf, OpId id, int rank, int world, ShmSession& shm)
-      : Collective("all-reduce", id, 1), buf_(buf), rank_(rank), world_(world), shm_(shm) {}
+      : Collective("all-reduce", id, 1),
+        buf_(buf),
+        rank_(rank),
+        world_(world),
+        shm_(shm),
+        tag_(ShmControl::op_tag(id.step, id.op)) {}
 
   uint64_t bytes() const override { return buf_.bytes(); }
   bool reports_chunks() const override { return true; }
@@ -43,6 +51,7 @@ class AllreduceShmSlots : public Collective {
     if (!published_) {
       seq_ = shm_.next_slot_seq();
       std::memcpy(shm_.my_slot(seq_), buf_.data, buf_.bytes());
+      shm_.mine().slot_tag[seq_ & 1] = tag_;
       shm_.mine().slot_seq.store(seq_, std::memory_order_release);
       published_ = true;
       progressed = true;
@@ -50,6 +59,8 @@ class AllreduceShmSlots : public Collective {
     for (; next_peer_ < world_; ++next_peer_) {
       if (next_peer_ == rank_) continue;
       if (shm_.peer(next_peer_).slot_seq.load(std::memory_order_acquire) < seq_) return false;
+      const uint64_t t = shm_.peer(next_peer_).slot_tag[seq_ & 1];
+      if (t != tag_) fail(c, next_peer_, t);
       progressed = true;
     }
     const DType t = buf_.dtype;
@@ -60,9 +71,24 @@ class AllreduceShmSlots : public Collective {
   }
 
  private:
+  [[noreturn]] void fail(const Context& c, int peer, uint64_t tag) const {
+    CommErrorInfo e;
+    e.rank = c.rank;
+    e.collective = name();
+    e.generation = static_cast<int64_t>(c.generation);
+    e.step = static_cast<int64_t>(id().step);
+    e.op = id().op;
+    e.chunk = 0;
+    e.peer = peer;
+    e.cause = rf::str("rank ", peer, " is at all-reduce s=", tag >> 32, " op=", tag & 0xffffffffu,
+                      " (every rank must start the same collectives in the same order)");
+    throw PeerFailed(e);
+  }
+
   Buffer buf_;
   int rank_, world_;
   ShmSession& shm_;
+  uint64_t tag_;
   uint64_t seq_ = 0;
   bool published_ = false;
   int next_peer_ = 0;

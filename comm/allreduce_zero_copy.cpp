@@ -122,6 +122,7 @@ class AllreduceZeroCopy : public Collective {
     me.buf_offset = range_.offset;
     me.buf_bytes = buf_.bytes();
     me.buf_file_bytes = range_.file_bytes;
+    me.buf_tag = ShmControl::op_tag(id().step, id().op);
     me.entered.store(seq_ << 1 | (registered_ ? 1 : 0), std::memory_order_release);
     entered_ = true;
   }
@@ -145,11 +146,19 @@ class AllreduceZeroCopy : public Collective {
   // same bits, so all decide alike), else the ordinary algorithm.
   bool choose(const Context& c) {
     bool all = registered_;
-    for (int p = 0; p < world_ && all; ++p) {
+    const uint64_t tag = ShmControl::op_tag(id().step, id().op);
+    for (int p = 0; p < world_; ++p) {
       if (p == rank_) continue;
       const uint64_t e = shm_.peer(p).entered.load(std::memory_order_acquire);
       if (e >> 1 != seq_) fail(c, p, rf::str("rank ", p, " is at zero-copy all-reduce ", e >> 1, ", this rank at ", seq_));
-      all = (e & 1) != 0;
+      // Its (step, op) too: a peer at another collective of the same size must fail us (the
+      // ring would never match its messages), whichever way we go.
+      const uint64_t t = shm_.peer(p).buf_tag;
+      if (t != tag) {
+        fail(c, p, rf::str("rank ", p, " is at all-reduce s=", t >> 32, " op=", t & 0xffffffffu,
+                           " (every rank must start the same collectives in the same order)"));
+      }
+      all = all && (e & 1) != 0;
     }
     if (!all) {
       use_fallback_ = true;

@@ -34,7 +34,10 @@ namespace rf::comm {
 
 // One rank's control segment. Words written by the owner only; each on its own line.
 struct ShmControl {
-  static constexpr uint64_t kMagic = 0x726673686d303031ull;  // "rfshm001"
+  static constexpr uint64_t kMagic = 0x726673686d303032ull;  // "rfshm002"
+  // What a collective's (step, op) is published as: the message paths never match a peer
+  // at another step or op (the tag), so these paths must not sum across them either.
+  static uint64_t op_tag(uint64_t step, uint32_t op) { return step << 32 | op; }
   uint64_t magic = 0;
   uint64_t token = 0;        // random; peers check it when they attach
   uint64_t process = 0;      // process_token() of the owner (names its buffers' mappings)
@@ -47,11 +50,14 @@ struct ShmControl {
   // the buffer's place written first; reduced: this rank's segment is summed and it is done
   // reading the others' copies of it; done: it is done reading everyone's buffers.
   alignas(64) std::atomic<uint64_t> entered{0};
-  uint64_t buf_id = 0, buf_fd = 0, buf_offset = 0, buf_bytes = 0, buf_file_bytes = 0;
+  uint64_t buf_id = 0, buf_fd = 0, buf_offset = 0, buf_bytes = 0, buf_file_bytes = 0, buf_tag = 0;
   alignas(64) std::atomic<uint64_t> reduced{0};
   alignas(64) std::atomic<uint64_t> done{0};
-  // Small all-reduce number `seq` has its data in slot seq & 1 once slot_seq >= seq.
+  // Small all-reduce number `seq` has its data in slot seq & 1 once slot_seq >= seq, and
+  // its op_tag in slot_tag[seq & 1] (written before slot_seq, per slot: a peer one ahead
+  // writes the other one).
   alignas(64) std::atomic<uint64_t> slot_seq{0};
+  uint64_t slot_tag[2] = {0, 0};
 };
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared words must be lock-free");
 

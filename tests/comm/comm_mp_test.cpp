@@ -6,7 +6,7 @@
 //   (ranks run the same binary with RF_RANK/RF_WORLD/RF_STORE set)
 //
 // Scenarios: allreduce, large, collectives, blob_size, abort, kill, stall, fence, drop,
-// destroy, sc_abort, sc_release, sc_cap, sc_cap_async, regen, zc_refd(_same), slot_mismatch; `_reg`, `_halfreg`, `_noshm` select
+// destroy, sc_abort, sc_release, sc_cap, sc_cap_async, regen, zc_refd(_same), slot_mismatch, tag_mismatch; `_reg`, `_halfreg`, `_noshm` select
 // registered buffers (zero-copy), all but rank 0 registered, the shared-memory path off;
 // `<scenario>_fifo` runs one with the
 // single-copy path off, `<scenario>_mixed` with it off on rank 0 only.
@@ -829,6 +829,30 @@ int scenario_slot_mismatch() {
   return g_failures ? 1 : 0;
 }
 
+// tag_mismatch: rank 1 all-reduces step 6 where rank 0 all-reduces step 5 (a caller bug,
+// or a rank a step off). Messages carry the tag, so the ring never matches them; the
+// shared-memory paths must not silently sum the two steps either: every rank fails with a
+// typed error, for a small (slot) and a large (zero-copy under _reg) all-reduce.
+int scenario_tag_mismatch() {
+  Env e = make_env();
+  const int r = e.re.rank;
+  UcxOptions o = base_options();
+  o.stall_timeout = std::chrono::milliseconds(2000);  // the message paths end by D3
+  o.flight_recorder_path = e.re.store_dir + "/flight." + std::to_string(r);
+  uint64_t g = 20;
+  for (size_t n : {size_t{16}, size_t{1} << 16}) {
+    UcxCommunicator c(e.ctx, *e.store, r, e.re.world, g++, o);
+    TestBuf<float> f(n, 1.0f);
+    try {
+      c.allreduce(Buffer{f.data(), n, DType::f32}, OpId{r == 1 ? 6u : 5u, 0});
+      EXPECT(false, "count ", n, ": all-reduce of step 5 with step 6 completed (sum ", f[0], ")");
+    } catch (const CommError& err) {
+      std::cerr << "rank " << r << " count " << n << " failed as it should: " << err.what() << "\n";
+    }
+  }
+  return g_failures ? 1 : 0;
+}
+
 int run_rank(const std::string& scenario) {
   try {
     if (scenario == "allreduce") return scenario_allreduce(false);
@@ -847,6 +871,7 @@ int run_rank(const std::string& scenario) {
     if (scenario == "sc_cap_async") return scenario_sc_cap_async();
     if (scenario == "regen") return scenario_regen();
     if (scenario == "slot_mismatch") return scenario_slot_mismatch();
+    if (scenario == "tag_mismatch") return scenario_tag_mismatch();
     if (scenario == "zc_refd") return scenario_zc_refd(false);
     if (scenario == "zc_refd_same") return scenario_zc_refd(true);
     std::cerr << "unknown scenario " << scenario << "\n";
