@@ -29,6 +29,7 @@ struct StepSample {
 struct AbPair {
   double on_ms = 0, off_ms = 0;  // block medians
   double gain_pct() const { return 100.0 * (off_ms / on_ms - 1.0); }
+  double diff_ms() const { return off_ms - on_ms; }
 };
 
 inline double median_of(std::vector<double> v) {
@@ -78,16 +79,17 @@ inline std::vector<AbPair> ab_pairs(const std::vector<StepSample>& steps, int64_
 
 struct AbSummary {
   size_t pairs = 0, on_faster = 0, ties = 0;
-  double median_gain_pct = 0, ci_lo_pct = 0, ci_hi_pct = 0;  // 95 % interval of the median
+  // 95 % interval of the median; in % (gain_pct) or, with in_ms, in ms (diff_ms)
+  double median_gain_pct = 0, ci_lo_pct = 0, ci_hi_pct = 0;
   double sign_p = 1.0;
 };
 
-inline AbSummary summarize_pairs(const std::vector<AbPair>& pairs) {
+inline AbSummary summarize_pairs(const std::vector<AbPair>& pairs, bool in_ms = false) {
   AbSummary r;
   r.pairs = pairs.size();
   std::vector<double> g;
   for (const AbPair& p : pairs) {
-    g.push_back(p.gain_pct());
+    g.push_back(in_ms ? p.diff_ms() : p.gain_pct());
     if (p.on_ms < p.off_ms) ++r.on_faster;
     else if (p.on_ms == p.off_ms) ++r.ties;
   }

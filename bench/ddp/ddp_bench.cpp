@@ -227,12 +227,14 @@ std::vector<std::vector<AbStep>> run_ab_job(const Opts& o, const std::string& di
   return ranks;
 }
 
-// The paired statistic of a set of pairs, on one line.
-void print_pairs(const char* what, const std::vector<bench::AbPair>& pairs) {
-  const bench::AbSummary a = bench::summarize_pairs(pairs);
-  std::printf("  %-34s %4zu pairs, gain off/on-1 median %+.2f %% (95 %% CI %+.2f .. %+.2f %%), on faster in "
+// The paired statistic of a set of pairs, on one line (in_ms: off - on in ms, not in %).
+void print_pairs(const char* what, const std::vector<bench::AbPair>& pairs, bool in_ms = false) {
+  const bench::AbSummary a = bench::summarize_pairs(pairs, in_ms);
+  const char* u = in_ms ? "ms" : "%";
+  std::printf("  %-34s %4zu pairs, %s median %+.3f %s (95 %% CI %+.3f .. %+.3f %s), on faster in "
               "%zu (ties %zu), sign test p = %.3g\n",
-              what, a.pairs, a.median_gain_pct, a.ci_lo_pct, a.ci_hi_pct, a.on_faster, a.ties, a.sign_p);
+              what, a.pairs, in_ms ? "off - on" : "gain off/on-1", a.median_gain_pct, u, a.ci_lo_pct, a.ci_hi_pct, u,
+              a.on_faster, a.ties, a.sign_p);
 }
 
 // --variants ab: rounds of one job each; pairs pooled over the rounds.
@@ -248,9 +250,13 @@ int run_ab(const Opts& o, const std::string& dir) {
   std::vector<double> on_ms, off_ms, on_fin, off_fin;
   int64_t on_done = 0;
   std::vector<bench::AbPair> r0_on_first, r0_off_first, mx_on_first, mx_off_first;
+  // Where a difference comes from, rank 0, on-block then off-block: the time inside
+  // finish() (the exposed wait overlap hides) and the rest of the step (forward, backward,
+  // optimizer: what sharing the cores with the progress thread may slow down).
+  std::vector<bench::AbPair> fin_pairs, rest_pairs;
   for (int64_t job = 0; job < o.rounds; ++job) {
     const auto ranks = run_ab_job(o, dir);
-    std::vector<bench::StepSample> r0, mx;
+    std::vector<bench::StepSample> r0, mx, fin, rest;
     std::vector<double> jon, joff, jfon, jfoff;
     int64_t jdone = 0;
     for (size_t i = 0; i < ranks[0].size(); ++i) {
@@ -262,6 +268,8 @@ int run_ab(const Opts& o, const std::string& dir) {
       }
       r0.push_back({x.step, x.on, x.ms});
       mx.push_back({x.step, x.on, slowest});
+      fin.push_back({x.step, x.on, x.finish_ms});
+      rest.push_back({x.step, x.on, x.ms - x.finish_ms});
       (x.on ? jon : joff).push_back(x.ms);
       (x.on ? jfon : jfoff).push_back(x.finish_ms);
       if (x.on && x.done) ++jdone;
@@ -274,6 +282,10 @@ int run_ab(const Opts& o, const std::string& dir) {
     mx_on_first.insert(mx_on_first.end(), m0.begin(), m0.end());
     const auto m1 = bench::ab_pairs(mx, o.ab_period, false);
     mx_off_first.insert(mx_off_first.end(), m1.begin(), m1.end());
+    const auto f0 = bench::ab_pairs(fin, o.ab_period, true);
+    fin_pairs.insert(fin_pairs.end(), f0.begin(), f0.end());
+    const auto q0 = bench::ab_pairs(rest, o.ab_period, true);
+    rest_pairs.insert(rest_pairs.end(), q0.begin(), q0.end());
     std::printf("%5lld  %5zu/%-5zu  %10.3f / %-10.3f  %8.3f / %-8.3f  %21.0f %%  %5zu  %+.2f %%\n",
                 static_cast<long long>(job), jon.size(), joff.size(), median(jon), median(joff), median(jfon),
                 median(jfoff), jon.empty() ? 0.0 : 100.0 * static_cast<double>(jdone) / static_cast<double>(jon.size()),
@@ -298,6 +310,9 @@ int run_ab(const Opts& o, const std::string& dir) {
   print_pairs("rank 0, off-block then on-block:", r0_off_first);
   print_pairs("slowest rank, on then off:", mx_on_first);
   print_pairs("slowest rank, off then on:", mx_off_first);
+  std::printf("the step split (rank 0, on then off; ms):\n");
+  print_pairs("time in finish():", fin_pairs, true);
+  print_pairs("rest of the step:", rest_pairs, true);
   // A verdict only when both pairings (opposite orders, so a drift biases them oppositely)
   // put the whole 95 % interval on the same side of 0.
   const bench::AbSummary a = bench::summarize_pairs(r0_on_first), b = bench::summarize_pairs(r0_off_first);
