@@ -88,7 +88,7 @@ std::shared_ptr<const PeerMapping> map_peer_buffer(uint64_t process, pid_t pid, 
   // name another file: never cache that under this buffer's id.
   std::atomic_thread_fence(std::memory_order_seq_cst);
   if (!still_held()) {
-    *why = "its owner released it before it could be mapped (it failed or aborted)";
+    *why = "its owner released its buffer before it could be mapped (it failed or aborted)";
     return nullptr;
   }
   std::lock_guard lk(c.mu);

@@ -598,6 +598,10 @@ int scenario_sc_abort(bool release_only) {
   if (r == 0 && release_only) {
     o.on_chunk = [&](const ChunkEvent& ev) {
       if (ev.chunks_done != 1) return;
+      // Zero-copy: rank 1 maps our buffer before its phase 1; release only after that, so
+      // the check after its reads is what must fail it (a release before its mapping
+      // fails the mapping instead: zc_refd).
+      if (all_registered()) e.store->wait_get("mapped", std::chrono::seconds(20));
       self->inject_release();
       std::fill(buf.begin(), buf.end(), std::numeric_limits<float>::quiet_NaN());
       e.store->set("scribbled", {1});
@@ -606,7 +610,11 @@ int scenario_sc_abort(bool release_only) {
   } else if (r == 0) {
     o.on_chunk = [&](const ChunkEvent& ev) { if (ev.chunks_done == 1) self->abort("test: abort mid-transfer"); };
   } else {
-    o.on_chunk = [&](const ChunkEvent& ev) { if (ev.chunks_done == 1) e.store->wait_get("scribbled", std::chrono::seconds(20)); };
+    o.on_chunk = [&](const ChunkEvent& ev) {
+      if (ev.chunks_done != 1) return;
+      if (all_registered()) e.store->set("mapped", {1});
+      e.store->wait_get("scribbled", std::chrono::seconds(20));
+    };
   }
   UcxCommunicator c(e.ctx, *e.store, r, e.re.world, 12, o);
   self = &c;
