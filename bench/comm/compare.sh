@@ -5,11 +5,14 @@
 # a registered buffer (comm/shared_buffer.h: zero-copy, as ddp's buckets); also runs ours on
 # an unregistered buffer (column reg/unreg: what the zero-copy path gains, same run) and
 # unregistered with the single-copy path off (column sc/fifo: what single-copy gains).
-#   bench/comm/compare.sh [BUILD_DIR] [ITERS] [WARMUP]      (default: build 20 5)
+#   bench/comm/compare.sh [BUILD_DIR] [ITERS] [WARMUP] [LAT_ITERS]   (default: build 20 5 3000)
+# Sizes 8 B-4 KiB take their times ("ucx us", "mpi us", "lat x") from a separate pass of
+# LAT_ITERS iterations (warm-up a tenth of it) for ours and MPI.
 set -euo pipefail
 BUILD=${1:-build}
 ITERS=${2:-20}
 WARMUP=${3:-5}
+LAT_ITERS=${4:-3000}
 BENCH="$BUILD/bin/comm_bench"
 [[ -x $BENCH ]] || { echo "compare.sh: $BENCH not found (build first)" >&2; exit 2; }
 OUT=$(mktemp -d /tmp/rf-compare-XXXXXX)
@@ -23,6 +26,13 @@ for W in 2 4; do
     [[ $B == ucxfifo ]] && ARGS=(--backend ucx --unregistered --single-copy-bytes 0)
     "$BENCH" "${ARGS[@]}" --ranks "$W" -b 8 -e 64M -f 2 -n "$ITERS" -w "$WARMUP" --json "$OUT/$B-$W.json" \
       || echo "compare.sh: $B at W=$W failed" >&2
+  done
+  # Latency needs many iterations (20 leave the first sizes dominated by warm-up and by a
+  # single descheduling): a second pass of 8 B-4 KiB, ours and MPI's, alternated.
+  for B in ucx mpi; do
+    echo "== $B latency, W=$W"
+    "$BENCH" --backend "$B" --ranks "$W" -b 8 -e 4K -f 2 -n "$LAT_ITERS" -w "$((LAT_ITERS / 10))" \
+      --json "$OUT/lat-$B-$W.json" || echo "compare.sh: $B latency at W=$W failed" >&2
   done
 done
 python3 - "$OUT" <<'PY'
@@ -39,6 +49,9 @@ print("\n== same-run ratios (ours = ucx on a registered buffer; unreg = ucx on p
 for w in (2, 4):
     u, m, g, ff = load("ucx", w), load("mpi", w), load("gloo", w), load("ucxfifo", w)
     un = load("ucxunreg", w)
+    for name, table in (("lat-ucx", u), ("lat-mpi", m)):
+        for b, r in load(name, w).items():
+            if b in table: table[b] = dict(table[b], time_us=r["time_us"])
     print(f"\nW={w}")
     print(f"{'size':>6} {'ucx us':>9} {'mpi us':>9} {'lat x':>6} | {'ucx GB/s':>8} {'mpi GB/s':>8} {'gloo GB/s':>9} {'vs mpi':>7} {'vs gloo':>7} | {'unreg GB/s':>10} {'reg/unreg':>9} {'fifo GB/s':>9} {'sc/fifo':>7}")
     lat_ok = bw_mpi_ok = bw_gloo_ok = True
