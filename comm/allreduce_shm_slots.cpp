@@ -72,17 +72,9 @@ class AllreduceShmSlots : public Collective {
 
  private:
   [[noreturn]] void fail(const Context& c, int peer, uint64_t tag) const {
-    CommErrorInfo e;
-    e.rank = c.rank;
-    e.collective = name();
-    e.generation = static_cast<int64_t>(c.generation);
-    e.step = static_cast<int64_t>(id().step);
-    e.op = id().op;
-    e.chunk = 0;
-    e.peer = peer;
-    e.cause = rf::str("rank ", peer, " is at all-reduce s=", tag >> 32, " op=", tag & 0xffffffffu,
-                      " (every rank must start the same collectives in the same order)");
-    throw PeerFailed(e);
+    fail_peer(c, peer, 0,
+              rf::str("rank ", peer, " is at all-reduce s=", tag >> 32, " op=", tag & 0xffffffffu,
+                      " (every rank must start the same collectives in the same order)"));
   }
 
   Buffer buf_;

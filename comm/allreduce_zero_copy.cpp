@@ -268,16 +268,7 @@ class AllreduceZeroCopy : public Collective {
   }
 
   [[noreturn]] void fail(const Context& c, int peer, const std::string& cause) const {
-    CommErrorInfo e;
-    e.rank = c.rank;
-    e.collective = name();
-    e.generation = static_cast<int64_t>(c.generation);
-    e.step = static_cast<int64_t>(id().step);
-    e.op = id().op;
-    e.chunk = phase_;
-    e.peer = peer;
-    e.cause = cause;
-    throw PeerFailed(e);
+    fail_peer(c, peer, static_cast<int64_t>(phase_), cause);
   }
 
   Buffer buf_;

@@ -45,16 +45,7 @@ bool Collective::advance(const Context& c, bool& progressed) {
       if (!send_over || !recv_over) break;
       for (Transfer* t : {&f.recv, &f.send}) {
         if (t->state == Transfer::State::failed) {
-          CommErrorInfo e;
-          e.rank = c.rank;
-          e.collective = name_;
-          e.generation = static_cast<int64_t>(c.generation);
-          e.step = static_cast<int64_t>(id_.step);
-          e.op = id_.op;
-          e.chunk = f.round.chunk;
-          e.peer = t->peer;
-          e.cause = t->cause;
-          throw PeerFailed(e);
+          fail_peer(c, t->peer, static_cast<int64_t>(f.round.chunk), t->cause);
         }
       }
       if (f.send.state != Transfer::State::idle || f.recv.state != Transfer::State::idle) progressed = true;
@@ -104,6 +95,19 @@ void Collective::waiting_on(int& peer, int64_t& chunk) const {
       }
     }
   }
+}
+
+void Collective::fail_peer(const Context& c, int peer, int64_t chunk, std::string cause) const {
+  CommErrorInfo e;
+  e.rank = c.rank;
+  e.collective = name_;
+  e.generation = static_cast<int64_t>(c.generation);
+  e.step = static_cast<int64_t>(id_.step);
+  e.op = id_.op;
+  e.chunk = chunk;
+  e.peer = peer;
+  e.cause = std::move(cause);
+  throw PeerFailed(e);
 }
 
 }  // namespace rf::comm

@@ -94,6 +94,11 @@ class Collective {
   // The last chunk that made progress (for the flight recorder of a finished collective).
   virtual int64_t last_chunk() const { return last_chunk_; }
 
+ protected:
+  // Throws PeerFailed for this collective (its name, tag and generation) at `chunk`,
+  // naming `peer` and the cause.
+  [[noreturn]] void fail_peer(const Context& c, int peer, int64_t chunk, std::string cause) const;
+
  private:
   struct Flow {
     uint64_t k = 0;
