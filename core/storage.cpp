@@ -12,8 +12,9 @@ std::shared_ptr<Storage> Storage::allocate(size_t bytes, Device device) {
   return std::shared_ptr<Storage>(new Storage(p, bytes, device, true));
 }
 
-std::shared_ptr<Storage> Storage::wrap(void* data, size_t bytes, Device device) {
-  return std::shared_ptr<Storage>(new Storage(data, bytes, device, false));
+std::shared_ptr<Storage> Storage::wrap(void* data, size_t bytes, Device device,
+                                       std::shared_ptr<const void> owner) {
+  return std::shared_ptr<Storage>(new Storage(data, bytes, device, false, std::move(owner)));
 }
 
 Storage::~Storage() {

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <utility>
 
 #include "core/device.h"
 
@@ -15,8 +16,11 @@ class Storage {
  public:
   // Uninitialised memory for `bytes` bytes from the device's caching allocator.
   static std::shared_ptr<Storage> allocate(size_t bytes, Device device = Device::CPU);
-  // Views external memory; the caller keeps it alive longer than every tensor using it.
-  static std::shared_ptr<Storage> wrap(void* data, size_t bytes, Device device = Device::CPU);
+  // Views external memory. Without `owner` the caller keeps it alive longer than every
+  // tensor using it; with one, the Storage holds `owner` (whatever object owns the memory)
+  // until the last view is gone.
+  static std::shared_ptr<Storage> wrap(void* data, size_t bytes, Device device = Device::CPU,
+                                       std::shared_ptr<const void> owner = {});
 
   ~Storage();
   Storage(const Storage&) = delete;
@@ -29,12 +33,13 @@ class Storage {
   bool owned() const { return owned_; }
 
  private:
-  Storage(void* data, size_t bytes, Device device, bool owned)
-      : data_(data), bytes_(bytes), device_(device), owned_(owned) {}
+  Storage(void* data, size_t bytes, Device device, bool owned, std::shared_ptr<const void> owner = {})
+      : data_(data), bytes_(bytes), device_(device), owned_(owned), owner_(std::move(owner)) {}
   void* data_;
   size_t bytes_;
   Device device_;
   bool owned_;
+  std::shared_ptr<const void> owner_;  // keeps wrapped memory alive (wrap with an owner)
 };
 
 }  // namespace rf

@@ -6,6 +6,7 @@
 #include "base/enforce.h"
 #include "base/error.h"
 #include "base/str.h"
+#include "comm/shared_buffer.h"
 
 namespace rf::ddp {
 namespace {
@@ -27,8 +28,8 @@ Reducer::Reducer(const std::vector<NamedTensor>& params, ReducerOptions options)
     const bool last = b + 1 == layout_.num_buckets();
     const size_t n = static_cast<size_t>(layout_.bucket_floats[b] + (last ? kTail : 0));
     if (opt_.shared_buckets) {
-      shared_.push_back(std::make_shared<comm::SharedBuffer>(sizeof(float) * n));  // zero-filled
-      buffers_.push_back(Storage::wrap(shared_.back()->data(), sizeof(float) * n));
+      auto shared = std::make_shared<comm::SharedBuffer>(sizeof(float) * n);  // zero-filled
+      buffers_.push_back(Storage::wrap(shared->data(), sizeof(float) * n, Device::CPU, shared));
     } else {
       buffers_.push_back(Storage::allocate(sizeof(float) * n));
       std::memset(buf(b), 0, sizeof(float) * n);
@@ -42,8 +43,7 @@ Reducer::Reducer(const std::vector<NamedTensor>& params, ReducerOptions options)
     Tensor p = params[k].second;
     p.set_grad_view(buffers_[slot.bucket], slot.offset);
     std::weak_ptr<Reducer*> cell = self_;
-    std::shared_ptr<comm::SharedBuffer> keep = opt_.shared_buckets ? shared_[slot.bucket] : nullptr;
-    p.register_hook([cell, k, keep](const Tensor&) {
+    p.register_hook([cell, k](const Tensor&) {
       if (auto c = cell.lock(); c && *c) (*c)->on_grad_ready(static_cast<int>(k));
     });
   }
@@ -64,9 +64,8 @@ void Reducer::begin_step(comm::Communicator& comm, uint64_t step, const ControlB
   comm_ = &comm;
   step_ = step;
   next_start_ = 0;
-  step_overlap_ = opt_.overlap;
   timeline_ = {};
-  timeline_.overlap = step_overlap_;
+  timeline_.overlap = opt_.overlap;  // the step keeps this setting whatever set_overlap does
   timeline_.begin = Clock::now();
   timeline_.buckets = layout_.num_buckets();
 }
@@ -79,7 +78,7 @@ void Reducer::on_grad_ready(int param) {
   if (!comm_) return;  // a backward outside a step (e.g. a user's own): nothing to reduce
   const int b = layout_.params[param].bucket;
   RF_ENFORCE(pending_[b] > 0, "gradient of parameter ", param, " final twice in step ", step_);
-  if (--pending_[b] == 0 && step_overlap_) {
+  if (--pending_[b] == 0 && timeline_.overlap) {
     const int before = next_start_;
     start_ready_buckets();
     timeline_.started_early += next_start_ - before;

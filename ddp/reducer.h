@@ -24,7 +24,6 @@
 
 #include "base/clock.h"
 #include "comm/communicator.h"
-#include "comm/shared_buffer.h"
 #include "core/storage.h"
 #include "core/tensor.h"
 #include "ddp/bucket_layout.h"
@@ -112,11 +111,9 @@ class Reducer {
   ReducerOptions opt_;
   BucketLayout layout_;
   // One per bucket (the last also holds the control tail). Shared with the parameters,
-  // whose gradients view them, so a parameter never points at freed memory: a Storage from
-  // the allocator is owned by its views; a SharedBuffer's Storage only wraps it, so each
-  // parameter's hook holds its bucket's SharedBuffer (hooks live as long as the parameter).
+  // whose gradients view them, so a parameter never points at freed memory (a SharedBuffer
+  // bucket is owned by the Storage that wraps it).
   std::vector<std::shared_ptr<Storage>> buffers_;
-  std::vector<std::shared_ptr<comm::SharedBuffer>> shared_;
   std::vector<size_t> buffer_floats_;
   float* buf(int b) const { return buffers_[b]->data<float>(); }
   std::vector<int> pending_;                 // gradients not yet final, per bucket
@@ -124,8 +121,7 @@ class Reducer {
   comm::Communicator* comm_ = nullptr;  // armed between begin_step and finish/abandon
   uint64_t step_ = 0;
   int next_start_ = 0;
-  bool step_overlap_ = true;  // opt_.overlap latched by begin_step
-  StepTimeline timeline_;
+  StepTimeline timeline_;  // of the step in flight, then of the last one; .overlap latches opt_.overlap
   double global_loss_ = 0.0;
   // The hooks outlive the reducer (they belong to the parameters): they reach it through
   // this cell, which the destructor clears.

@@ -18,22 +18,20 @@ const std::string& TrainState::current_digest() const {
   return memo_;
 }
 
-size_t TrainState::image_size() const {
-  ckpt::SnapshotMeta meta;
-  meta.model = model_name_;
-  meta.step = step_;
-  meta.optimizer = optimizer_.kind();
-  return ckpt::snapshot_size(model_, optimizer_, meta);
+ckpt::SnapshotMeta TrainState::meta(uint64_t generation, int world) const {
+  ckpt::SnapshotMeta m;
+  m.model = model_name_;
+  m.step = step_;
+  m.generation = static_cast<int64_t>(generation);
+  m.world_size = world;
+  m.optimizer = optimizer_.kind();
+  return m;
 }
 
+size_t TrainState::image_size() const { return ckpt::snapshot_size(model_, optimizer_, meta(0, 1)); }
+
 void TrainState::write_image(uint64_t generation, int world, std::vector<std::byte>& out) const {
-  ckpt::SnapshotMeta meta;
-  meta.model = model_name_;
-  meta.step = step_;
-  meta.generation = static_cast<int64_t>(generation);
-  meta.world_size = world;
-  meta.optimizer = optimizer_.kind();
-  ckpt::serialize_state(model_, optimizer_, meta, out);
+  ckpt::serialize_state(model_, optimizer_, meta(generation, world), out);
 }
 
 void TrainState::restore_verified(std::span<const std::byte> image, int64_t expect_step,

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "ckpt/snapshot_meta.h"
 #include "core/nn/module.h"
 #include "core/optim/optimizer.h"
 
@@ -53,6 +54,8 @@ class TrainState {
   nn::Module& model_;
   optim::Optimizer& optimizer_;
   std::string model_name_;
+  ckpt::SnapshotMeta meta(uint64_t generation, int world) const;  // of the image of S now
+
   int64_t step_ = -1;
   mutable std::string memo_;
   mutable bool memo_valid_ = false;
