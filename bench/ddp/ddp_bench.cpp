@@ -1,36 +1,40 @@
 // ddp_bench — failure-free cost of fault tolerance and the gain of overlap, in one run:
 // the reference MLP or CNN trained data-parallel (W ranks, one thread each, synthetic
-// Fashion-MNIST-shaped data) in three variants:
+// Fashion-MNIST-shaped data) in these variants:
 //   ft      the resilient Trainer under `ringfence run` (coordinator, heartbeats, control
 //           block flags), overlap on
 //   plain   the same loop with fault tolerance off (comm's local launcher, FileStore)
 //   ft-seq  fault tolerance on, overlap off (every bucket all-reduced after backward)
-// Each variant's rank 0 reports its median step time over the steps after --warmup, and
-// from the reducer's timeline (ddp/reducer.h StepTimeline) the median time spent inside
-// finish() (communication left exposed) and how many overlapped buckets were already done
-// when backward ended.
+//   ab      fault tolerance on, overlap switched between steps inside ONE job (below)
+// Each of ft/plain/ft-seq reports rank 0's median step time over the steps after
+// --warmup, and from the reducer's timeline (ddp/reducer.h StepTimeline) the median time
+// spent inside finish() (communication left exposed) and how many overlapped buckets were
+// already done when backward ended.
 //
 // Method: many short rounds; in each round every variant runs once, in a rotated order
 // (ABC, BCA, CAB, ...) so no variant always runs first or last. A 1-2 % effect is far
 // below this machine's run-to-run noise (+-3 %), but noise that moves a whole round moves
 // both runs of a pair alike, so the statistic is the PER-ROUND PAIRED ratio: its median
-// over the rounds, its min/max, and in how many rounds it had the sign in question.
+// over the rounds, its min/max, and in how many rounds it had the sign in question. That
+// is how the fault-tolerance overhead (ft / plain) is measured.
 //
-// The overlap's gain is smaller still (~1.5 % of a CNN step at most), so a fourth
-// variant measures it inside ONE job:
-//   ab      fault tolerance on, overlap switched between steps: on for --ab-period steps,
-//           off for as many, ... (TrainerConfig::overlap_ab_period; same weights bit for
-//           bit). Every rank records every step's wall time with its setting; the report
-//           pairs each on-block with the adjacent off-block (ab_stats.h): median paired
-//           gain, its 95 % interval, how many pairs had overlap faster, sign-test p —
-//           for rank 0's step times and for the slowest rank's per step. Each round is
-//           one job; pairs are pooled over rounds. Run it alone:
-//           --variants ab --steps 600 --ab-period 5 --rounds 2
+// The overlap's gain is smaller still (~1 % of a CNN step), below what separate jobs can
+// resolve, so `ab` measures it inside one job: overlap on for --ab-period steps, off for
+// as many, ... (TrainerConfig::overlap_ab_period; same weights bit for bit). Every rank
+// records every step's wall time with its setting; the report pairs each on-block with
+// the adjacent off-block (ab_stats.h): median paired gain, its 95 % interval, how many
+// pairs had overlap faster, sign-test p — for rank 0's step times and for the slowest
+// rank's per step. Pairs are pooled over the ab jobs of all rounds.
+//
+// The default, --variants ft,plain,ab, gives both of issue 6's figures from one run: the
+// overhead from the ft/plain rounds, the overlap's gain from one ab job (--ab-steps steps)
+// per round. `--variants ab` alone runs only ab jobs of --steps steps, one per round.
 //
 //   ddp_bench [--model mlp|cnn] [--world 2] [--steps 60] [--warmup 10] [--batch 128]
 //             [--rounds 12] [--bucket-kib K] [--last-bucket-kib K (0 = off)] (unset: the
 //             reducer's defaults)
-//             [--variants ft,plain,ft-seq | ab] [--ab-period 5]
+//             [--variants ft,plain,ab | any of ft,plain,ft-seq,ab | ab] [--ab-period 5]
+//             [--ab-steps 300]
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -65,8 +69,9 @@ struct Opts {
   int world = 2;
   int64_t steps = 60, warmup = 10, batch = 128, rounds = 12, bucket_kib = 0;
   int64_t last_bucket_kib = -1;  // -1: the reducer's default
-  std::string variants = "ft,plain,ft-seq";
+  std::string variants = "ft,plain,ab";
   int64_t ab_period = 5;
+  int64_t ab_steps = 300;  // steps of an ab job in a mixed run (--variants ft,plain,ab)
 };
 
 std::string self_path() {
@@ -237,25 +242,19 @@ void print_pairs(const char* what, const std::vector<bench::AbPair>& pairs, bool
               a.on_faster, a.ties, a.sign_p);
 }
 
-// --variants ab: rounds of one job each; pairs pooled over the rounds.
-int run_ab(const Opts& o, const std::string& dir) {
-  std::printf("# ddp_bench ab: %s, W=%d, batch %lld (global), 1 thread per rank, fault tolerance on, overlap on "
-              "for %lld steps then off for %lld, ..., %lld steps per job (steps before %lld dropped), %lld jobs\n",
-              o.model.c_str(), o.world, static_cast<long long>(o.batch), static_cast<long long>(o.ab_period),
-              static_cast<long long>(o.ab_period), static_cast<long long>(o.steps), static_cast<long long>(o.warmup + 1),
-              static_cast<long long>(o.rounds));
-  std::printf("# job  steps on/off  rank0 median ms on / off  finish() ms on / off  done-before-finish(on)  "
-              "pairs  median gain\n");
-  const TimePoint t_all = Clock::now();
-  std::vector<double> on_ms, off_ms, on_fin, off_fin;
-  int64_t on_done = 0;
-  std::vector<bench::AbPair> r0_on_first, r0_off_first, mx_on_first, mx_off_first;
-  // Where a difference comes from, rank 0, on-block then off-block: the time inside
-  // finish() (the exposed wait overlap hides) and the rest of the step (forward, backward,
-  // optimizer: what sharing the cores with the progress thread may slow down).
-  std::vector<bench::AbPair> fin_pairs, rest_pairs;
-  for (int64_t job = 0; job < o.rounds; ++job) {
-    const auto ranks = run_ab_job(o, dir);
+// The overlap A/B over several jobs: pairs pooled over the jobs. add_job() prints the
+// job's line; report() the pooled statistics and the verdict.
+class AbAccum {
+ public:
+  explicit AbAccum(const Opts& o) : o_(o) {}
+
+  static void print_header() {
+    std::printf("# job  steps on/off  rank0 median ms on / off  finish() ms on / off  done-before-finish(on)  "
+                "pairs  median gain\n");
+  }
+
+  // `label` is the line's first column (the job number; in a mixed run "round ab").
+  void add_job(const std::vector<std::vector<AbStep>>& ranks, const std::string& label) {
     std::vector<bench::StepSample> r0, mx, fin, rest;
     std::vector<double> jon, joff, jfon, jfoff;
     int64_t jdone = 0;
@@ -274,60 +273,88 @@ int run_ab(const Opts& o, const std::string& dir) {
       (x.on ? jfon : jfoff).push_back(x.finish_ms);
       if (x.on && x.done) ++jdone;
     }
-    const auto p0 = bench::ab_pairs(r0, o.ab_period, true);
-    r0_on_first.insert(r0_on_first.end(), p0.begin(), p0.end());
-    const auto p1 = bench::ab_pairs(r0, o.ab_period, false);
-    r0_off_first.insert(r0_off_first.end(), p1.begin(), p1.end());
-    const auto m0 = bench::ab_pairs(mx, o.ab_period, true);
-    mx_on_first.insert(mx_on_first.end(), m0.begin(), m0.end());
-    const auto m1 = bench::ab_pairs(mx, o.ab_period, false);
-    mx_off_first.insert(mx_off_first.end(), m1.begin(), m1.end());
-    const auto f0 = bench::ab_pairs(fin, o.ab_period, true);
-    fin_pairs.insert(fin_pairs.end(), f0.begin(), f0.end());
-    const auto q0 = bench::ab_pairs(rest, o.ab_period, true);
-    rest_pairs.insert(rest_pairs.end(), q0.begin(), q0.end());
-    std::printf("%5lld  %5zu/%-5zu  %10.3f / %-10.3f  %8.3f / %-8.3f  %21.0f %%  %5zu  %+.2f %%\n",
-                static_cast<long long>(job), jon.size(), joff.size(), median(jon), median(joff), median(jfon),
+    const auto p0 = pool(r0_on_first_, r0, true);
+    pool(r0_off_first_, r0, false);
+    pool(mx_on_first_, mx, true);
+    pool(mx_off_first_, mx, false);
+    pool(fin_pairs_, fin, true);
+    pool(rest_pairs_, rest, true);
+    std::printf("%5s  %5zu/%-5zu  %10.3f / %-10.3f  %8.3f / %-8.3f  %21.0f %%  %5zu  %+.2f %%\n",
+                label.c_str(), jon.size(), joff.size(), median(jon), median(joff), median(jfon),
                 median(jfoff), jon.empty() ? 0.0 : 100.0 * static_cast<double>(jdone) / static_cast<double>(jon.size()),
                 p0.size(), bench::summarize_pairs(p0).median_gain_pct);
     std::fflush(stdout);
-    on_ms.insert(on_ms.end(), jon.begin(), jon.end());
-    off_ms.insert(off_ms.end(), joff.begin(), joff.end());
-    on_fin.insert(on_fin.end(), jfon.begin(), jfon.end());
-    off_fin.insert(off_fin.end(), jfoff.begin(), jfoff.end());
-    on_done += jdone;
+    on_ms_.insert(on_ms_.end(), jon.begin(), jon.end());
+    off_ms_.insert(off_ms_.end(), joff.begin(), joff.end());
+    on_fin_.insert(on_fin_.end(), jfon.begin(), jfon.end());
+    off_fin_.insert(off_fin_.end(), jfoff.begin(), jfoff.end());
+    on_done_ += jdone;
   }
-  const double mon = median(on_ms), moff = median(off_ms);
-  std::printf("ab rank 0: median step on %.3f ms (%zu steps), off %.3f ms (%zu steps): off/on - 1 = %+.2f %%\n", mon,
-              on_ms.size(), moff, off_ms.size(), 100.0 * (moff / mon - 1.0));
-  std::printf("ab rank 0: median time in finish() on %.3f ms, off %.3f ms; overlapped buckets all done when "
-              "finish() began in %.0f %% of the on-steps\n",
-              median(on_fin), median(off_fin),
-              on_ms.empty() ? 0.0 : 100.0 * static_cast<double>(on_done) / static_cast<double>(on_ms.size()));
-  std::printf("paired adjacent blocks of %lld steps (block median step time; gain > 0: overlap faster):\n",
-              static_cast<long long>(o.ab_period));
-  print_pairs("rank 0, on-block then off-block:", r0_on_first);
-  print_pairs("rank 0, off-block then on-block:", r0_off_first);
-  print_pairs("slowest rank, on then off:", mx_on_first);
-  print_pairs("slowest rank, off then on:", mx_off_first);
-  std::printf("the step split (rank 0, on then off; ms):\n");
-  print_pairs("time in finish():", fin_pairs, true);
-  print_pairs("rest of the step:", rest_pairs, true);
-  // A verdict only when both pairings (opposite orders, so a drift biases them oppositely)
-  // put the whole 95 % interval on the same side of 0.
-  const bench::AbSummary a = bench::summarize_pairs(r0_on_first), b = bench::summarize_pairs(r0_off_first);
-  const char* verdict = a.ci_lo_pct > 0 && b.ci_lo_pct > 0   ? "overlap FASTER (measurable gain)"
-                        : a.ci_hi_pct < 0 && b.ci_hi_pct < 0 ? "overlap SLOWER (measurable loss)"
-                                                             : "no measurable difference";
-  std::printf("VERDICT overlap (rank 0, both pairings): %s; median gain %+.2f / %+.2f %%, 95 %% CI %+.2f .. %+.2f "
-              "/ %+.2f .. %+.2f %%\n",
-              verdict, a.median_gain_pct, b.median_gain_pct, a.ci_lo_pct, a.ci_hi_pct, b.ci_lo_pct, b.ci_hi_pct);
-  // The sign test and the interval assume independent pairs; under load, episodes (a
-  // compile starting) span several blocks, so they are optimistic: the MLP control (one
-  // bucket, overlap on and off run the same code) once gave a "loss" of 1.8 % with
-  // p = 0.002 (bench/RESULTS.md "Data-parallel"). Read a verdict against the control's.
-  std::printf("# pairs under load are not independent: compare with the MLP control (same code either way) run "
-              "in the same conditions before believing a verdict\n");
+
+  void report() const {
+    const double mon = median(on_ms_), moff = median(off_ms_);
+    std::printf("ab rank 0: median step on %.3f ms (%zu steps), off %.3f ms (%zu steps): off/on - 1 = %+.2f %%\n", mon,
+                on_ms_.size(), moff, off_ms_.size(), 100.0 * (moff / mon - 1.0));
+    std::printf("ab rank 0: median time in finish() on %.3f ms, off %.3f ms; overlapped buckets all done when "
+                "finish() began in %.0f %% of the on-steps\n",
+                median(on_fin_), median(off_fin_),
+                on_ms_.empty() ? 0.0 : 100.0 * static_cast<double>(on_done_) / static_cast<double>(on_ms_.size()));
+    std::printf("paired adjacent blocks of %lld steps (block median step time; gain > 0: overlap faster):\n",
+                static_cast<long long>(o_.ab_period));
+    print_pairs("rank 0, on-block then off-block:", r0_on_first_);
+    print_pairs("rank 0, off-block then on-block:", r0_off_first_);
+    print_pairs("slowest rank, on then off:", mx_on_first_);
+    print_pairs("slowest rank, off then on:", mx_off_first_);
+    std::printf("the step split (rank 0, on then off; ms):\n");
+    print_pairs("time in finish():", fin_pairs_, true);
+    print_pairs("rest of the step:", rest_pairs_, true);
+    // A verdict only when both pairings (opposite orders, so a drift biases them oppositely)
+    // put the whole 95 % interval on the same side of 0.
+    const bench::AbSummary a = bench::summarize_pairs(r0_on_first_), b = bench::summarize_pairs(r0_off_first_);
+    const char* verdict = a.ci_lo_pct > 0 && b.ci_lo_pct > 0   ? "overlap FASTER (measurable gain)"
+                          : a.ci_hi_pct < 0 && b.ci_hi_pct < 0 ? "overlap SLOWER (measurable loss)"
+                                                               : "no measurable difference";
+    std::printf("VERDICT overlap (rank 0, both pairings): %s; median gain %+.2f / %+.2f %%, 95 %% CI %+.2f .. %+.2f "
+                "/ %+.2f .. %+.2f %%\n",
+                verdict, a.median_gain_pct, b.median_gain_pct, a.ci_lo_pct, a.ci_hi_pct, b.ci_lo_pct, b.ci_hi_pct);
+    // The sign test and the interval assume independent pairs; under load, episodes (a
+    // compile starting) span several blocks, so they are optimistic: the MLP control (one
+    // bucket, overlap on and off run the same code) once gave a "loss" of 1.8 % with
+    // p = 0.002 (bench/RESULTS.md "Data-parallel"). Read a verdict against the control's.
+    std::printf("# pairs under load are not independent: compare with the MLP control (same code either way) run "
+                "in the same conditions before believing a verdict\n");
+  }
+
+ private:
+  std::vector<bench::AbPair> pool(std::vector<bench::AbPair>& into, const std::vector<bench::StepSample>& s,
+                                  bool on_first) const {
+    auto p = bench::ab_pairs(s, o_.ab_period, on_first);
+    into.insert(into.end(), p.begin(), p.end());
+    return p;
+  }
+
+  const Opts& o_;
+  std::vector<double> on_ms_, off_ms_, on_fin_, off_fin_;
+  int64_t on_done_ = 0;
+  std::vector<bench::AbPair> r0_on_first_, r0_off_first_, mx_on_first_, mx_off_first_;
+  // Where a difference comes from, rank 0, on-block then off-block: the time inside
+  // finish() (the exposed wait overlap hides) and the rest of the step (forward, backward,
+  // optimizer: what sharing the cores with the progress thread may slow down).
+  std::vector<bench::AbPair> fin_pairs_, rest_pairs_;
+};
+
+// --variants ab alone: rounds of one job each; pairs pooled over the rounds.
+int run_ab(const Opts& o, const std::string& dir) {
+  std::printf("# ddp_bench ab: %s, W=%d, batch %lld (global), 1 thread per rank, fault tolerance on, overlap on "
+              "for %lld steps then off for %lld, ..., %lld steps per job (steps before %lld dropped), %lld jobs\n",
+              o.model.c_str(), o.world, static_cast<long long>(o.batch), static_cast<long long>(o.ab_period),
+              static_cast<long long>(o.ab_period), static_cast<long long>(o.steps), static_cast<long long>(o.warmup + 1),
+              static_cast<long long>(o.rounds));
+  AbAccum::print_header();
+  const TimePoint t_all = Clock::now();
+  AbAccum ab(o);
+  for (int64_t job = 0; job < o.rounds; ++job) ab.add_job(run_ab_job(o, dir), std::to_string(job));
+  ab.report();
   std::printf("# total %.0f s\n", seconds_since(t_all));
   return 0;
 }
@@ -375,6 +402,7 @@ int main(int argc, char** argv) {
       else if (f == "--last-bucket-kib") o.last_bucket_kib = std::stoll(v);
       else if (f == "--variants") o.variants = v;
       else if (f == "--ab-period") o.ab_period = std::stoll(v);
+      else if (f == "--ab-steps") o.ab_steps = std::stoll(v);
       else if (f == "--child") variant = v;
       else if (f == "--out") out = v;
       else throw InvalidInput(str("unknown option ", f));
@@ -396,8 +424,7 @@ int main(int argc, char** argv) {
       size_t b = o.variants.find(',', a);
       if (b == std::string::npos) b = o.variants.size();
       const std::string v = o.variants.substr(a, b - a);
-      if (v != "ft" && v != "plain" && v != "ft-seq")
-        throw InvalidInput(str("--variants: unknown '", v, "' (ab runs alone: --variants ab)"));
+      if (v != "ft" && v != "plain" && v != "ft-seq" && v != "ab") throw InvalidInput(str("--variants: unknown '", v, "'"));
       variants.push_back(v);
       a = b + 1;
     }
@@ -409,11 +436,26 @@ int main(int argc, char** argv) {
                 o.last_bucket_kib >= 0 ? str(o.last_bucket_kib, " KiB").c_str() : "default",
                 static_cast<long long>(o.steps),
                 static_cast<long long>(o.warmup), static_cast<long long>(o.rounds));
+    // An ab job in a mixed run: --ab-steps steps (the rotated variants keep --steps).
+    Opts oab = o;
+    oab.steps = o.ab_steps;
+    AbAccum ab(oab);
+    const bool with_ab = std::find(variants.begin(), variants.end(), "ab") != variants.end();
+    if (with_ab) {
+      std::printf("# ab jobs: overlap on for %lld steps then off for %lld, ..., %lld steps per job; their lines:\n",
+                  static_cast<long long>(o.ab_period), static_cast<long long>(o.ab_period),
+                  static_cast<long long>(o.ab_steps));
+      AbAccum::print_header();
+    }
     std::printf("# round variant   ms/step  samples/s  exposed(finish) ms  buckets  early  done-early\n");
     const TimePoint t_all = Clock::now();
     for (int64_t r = 0; r < o.rounds; ++r)
       for (size_t k = 0; k < variants.size(); ++k) {
         const std::string& v = variants[(k + static_cast<size_t>(r)) % variants.size()];
+        if (v == "ab") {
+          ab.add_job(run_ab_job(oab, tmpl), str(r, " ab"));
+          continue;
+        }
         res[v].push_back(run_variant(o, v, tmpl));
         const RunResult& x = res[v].back();
         std::printf("%5lld  %-7s %8.3f  %9.0f  %18.3f  %7d  %5.2f  %10.2f\n", static_cast<long long>(r), v.c_str(),
@@ -463,6 +505,10 @@ int main(int argc, char** argv) {
       std::printf("VERDICT overlap gain > 0 in %ld of %zu rounds (step time, median %+.2f %%); exposed wait "
                   "smaller with overlap in %ld of %zu rounds\n",
                   k, d.size(), m, ke, d.size());
+    }
+    if (with_ab) {
+      std::printf("overlap gain, paired A/B inside the %lld ab jobs of this run:\n", static_cast<long long>(o.rounds));
+      ab.report();
     }
     std::printf("# total %.0f s\n", seconds_since(t_all));
     if (std::system(str("rm -rf ", tmpl).c_str()) != 0) std::fprintf(stderr, "could not remove %s\n", tmpl);
