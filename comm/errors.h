@@ -4,7 +4,9 @@
 //   CommError            base; carries where it happened and why
 //   ├─ PeerFailed        a peer's endpoint failed (crash, reset, injected drop)   D1
 //   ├─ TimedOut          no progress for the stall timeout, or a deadline passed  D3
-//   └─ Aborted           abort(reason) was called on the communicator            step 1
+//   └─ Aborted           abort(reason) was called on the communicator, or a peer's step 1
+//                        "aborted" farewell relayed its abort ("...; relayed by rank r"):
+//                        a revocation, nobody's failure (peer() is -1)
 //
 // what() reads like "rank 2: all-reduce g=3 s=812 op=1 chunk 5: peer 1 failed (endpoint
 // error: Connection reset)" so that one log line says what, where and why.

@@ -346,20 +346,19 @@ UcxCommunicator::~UcxCommunicator() {
   }
   if (!poisoned_ && (pending || abort_flag_.load())) {
     // Pending work, or an abort nobody drove yet: end it the forced way, not with a flush.
-    CommErrorInfo i;
-    i.rank = rank_;
-    i.generation = static_cast<int64_t>(generation_);
     if (abort_flag_.load()) {
-      std::lock_guard ak(abort_mu_);
-      i.cause = abort_reason_;
+      poison_aborted();
     } else {
+      // Destroyed while peers may still wait on our collectives: the Work fails as
+      // Aborted here, but for the peers this rank failed (a "failed" farewell naming it).
+      CommErrorInfo i;
       i.cause = "communicator destroyed";
+      poison("abort", i);
     }
-    poison("abort", i);
   }
   const TimePoint deadline = Clock::now() + opt_.teardown_timeout;
   // Say goodbye to every peer, so that our endpoints closing is not taken for a crash.
-  if (!poisoned_ && !farewell_recv_.empty()) send_farewells(1, -1, "", deadline);
+  if (!poisoned_ && !farewell_recv_.empty()) send_farewells(kGoodbye, -1, "", deadline);
   for (auto& t : farewell_recv_) transport_->cancel(t);
   // A healthy communicator flushes, so its last eager messages reach the peers; a failed
   // one was already force-closed. Both are bounded.
@@ -482,11 +481,16 @@ void UcxCommunicator::run_blocking(std::unique_ptr<Collective> c) {
   if (error) std::rethrow_exception(error);
 }
 
-void UcxCommunicator::abort(const std::string& reason) {
+void UcxCommunicator::abort(const std::string& reason) { abort_with(reason, false); }
+
+void UcxCommunicator::abort_failed(const std::string& reason) { abort_with(reason, true); }
+
+void UcxCommunicator::abort_with(const std::string& reason, bool blame_self) {
   {
     std::lock_guard ak(abort_mu_);
     if (abort_flag_.load(std::memory_order_relaxed)) return;  // the first reason wins
     abort_reason_ = reason;
+    abort_blames_self_ = blame_self;
   }
   abort_flag_.store(true, std::memory_order_release);
   // Fail everything now, from this thread, if nobody drives at this instant (a driver that
@@ -577,23 +581,39 @@ void UcxCommunicator::rebuild_active() {
 
 bool UcxCommunicator::check_farewells() {
   // A peer's farewell: "failed" poisons us too, naming the culprit it names (so every
-  // survivor blames the dead rank, not the neighbour that noticed first); "goodbye" means
-  // it finished all its collectives and left in order, so its endpoint closing is fine.
+  // survivor blames the dead rank, not the neighbour that noticed first); "aborted" means
+  // the peer was revoked (or told to stop): this generation is over for us as well, and
+  // nobody failed, so we fail as aborted with its reason, relayed — never blaming the
+  // peer, which is alive and did what it was told; "goodbye" means it finished all its
+  // collectives and left in order, so its endpoint closing is fine. When several have
+  // arrived, a named culprit is the better news: "failed" wins over "aborted".
+  int aborted_by = -1;
   for (int peer = 0; peer < static_cast<int>(farewell_recv_.size()); ++peer) {  // none while connecting
     Transfer& t = farewell_recv_[peer];
     if (t.state != Transfer::State::pending || !transport_->test(t) || t.state != Transfer::State::done) continue;
     const Farewell& f = farewell_in_[peer];
-    if (f.kind == 2) {
+    if (f.kind == kGoodbye) {
+      departed_[peer] = true;
+      ++departed_count_;
+    } else if (f.kind == kAborted) {
+      if (aborted_by < 0) aborted_by = peer;
+    } else {
       CommErrorInfo i;
-      i.peer = f.culprit >= 0 && f.culprit < world_ ? f.culprit : peer;
-      i.cause = rf::str(std::string(f.cause, strnlen(f.cause, sizeof(f.cause))), "; reported by rank ", peer);
+      i.peer = f.kind == kFailed && f.culprit >= 0 && f.culprit < world_ ? f.culprit : peer;
+      const std::string cause(f.cause, strnlen(f.cause, sizeof(f.cause)));
+      i.cause = f.kind == kFailed ? rf::str(cause, "; reported by rank ", peer)
+                                  : rf::str("farewell of unknown kind ", f.kind, " from rank ", peer);
       poison("peer", i);
       return true;
     }
-    departed_[peer] = true;
-    ++departed_count_;
   }
-  return false;
+  if (aborted_by < 0) return false;
+  const Farewell& f = farewell_in_[aborted_by];
+  const std::string reason(f.cause, strnlen(f.cause, sizeof(f.cause)));
+  CommErrorInfo i;  // peer -1: nobody failed
+  i.cause = rf::str(reason, "; relayed by rank ", aborted_by);
+  poison("abort", i, &reason);  // and relay the bare reason to the peers not told yet
+  return true;
 }
 
 bool UcxCommunicator::pump() {
@@ -602,12 +622,7 @@ bool UcxCommunicator::pump() {
     return false;
   }
   if (abort_flag_.load(std::memory_order_acquire)) {
-    CommErrorInfo i;
-    {
-      std::lock_guard ak(abort_mu_);
-      i.cause = abort_reason_;
-    }
-    poison("abort", i);
+    poison_aborted();
     return true;
   }
   // A plain load first: an atomic exchange on every pump costs the small all-reduce.
@@ -640,7 +655,8 @@ bool UcxCommunicator::pump() {
     // D1: any dead member dooms every collective of this generation, not only the ones
     // that talk to it directly. But UCX may report a peer's endpoint error (its close, its
     // exit) before it hands us messages that peer sent ahead of it: its goodbye (it left in
-    // order, no failure) or a "failed" farewell naming the real culprit. A peer closes its
+    // order, no failure), a "failed" farewell naming the real culprit, or an "aborted" one
+    // (it was revoked: nobody to blame, least of all that peer). A peer closes its
     // endpoints only after its farewell sends completed, so those messages are already in
     // our receive queues: drain them (bounded: until UCX has no more events) and read the
     // farewells once more before blaming anyone. (Seen at W = 7, 8 under load: a rank still
@@ -688,8 +704,9 @@ bool UcxCommunicator::pump() {
         p->finished = p->coll->advance({transport_.get(), generation_, rank_, &opt_.on_chunk, &abort_flag_}, progressed);
       } catch (const CommError& e) {
         // A transfer failed because a peer is gone (e.g. a single-copy read from a rank
-        // that exited after failing itself). If that peer said why in a farewell already
-        // on its way, its culprit is the better name: read everything UCX already holds
+        // that exited after failing itself, or that released its buffers on an abort).
+        // If that peer said why in a farewell already on its way (poison() sends it before
+        // releasing anything), its culprit or its abort is the truth: read everything UCX already holds
         // (as for an endpoint error above; one progress call may stop short of it: seen
         // in kill_noshm at W = 4, a survivor blamed rank 3, which had failed for rank 2
         // and exited, 1 run in 150 under load) and look once more before blaming.
@@ -765,19 +782,37 @@ bool UcxCommunicator::pump() {
   }
 }
 
-void UcxCommunicator::poison(const char* kind, CommErrorInfo info) {
+void UcxCommunicator::poison_aborted() {
+  CommErrorInfo i;
+  bool blame_self;
+  {
+    std::lock_guard ak(abort_mu_);
+    i.cause = abort_reason_;
+    blame_self = abort_blames_self_;
+  }
+  const std::string reason = i.cause;
+  poison("abort", i, blame_self ? nullptr : &reason);
+}
+
+void UcxCommunicator::poison(const char* kind, CommErrorInfo info, const std::string* relay_reason) {
   poisoned_ = true;
+  // Tell every peer first (they may not see the culprit themselves for a while), and
+  // before our offered pieces and registered buffers are released below: a peer that
+  // finds them released reads what UCX holds for a farewell of ours before it blames us
+  // (pump()), so the farewell must already be on its way then.
+  if (!farewell_recv_.empty()) {
+    const TimePoint deadline = Clock::now() + std::chrono::milliseconds(2);
+    if (relay_reason) {
+      send_farewells(kAborted, -1, *relay_reason, deadline);
+    } else {
+      const bool aborted = std::strcmp(kind, "abort") == 0;
+      send_farewells(kFailed, aborted || info.peer < 0 ? rank_ : info.peer,
+                     aborted ? rf::str("rank ", rank_, " aborted: ", info.cause) : info.cause, deadline);
+    }
+  }
   // Peers reading our registered buffers fail from now on (before any collective of ours
   // fails, so before our caller can change a buffer): allreduce_zero_copy.cpp.
   if (shm_) shm_->release();
-  // Tell every peer first (they may not see the culprit themselves for a while), then end
-  // our transfers.
-  if (!farewell_recv_.empty()) {
-    const bool aborted = std::strcmp(kind, "abort") == 0;
-    send_farewells(2, aborted || info.peer < 0 ? rank_ : info.peer,
-                   aborted ? rf::str("rank ", rank_, " aborted: ", info.cause) : info.cause,
-                   Clock::now() + std::chrono::milliseconds(2));
-  }
   transport_->shut_down_transfers();  // sends end now; receives are cancelled below
   std::deque<std::shared_ptr<Pending>> failed;
   {

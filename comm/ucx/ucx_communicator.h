@@ -120,13 +120,20 @@ class UcxCommunicator : public Communicator {
   void send(int peer, const void* data, size_t bytes, OpId id) override;
   void recv(int peer, void* data, size_t bytes, OpId id) override;
 
+  // Peers learn of an abort through this rank's "aborted" farewell and fail with Aborted
+  // too ("relayed by rank r"): an abort is a revocation (or a stop), nobody's fault.
   void abort(const std::string& reason) override;
+  // Like abort(), but peers are told that THIS rank failed (a "failed" farewell naming it,
+  // so they fail with PeerFailed and report it): for a rank that cuts itself off (D4
+  // self-fencing, which the coordinator has not revoked yet). Locally: Aborted(reason).
+  void abort_failed(const std::string& reason);
   bool aborted() const override { return abort_flag_.load(std::memory_order_acquire); }
   // Fault injection: force-closes this rank's endpoints, as if its network went away.
   void inject_drop();
   // Fault injection: releases the buffers offered for single-copy reads (clears the hold
-  // word, as a failing rank does first) without failing or telling anyone, as if the
-  // farewell were slow: a peer reading afterwards must fail (ucx/single_copy.h).
+  // word, as a failing rank does right after its farewells) without failing or telling
+  // anyone, as if the farewell were lost: a peer reading afterwards must fail
+  // (ucx/single_copy.h).
   void inject_release();
   // Test hook (generation fencing): sends `bytes` to `peer` tagged with another generation.
   void send_foreign_generation(int peer, uint64_t generation, OpId id, uint32_t chunk, const void* data,
@@ -163,9 +170,14 @@ class UcxCommunicator : public Communicator {
   template <typename Until>
   void drive(std::unique_lock<std::mutex>& driver_lock, Until until, TimePoint deadline);
   bool pump();
-  bool check_farewells();
-  void rebuild_active();   // under queue_mu_  // true: a peer's "failed" farewell poisoned us
-  void poison(const char* kind, CommErrorInfo info);
+  bool check_farewells();  // true: a peer's "failed" or "aborted" farewell poisoned us
+  void rebuild_active();   // under queue_mu_
+  // Fails everything (kind "peer" / "timeout" / "abort") and says farewell: an abort with
+  // relay_reason set sends "aborted" carrying it (nobody's fault); any other poison sends
+  // "failed" naming info.peer, or this rank when it names none (or aborted as failed).
+  void poison(const char* kind, CommErrorInfo info, const std::string* relay_reason = nullptr);
+  void abort_with(const std::string& reason, bool blame_self);
+  void poison_aborted();  // the abort flag is set: poison as abort() / abort_failed() asked
   void progress_thread_main();
   uint64_t farewell_tag(int sender) const;
 
@@ -194,13 +206,16 @@ class UcxCommunicator : public Communicator {
   static constexpr unsigned kShmProgressEvery = 16;
   unsigned transport_skip_ = 0;
   std::vector<std::shared_ptr<Pending>> done_;   // scratch of pump(), reused
-  // Farewells: each rank sends every peer exactly one, either "goodbye" when it is
-  // destroyed in order or "failed" (naming the culprit) when it is poisoned; one receive
-  // per peer is posted at connection time. See pump() and poison().
+  // Farewells: each rank sends every peer exactly one: "goodbye" when it is destroyed in
+  // order, "failed" (naming the culprit) when it is poisoned by a failure, "aborted"
+  // (carrying the reason) when it was aborted — revoked or told to stop, which is nobody's
+  // failure, so its peers fail as aborted too instead of blaming it. One receive per peer
+  // is posted at connection time. See check_farewells() and poison().
+  enum : uint32_t { kGoodbye = 1, kFailed = 2, kAborted = 3 };
   struct Farewell {
-    uint32_t kind = 0;  // 1 goodbye, 2 failed
-    int32_t culprit = -1;
-    char cause[120] = {};
+    uint32_t kind = 0;
+    int32_t culprit = -1;  // kFailed only
+    char cause[120] = {};  // kFailed: why the culprit failed; kAborted: the abort reason
   };
   void send_farewells(uint32_t kind, int culprit, const std::string& cause, TimePoint deadline);
   std::vector<Transfer> farewell_recv_;
@@ -225,6 +240,7 @@ class UcxCommunicator : public Communicator {
   std::atomic<bool> drop_flag_{false};
   std::mutex abort_mu_;
   std::string abort_reason_;
+  bool abort_blames_self_ = false;  // abort_failed(): peers are told this rank failed
   std::thread progress_thread_;
 };
 

@@ -5,7 +5,7 @@
 //   comm_mp_test <scenario> <W>           the launcher: starts W ranks, checks how each ended
 //   (ranks run the same binary with RF_RANK/RF_WORLD/RF_STORE set)
 //
-// Scenarios: allreduce, large, collectives, blob_size, abort, kill, stall, fence, drop,
+// Scenarios: allreduce, large, collectives, blob_size, abort, abort_failed, kill, stall, fence, drop,
 // destroy, sc_abort, sc_release, sc_cap, sc_cap_async, regen, zc_refd(_same), slot_mismatch, tag_mismatch; `_reg`, `_halfreg`, `_noshm` select
 // registered buffers (zero-copy), all but rank 0 registered, the shared-memory path off;
 // `<scenario>_fifo` runs one with the
@@ -327,7 +327,10 @@ int scenario_blob_size() {
 // Wall-clock microseconds in a file: how ranks tell each other when something happened.
 void write_time(const std::string& path, int64_t us) { std::ofstream(path) << us; }
 
-int scenario_abort() {
+// abort: rank 0 is revoked mid-collective (abort()); every rank fails as Aborted, the
+// others "relayed by rank 0". abort_failed: rank 0 cuts itself off (abort_failed(), as D4
+// self-fencing does): it fails as Aborted, the others with PeerFailed naming it.
+int scenario_abort(bool as_failed) {
   Env e = make_env();
   const int r = e.re.rank;
   std::atomic<int> chunks{0};
@@ -356,7 +359,8 @@ int scenario_abort() {
       while (chunks.load() < abort_at) std::this_thread::yield();
       aborted_ns.store(rf::now_ns());
       aborted_wall_us.store(rf::wall_us());
-      c.abort("test: coordinator revoked g=7");
+      if (as_failed) c.abort_failed("test: coordinator revoked g=7");
+      else c.abort("test: coordinator revoked g=7");
       e.store->set("aborted", {1});
     });
   }
@@ -367,20 +371,39 @@ int scenario_abort() {
       (*w)->wait();
       EXPECT(false, "collective finished although rank 0 aborted");
     } catch (const Aborted& err) {
+      // Every rank fails with Aborted naming g=7 and the reason: rank 0 because it was
+      // revoked, the others because rank 0's farewell relayed the revocation. Rank 0 did
+      // nothing wrong, so nobody may report it as a failed peer (it is alive, and a
+      // survivor's report is what users and the coordinator read to learn what failed).
+      EXPECT(err.generation() == 7 && std::string(err.what()).find("g=7") != std::string::npos &&
+                 std::string(err.what()).find("coordinator revoked g=7") != std::string::npos,
+             err.what());
+      EXPECT(err.peer() == -1, "an abort names peer ", err.peer(), " as failed: ", err.what());
+      if (r != 0) {
+        EXPECT(!as_failed, "rank 0 aborted as failed, but rank ", r, " got Aborted: ", err.what());
+        EXPECT(std::string(err.what()).find("relayed by rank ") != std::string::npos, err.what());
+        EXPECT(std::string(err.what()).find("failed") == std::string::npos, err.what());
+        std::cerr << "rank " << r << ": " << err.what() << "\n";
+        continue;
+      }
       if (aborter.joinable()) aborter.join();
       const double ms = static_cast<double>(rf::now_ns() - aborted_ns.load()) / 1e6;
-      EXPECT(r == 0, "rank ", r, " got Aborted: ", err.what());
+      EXPECT(std::string(err.what()).find("relayed") == std::string::npos, err.what());
       // The communicator fails the collective within 10 ms (its flight record's end time,
       // checked below); the waiting thread returning also depends on the OS scheduling it,
       // which on 2 overloaded cores can take a time slice or two.
       EXPECT(ms <= 1000.0, "wait() returned ", ms, " ms after abort()");
       std::cerr << "rank 0: " << err.what() << " (wait() returned " << ms << " ms after abort())\n";
-      EXPECT(err.generation() == 7 && std::string(err.what()).find("g=7") != std::string::npos &&
-                 std::string(err.what()).find("coordinator revoked") != std::string::npos,
+    } catch (const PeerFailed& err) {
+      // Before the fix, abort() gave the others this too ("peer 0 failed (rank 0 aborted:
+      // ...)"): untrue, rank 0 only obeyed a revocation. After abort_failed() it is right.
+      EXPECT(as_failed && r != 0, "rank ", r, " got PeerFailed: ", err.what());
+      EXPECT(err.peer() == 0 && std::string(err.what()).find("rank 0 aborted: test: coordinator revoked g=7") !=
+                                    std::string::npos,
              err.what());
+      if (as_failed) std::cerr << "rank " << r << ": " << err.what() << "\n";
     } catch (const CommError& err) {
-      // The other ranks see rank 0 go away (or stall): a typed error, never a hang.
-      EXPECT(r != 0, "rank 0 got ", err.what());
+      EXPECT(false, "rank ", r, " got a CommError other than Aborted or PeerFailed: ", err.what());
     }
   }
   if (r == 0) {
@@ -407,6 +430,18 @@ int scenario_abort() {
       EXPECT(rec.state == FlightRecord::State::failed && ms <= 10.0, "op ", rec.op, " failed ", ms,
              " ms after abort()");
       std::cerr << "rank 0: op " << rec.op << " failed " << ms << " ms after abort()\n";
+    }
+    EXPECT(failed == 2, "flight records of step 812: ", failed);
+  } else {
+    // The post-mortem of the other ranks tells the same truth: aborted, relayed, no peer
+    // (abort_failed: rank 0 named).
+    int failed = 0;
+    for (const FlightRecord& rec : c.flight_recorder().snapshot()) {
+      if (rec.step != 812) continue;
+      ++failed;
+      EXPECT(rec.state == FlightRecord::State::failed && rec.peer == (as_failed ? 0 : -1) &&
+                 rec.cause.find(as_failed ? "rank 0 aborted: " : "relayed by rank ") != std::string::npos,
+             "op ", rec.op, " flight record: peer ", rec.peer, ", cause ", rec.cause);
     }
     EXPECT(failed == 2, "flight records of step 812: ", failed);
   }
@@ -633,9 +668,17 @@ int scenario_sc_abort(bool release_only) {
       std::fill(buf.begin(), buf.end(), std::numeric_limits<float>::quiet_NaN());
       e.store->set("scribbled", {1});
       scribbled = true;
-    } else {
+    } else if (release_only) {
+      // No farewell came: the released buffer is all rank 1 knows, and it names its owner.
       EXPECT(err.peer() == 0, "does not name rank 0: ", err.what());
-      if (release_only) EXPECT(std::string(err.what()).find("released its buffer") != std::string::npos, err.what());
+      EXPECT(std::string(err.what()).find("released its buffer") != std::string::npos, err.what());
+      std::cerr << "rank " << r << " failed as it should: " << err.what() << "\n";
+    } else {
+      // Rank 0 aborted (said so in a farewell sent before it released its buffer, so the
+      // failed read finds it): rank 1 fails as aborted, relayed, blaming nobody.
+      EXPECT(dynamic_cast<const Aborted*>(&err) != nullptr && err.peer() == -1 &&
+                 std::string(err.what()).find("abort mid-transfer; relayed by rank 0") != std::string::npos,
+             "not the relayed abort: ", err.what());
       std::cerr << "rank " << r << " failed as it should: " << err.what() << "\n";
     }
   }
@@ -868,7 +911,8 @@ int run_rank(const std::string& scenario) {
     if (scenario == "collectives") return scenario_collectives();
     if (scenario == "blob_size") return scenario_blob_size();
     if (scenario == "destroy") return scenario_destroy();
-    if (scenario == "abort") return scenario_abort();
+    if (scenario == "abort") return scenario_abort(false);
+    if (scenario == "abort_failed") return scenario_abort(true);
     if (scenario == "kill") return scenario_kill();
     if (scenario == "stall") return scenario_stall();
     if (scenario == "fence") return scenario_fence();
