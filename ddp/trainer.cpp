@@ -94,9 +94,13 @@ struct Trainer::Impl {
       : model(m), loss_fn(std::move(l)), ds(d), optimizer(o), cfg(std::move(c)),
         sampler(d.n, cfg.global_batch, cfg.seed), reducer(m.named_parameters(), cfg.reducer), state(m, o, cfg.model_name) {}
 
-  void abort_comm(const std::string& why) {
+  // A revocation aborts (peers that hear of it from us fail as aborted, blaming nobody);
+  // self-fencing (D4) aborts as failed: the coordinator has not revoked anything yet, so
+  // peers must fail naming this rank and report it (comm::UcxCommunicator::abort_failed).
+  void abort_comm(const std::string& why, bool as_failed = false) {
     std::lock_guard<std::mutex> lk(comm_mu);
-    if (comm) comm->abort(why);
+    if (comm && as_failed) comm->abort_failed(why);
+    else if (comm) comm->abort(why);
   }
 
   // Destroys the communicator outside the lock: its destructor may run the chunk hook.
@@ -158,6 +162,7 @@ struct Trainer::Impl {
     // Step 6: transfer S_T to every rank behind T (R6 on the receiving side).
     t0 = Clock::now();
     await_staging();
+    const double staging_wait_ms = ms_since(t0);
     try {
       if (plan.fresh_start) {
         state.set_step(-1);
@@ -183,17 +188,28 @@ struct Trainer::Impl {
         }
         for (auto& w : sends) w->wait();
         if (me->source_rank) {
+          // Where a receiver's step 6 goes (its audit line; recovery_bench prints them): the
+          // staging wait above, the size (sent once the source's image is written, so this
+          // wait is the source's serialisation), the image itself, then R6's validation and
+          // the copy in. restore_verified leaves the digest memo set (no pass after the swap).
+          TimePoint tp = Clock::now();
           uint64_t size = 0;
           comm->recv(*me->source_rank, &size, sizeof size, size_op);
           if (size > (uint64_t{1} << 40)) throw InvalidInput(str("state image of ", size, " bytes announced"));
+          const double size_ms = ms_since(tp);
           // The staging buffer of R6, pre-touched at start (start_staging_pretouch): grown only if
           // this image is larger, never shrunk (a shrink then a grow would zero-fill again).
           if (size > staging.size()) staging.resize(size);
+          tp = Clock::now();
           comm->recv(*me->source_rank, staging.data(), size, image_op);
+          const double image_ms = ms_since(tp);
+          tp = Clock::now();
           state.restore_verified({staging.data(), size}, plan.target_step, plan.target_digest,
                                  str("state image from rank ", *me->source_rank, " (generation ", plan.generation, ")"));
+          const double restore_ms = ms_since(tp);
           audit_->record("transfer", plan.generation, state.step(), state.current_digest(), rank, world,
-                         str("\"source\":", *me->source_rank));
+                         str("\"source\":", *me->source_rank, ",\"staging_wait_ms\":", staging_wait_ms,
+                             ",\"size_wait_ms\":", size_ms, ",\"image_ms\":", image_ms, ",\"restore_ms\":", restore_ms));
         }
       }
     } catch (const comm::CommError& e) {
@@ -253,6 +269,9 @@ struct Trainer::Impl {
   void failure(const comm::CommError& e) {
     if (!client) throw;  // fault tolerance off: nothing to recover with
     if (generation_over()) return;
+    // Aborted, ours or relayed by a peer's farewell, means the coordinator revoked g (step
+    // 1): it knows, and a report naming no peer would name this live worker as the failed one.
+    if (dynamic_cast<const comm::Aborted*>(&e)) return;
     std::optional<int> peer_slot;
     if (e.peer() >= 0 && e.peer() < world) peer_slot = plan.ranks[e.peer()].worker.slot;
     try {
@@ -485,7 +504,7 @@ struct Trainer::Impl {
     client->on_revoked([this](const elastic::Revocation& r) {
       abort_comm(str("generation revoked (", r.cause, "), now ", r.generation));
     });
-    client->on_fenced([this](const std::string& why) { abort_comm(str("self-fenced (D4): ", why)); });
+    client->on_fenced([this](const std::string& why) { abort_comm(str("self-fenced (D4): ", why), true); });
     if (cfg.resume) {
       if (cfg.ckpt_dir.empty()) throw InvalidInput("resume needs a checkpoint directory (ckpt_dir)");
       restore_from_disk();
