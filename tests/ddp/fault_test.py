@@ -12,7 +12,10 @@ faults, and checks what PROTOCOL.md promises:
   * the audit logs show every step applied exactly once on every lineage: within one
     worker, applied steps follow its last state (start -1, transfer T, apply s) by exactly
     one, and every application of a step s anywhere has the same digest;
-  * the launcher's summary lists the expected recoveries with their phase timings.
+  * the launcher's summary lists the expected recoveries with their phase timings;
+  * (scenarios with "blame": the killed rank) what the survivors print, report to the
+    coordinator and leave in their flight records names no live rank as failed: a rank
+    that only aborted because its generation was revoked is nobody's culprit.
 The whole test has one deadline (BUDGET_S, below its ctest TIMEOUT of 120 s) shared by its
 runs; on expiry the launcher's process group is killed (its workers die with it by
 PDEATHSIG), the tail of its output is printed and the test fails.
@@ -20,6 +23,7 @@ PDEATHSIG), the tail of its output is printed and the test fails.
 import glob
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -90,6 +94,12 @@ SCENARIOS = {
     # to the uninterrupted run.
     "whole_job_resume": ([], [], {"whole_job": True}),
     "kill_optimizer_rank0": (["--inject", "kill:rank=0:step=17:phase=optimizer"], [], {"recoveries": 1}),
+    # The demo's failure at W = 4: rank 2 SIGKILLed mid-all-reduce. Whichever survivor
+    # hears of it first (its endpoint error, or the coordinator's revocation — then it
+    # aborts and its farewell tells the others), every survivor's line, report and flight
+    # record names rank 2 or nobody (aborted, relayed), never a survivor.
+    "kill_blame_w4": (["--inject", "kill:rank=2:step=20:phase=allreduce:after_chunks=1"], [],
+                      {"recoveries": 1, "world": 4, "blame": 2}),
     "stop_allreduce": (["--inject", "stop:rank=2:step=14:phase=allreduce:after_chunks=1", "--lease", "500ms"], [],
                        {"recoveries": 1}),
     # rank 0, the source of the replacement's state, freezes in the transfer: D2 revokes
@@ -236,6 +246,51 @@ def check_job(name, rc, results, audits, summ, work):
     return finals
 
 
+NOT_APPLIED = re.compile(r"ringfence worker slot (\d+) rank (\d+): step (\d+) not applied: rank \d+: .*? g=(\d+) .*?: (.*)$")
+PEER_FAILED = re.compile(r"\bpeer (\d+) failed\b")
+
+
+def check_blame(name, work, victim):
+    """Generation 1 ends because rank `victim` was killed: no survivor may name another
+    rank as failed — not in its "not applied" line, its failure report to the coordinator
+    (event log) or its flight records."""
+    blamed, lines = [], 0
+    with open(os.path.join(work, "output.txt"), errors="replace") as fh:
+        for ln in fh:
+            m = NOT_APPLIED.search(ln)
+            if not m or m.group(4) != "1":
+                continue
+            lines += 1
+            summary = m.group(5)
+            named = [int(p) for p in PEER_FAILED.findall(summary)]
+            ok = summary.startswith("aborted (") or (named and all(p == victim for p in named))
+            if not ok or any(p != victim for p in named):
+                blamed.append(ln.strip())
+    check(lines >= 1, f"{name}: no survivor printed a 'not applied' line for generation 1")
+    check(not blamed, f"{name}: survivors name a live rank as failed (only rank {victim} died): {blamed}")
+    with open(os.path.join(work, "events.jsonl")) as fh:
+        events = [json.loads(x) for x in fh if x.strip()]
+    reports = [e for e in events if "failure_report" in (e.get("event", ""), e.get("cause", ""))]
+    wrong = [e for e in reports if any(int(p) != victim for p in PEER_FAILED.findall(e.get("detail", "")))]
+    check(not wrong, f"{name}: failure reports name a live rank as failed: {wrong}")
+    bad_records, failed_records = [], 0
+    for f in glob.glob(os.path.join(work, "aud", "flight-*.jsonl")):
+        with open(f, errors="replace") as fh:
+            for x in fh:
+                try:
+                    rec = json.loads(x)
+                except ValueError:
+                    continue
+                if rec.get("generation") != 1 or rec.get("state") != "failed":
+                    continue
+                failed_records += 1
+                if rec.get("peer", -1) not in (-1, victim):
+                    bad_records.append(rec)
+    check(failed_records >= 1, f"{name}: no survivor's flight record of generation 1 failed")
+    check(not bad_records, f"{name}: flight records name a live rank as failed: {bad_records}")
+    print(f"{name}: {lines} survivor lines, {len(reports)} failure reports; none names a live rank")
+
+
 def graceful_stop(ringfence, worker, tmp, name, sig, worker_flags, hold=15):
     """Stop by signal at a known step, then --resume to the end (see the scenarios)."""
     ref_dir = os.path.join(tmp, "reference")
@@ -289,9 +344,10 @@ def graceful_stop(ringfence, worker, tmp, name, sig, worker_flags, hold=15):
 
 
 def main():
-    global STEPS
+    global STEPS, W
     ringfence, worker, scenario = sys.argv[1], sys.argv[2], sys.argv[3]
     launcher_flags, worker_flags, expect = SCENARIOS[scenario]
+    W = expect.get("world", W)
     if "--steps" in worker_flags:
         STEPS = int(worker_flags[worker_flags.index("--steps") + 1])
     tmp = tempfile.mkdtemp(prefix=f"ddp_{scenario}_")
@@ -388,6 +444,10 @@ def main():
                 check(all(r["world"] == W for r in finals), f"{scenario}: world changed")
                 check(finals[0]["digest"] == ref_digest,
                       f"{scenario}: final digest {finals[0]['digest']} != failure-free {ref_digest}")
+        if "blame" in expect:
+            check_blame(scenario, fault_dir, expect["blame"])
+            check(all(r["worker"]["slot"] == expect["blame"] for r in recs),
+                  f"{scenario}: the recovery summary names another slot than {expect['blame']}: {recs}")
         for r in recs:
             print(f"{scenario}: recovery {r['cause']} slot {r['worker']['slot']} T {r['target_step']} world "
                   f"{r['world']} rounds {r['rounds']} total {r['total_ms']} ms phases {r['phases']}")
