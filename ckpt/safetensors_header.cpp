@@ -205,13 +205,18 @@ uint32_t metadata_crc(const std::map<std::string, std::string>& metadata) {
   return crc;
 }
 
-void digest_tensor(rf::StateDigest& d, const std::string& name, DType dtype, std::span<const int64_t> shape,
-                   const void* data, size_t bytes) {
+void digest_tensor_framing(rf::StateDigest& d, const std::string& name, DType dtype, std::span<const int64_t> shape,
+                           size_t bytes) {
   d.update_str(name);
   d.update_str(std::string(dtype_name(dtype)));
   d.update_u64(shape.size());
   for (int64_t x : shape) d.update_u64(static_cast<uint64_t>(x));
   d.update_u64(bytes);
+}
+
+void digest_tensor(rf::StateDigest& d, const std::string& name, DType dtype, std::span<const int64_t> shape,
+                   const void* data, size_t bytes) {
+  digest_tensor_framing(d, name, dtype, shape, bytes);
   // A zero-sized tensor may have no storage (nullptr): memcpy(dst, nullptr, 0) inside the
   // digest is undefined behaviour, so it is skipped.
   if (bytes > 0) d.update(data, bytes);

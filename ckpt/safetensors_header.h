@@ -50,6 +50,10 @@ Header parse_header(std::span<const std::byte> file, const std::string& source);
 // and bytes are fed to rf::StateDigest. Writer and reader call this same function.
 void digest_tensor(rf::StateDigest& d, const std::string& name, DType dtype, std::span<const int64_t> shape,
                    const void* data, size_t bytes);
+// digest_tensor without the data: what it feeds before the `bytes` bytes themselves, for
+// callers that then feed the data in chunks (one pass that also copies or CRCs them).
+void digest_tensor_framing(rf::StateDigest& d, const std::string& name, DType dtype, std::span<const int64_t> shape,
+                           size_t bytes);
 
 // CRC32C over every metadata entry except the three integrity keys, in key order, each
 // framed as key NUL value NUL: a flipped byte in "step" is caught like one in a tensor.

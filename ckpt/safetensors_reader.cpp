@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -111,7 +112,7 @@ std::string SafetensorsReader::state_digest() const {
   return d.hex();
 }
 
-void SafetensorsReader::verify_integrity() const {
+void SafetensorsReader::verify_integrity(const ChunkVisitor& also) const {
   auto crc_it = metadata().find(kCrcKey);
   if (crc_it == metadata().end()) throw ChecksumError(source_, "", rf::str("no '", kCrcKey, "' metadata"));
   nlohmann::json crcs = nlohmann::json::parse(crc_it->second, nullptr, /*allow_exceptions=*/false);
@@ -120,18 +121,6 @@ void SafetensorsReader::verify_integrity() const {
   }
   for (const auto& [name, _] : crcs.items()) {
     if (!find(name)) throw FormatError(source_, name, rf::str("has a CRC in '", kCrcKey, "' but no tensor"));
-  }
-  for (const auto& t : header_.tensors) {
-    auto it = crcs.find(t.name);
-    if (it == crcs.end() || !it->is_string()) {
-      throw FormatError(source_, t.name, rf::str("has no CRC string in '", kCrcKey, "'"));
-    }
-    auto b = bytes(t);
-    const std::string actual = hex32(crc32c(b.data(), b.size()));
-    if (actual != it->get_ref<const std::string&>()) {
-      throw ChecksumError(source_, t.name, rf::str("corrupted: crc32c of its ", b.size(), " bytes is ", actual,
-                                                   ", the file recorded ", it->get_ref<const std::string&>()));
-    }
   }
   auto mcrc = metadata().find(kMetaCrcKey);
   if (mcrc == metadata().end()) throw ChecksumError(source_, "", rf::str("no '", kMetaCrcKey, "' metadata"));
@@ -142,7 +131,34 @@ void SafetensorsReader::verify_integrity() const {
   }
   auto dig = metadata().find(kDigestKey);
   if (dig == metadata().end()) throw ChecksumError(source_, "", rf::str("no '", kDigestKey, "' metadata"));
-  const std::string actual = state_digest();
+  // One pass: per chunk the CRC, the digest and the caller's visitor, while it is in cache
+  // (before: a CRC pass, then a digest pass over the whole image).
+  constexpr size_t kChunk = size_t{256} << 10;
+  rf::StateDigest d;
+  for (size_t i = 0; i < header_.tensors.size(); ++i) {
+    const TensorInfo& t = header_.tensors[i];
+    auto it = crcs.find(t.name);
+    if (it == crcs.end() || !it->is_string()) {
+      throw FormatError(source_, t.name, rf::str("has no CRC string in '", kCrcKey, "'"));
+    }
+    auto b = bytes(t);
+    digest_tensor_framing(d, t.name, t.dtype, t.shape, b.size());
+    uint32_t crc = 0;
+    for (size_t off = 0; off < b.size(); off += kChunk) {
+      const auto chunk = b.subspan(off, std::min(kChunk, b.size() - off));
+      crc = crc32c(chunk.data(), chunk.size(), crc);
+      d.update(chunk);
+      if (also) also(i, chunk);
+    }
+    const std::string actual = hex32(crc);
+    if (actual != it->get_ref<const std::string&>()) {
+      const size_t at = header_.data_start + t.begin;
+      throw ChecksumError(source_, t.name, rf::str("corrupted: crc32c of its ", b.size(), " bytes (image bytes ", at,
+                                                   "..", at + b.size(), ") is ", actual, ", the file recorded ",
+                                                   it->get_ref<const std::string&>()));
+    }
+  }
+  const std::string actual = d.hex();
   if (actual != dig->second) {
     throw ChecksumError(source_, "", rf::str("state digest ", actual, " does not match the recorded ", dig->second,
                                              " (names, shapes or dtypes were changed)"));

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/digest.h"
+#include "base/enforce.h"
 #include "base/error.h"
 #include "base/str.h"
 #include "ckpt/crc32c.h"
@@ -57,24 +58,32 @@ std::vector<const SafetensorsWriter::Entry*> SafetensorsWriter::file_order() con
   return order;
 }
 
-std::string SafetensorsWriter::state_digest() const {
+std::string SafetensorsWriter::state_digest() const { return checksums().digest; }
+
+SafetensorsWriter::Sums SafetensorsWriter::checksums() const {
+  Sums s;
   rf::StateDigest d;
-  for (const Entry* e : file_order()) digest_tensor(d, e->name, e->dtype, e->shape, e->data, e->bytes);
-  return d.hex();
+  for (const Entry* e : file_order()) {
+    s.crc.push_back(crc32c(e->data, e->bytes));
+    digest_tensor(d, e->name, e->dtype, e->shape, e->data, e->bytes);
+  }
+  s.digest = d.hex();
+  return s;
 }
 
-std::string SafetensorsWriter::header_json(bool with_checksums) const {
+std::string SafetensorsWriter::header_json(const Sums* sums) const {
   nlohmann::ordered_json h;
   nlohmann::ordered_json meta(nlohmann::ordered_json::value_t::object);
   for (const auto& [k, v] : metadata_) meta[k] = v;
   nlohmann::ordered_json crcs(nlohmann::ordered_json::value_t::object);
-  for (const Entry* e : file_order()) crcs[e->name] = with_checksums ? hex32(crc32c(e->data, e->bytes)) : "00000000";
+  const auto order = file_order();
+  for (size_t i = 0; i < order.size(); ++i) crcs[order[i]->name] = sums ? hex32(sums->crc[i]) : "00000000";
   meta[kCrcKey] = crcs.dump();
-  meta[kDigestKey] = with_checksums ? state_digest() : std::string(32, '0');
+  meta[kDigestKey] = sums ? sums->digest : std::string(32, '0');
   meta[kMetaCrcKey] = hex32(metadata_crc(metadata_));
   h["__metadata__"] = meta;
   uint64_t offset = 0;
-  for (const Entry* e : file_order()) {
+  for (const Entry* e : order) {
     h[e->name] = {{"dtype", std::string(dtype_name(e->dtype))}, {"shape", e->shape}, {"data_offsets", {offset, offset + e->bytes}}};
     offset += e->bytes;
   }
@@ -85,25 +94,47 @@ std::string SafetensorsWriter::header_json(bool with_checksums) const {
 }
 
 size_t SafetensorsWriter::serialized_size() const {
-  size_t total = 8 + header_json(/*with_checksums=*/false).size();
+  size_t total = 8 + header_json(nullptr).size();
   for (const auto& e : entries_) total += e.bytes;
   return total;
 }
 
 size_t SafetensorsWriter::serialize_into(std::span<std::byte> out) const {
-  const std::string header = header_json();
-  size_t total = 8 + header.size();
+  const size_t header_len = header_json(nullptr).size();
+  size_t total = 8 + header_len;
   for (const auto& e : entries_) total += e.bytes;
   if (out.size() < total) {
     throw rf::InvalidInput(rf::str("SafetensorsWriter: buffer of ", out.size(), " bytes is too small for ", total));
   }
-  put_le64(out.data(), header.size());
-  std::memcpy(out.data() + 8, header.data(), header.size());
-  size_t at = 8 + header.size();
+  // Data first, one pass: copy a chunk, then CRC and digest the copy while it is in cache
+  // (three passes over memory before: CRCs, digest, copy). The digest depends only on the
+  // concatenated bytes and crc32c continues across calls, so chunking changes neither.
+  constexpr size_t kChunk = size_t{256} << 10;
+  Sums sums;
+  rf::StateDigest d;
+  size_t at = 8 + header_len;
   for (const Entry* e : file_order()) {
-    if (e->bytes) std::memcpy(out.data() + at, e->data, e->bytes);
+    digest_tensor_framing(d, e->name, e->dtype, e->shape, e->bytes);  // then the data, below
+    uint32_t crc = 0;
+    const auto* src = static_cast<const std::byte*>(e->data);
+    for (size_t off = 0; off < e->bytes; off += kChunk) {
+      const size_t n = std::min(kChunk, e->bytes - off);
+      std::byte* dst = out.data() + at + off;
+      std::memcpy(dst, src + off, n);
+      crc = crc32c(dst, n, crc);
+      d.update(dst, n);
+    }
+    sums.crc.push_back(crc);
     at += e->bytes;
   }
+  sums.digest = d.hex();
+  // The checksums are fixed-width hex, so the real header is exactly as long as the
+  // placeholder one the data offset was computed from.
+  const std::string header = header_json(&sums);
+  RF_ENFORCE(header.size() == header_len, "SafetensorsWriter: header is ", header.size(), " bytes, sized ",
+             header_len);
+  put_le64(out.data(), header.size());
+  std::memcpy(out.data() + 8, header.data(), header.size());
   return total;
 }
 
@@ -114,7 +145,8 @@ std::vector<std::byte> SafetensorsWriter::to_bytes() const {
 }
 
 void SafetensorsWriter::write_file(const std::string& path) const {
-  const std::string header = header_json();
+  const Sums sums = checksums();
+  const std::string header = header_json(&sums);
   FILE* f = std::fopen(path.c_str(), "wb");
   if (!f) throw rf::Error(rf::str(path, ": cannot create: ", std::strerror(errno)));
   std::byte len[8];

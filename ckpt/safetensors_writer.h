@@ -25,7 +25,10 @@ class SafetensorsWriter {
   std::vector<std::byte> to_bytes() const;
   // The same image written into caller memory, so a buffer can be reused snapshot after
   // snapshot (fresh pages cost ~13 us each here). `out` must hold serialized_size() bytes
-  // (rf::InvalidInput otherwise); returns the bytes written.
+  // (rf::InvalidInput otherwise); returns the bytes written. One pass over the data: each
+  // chunk is copied into `out`, then its CRC and the digest are taken from the copy while
+  // it is in cache; the header (fixed-width checksums, so its length is known up front)
+  // is written last. write_file / to_bytes produce the same bytes.
   size_t serialized_size() const;
   size_t serialize_into(std::span<std::byte> out) const;
   // Writes the file in place (no temporary name: atomic replacement is the disk
@@ -42,10 +45,16 @@ class SafetensorsWriter {
     const void* data;
     size_t bytes;
   };
+  // The CRC of each entry in file_order() and the state digest over them.
+  struct Sums {
+    std::vector<uint32_t> crc;
+    std::string digest;
+  };
   std::vector<const Entry*> file_order() const;
-  // Padded so the data section starts 8-byte aligned. Without checksums, fixed-width
+  Sums checksums() const;  // a pass over the entries' memory (write_file)
+  // Padded so the data section starts 8-byte aligned. Without sums, fixed-width
   // placeholders stand in for the CRCs and the digest: same length, no pass over the data.
-  std::string header_json(bool with_checksums = true) const;
+  std::string header_json(const Sums* sums) const;
 
   std::vector<Entry> entries_;
   std::map<std::string, std::string> metadata_;

@@ -61,6 +61,33 @@ TEST_CASE("serialize_into a reused buffer gives the same image as to_bytes") {
   CHECK_THROWS_AS(w.serialize_into(small), rf::InvalidInput);
 }
 
+TEST_CASE("serialize_into's one pass (copy, then CRC and digest of each chunk) gives write_file's bytes") {
+  // write_file checksums the caller's memory first and streams it after; serialize_into
+  // copies 256 KiB chunks and checksums the copies. Tensors of several chunks, sizes that
+  // are not a multiple of the chunk or of the digest's 32-byte block, and an empty one.
+  std::vector<float> big(3 * 65536 + 777);  // 3 chunks and a bit
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<float>(i % 1013) * 0.5f;
+  std::vector<float> odd(9, 1.25f);
+  std::vector<int64_t> count{7};
+  SafetensorsWriter w;
+  w.add("big", DType::F32, {static_cast<int64_t>(big.size())}, big.data());
+  w.add("odd", DType::F32, {3, 3}, odd.data());
+  w.add("none", DType::F32, {0, 4}, nullptr);
+  w.add("count", DType::I64, {}, count.data());
+  w.set_metadata("step", "5");
+  char tmpl[] = "/tmp/rf_ckpt_test_XXXXXX";
+  REQUIRE(mkdtemp(tmpl));
+  const std::string path = std::string(tmpl) + "/a.safetensors";
+  w.write_file(path);
+  const Bytes file = read_file_bytes(path);
+  std::filesystem::remove_all(tmpl);
+  Bytes image(w.serialized_size());
+  REQUIRE(w.serialize_into(image) == image.size());
+  CHECK(image == file);
+  auto r = SafetensorsReader::borrow(image, "mem", {.verify_integrity = true, .require_integrity = true});
+  CHECK(r.state_digest() == w.state_digest());
+}
+
 TEST_CASE("layout: header padded to 8 bytes, wider dtypes first so every tensor is aligned") {
   st_test::SampleState s;
   Bytes bytes = s.writer().to_bytes();
