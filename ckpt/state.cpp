@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "base/digest.h"
 #include "base/enforce.h"
 #include "base/str.h"
 #include "ckpt/check.h"
@@ -50,6 +51,60 @@ std::vector<Part> state_parts(const nn::Module& model, const optim::Optimizer& o
   return parts;
 }
 
+// rf::state_digest(model, optimizer) (core/state_digest.cpp) fed from an image's bytes
+// instead of the live tensors, during the reader's one verification pass. That function
+// hashes: the parameter count, each parameter's (name, numel, data); the buffer count, each
+// buffer's (name, numel, data); the counter count, each counter's (name, value). Here
+// `seq` is the parameters then the buffers (raw names, as the live state names them), in
+// that order — the order their F32 data has in an image serialize_state wrote — and the
+// data arrives chunk by chunk through feed(); framing for tensors without bytes (never
+// visited) is caught up by the next visited tensor or by finish().
+class RfDigestFeed {
+ public:
+  RfDigestFeed(const nn::Module& model, const optim::Optimizer& optimizer) {
+    for (const auto& [name, t] : model.named_parameters()) seq_.push_back({name, t.numel()});
+    n_params_ = seq_.size();
+    for (const auto& [name, t] : optimizer.named_buffers()) seq_.push_back({name, t.numel()});
+    n_buffers_ = seq_.size() - n_params_;
+  }
+  size_t size() const { return seq_.size(); }
+  int64_t numel(size_t k) const { return seq_[k].numel; }
+  void feed(size_t k, std::span<const std::byte> chunk) {
+    frame_through(k + 1);
+    d_.update(chunk);
+  }
+  std::string finish(const std::vector<std::pair<std::string, int64_t>>& counters) {
+    frame_through(seq_.size());
+    if (seq_.empty()) d_.update_u64(n_params_);  // 0 parameters: their count, never framed
+    if (n_buffers_ == 0) d_.update_u64(0);        // 0 buffers: likewise
+    d_.update_u64(counters.size());
+    for (const auto& [name, v] : counters) {
+      d_.update_str(name);
+      d_.update_u64(static_cast<uint64_t>(v));
+    }
+    return d_.hex();
+  }
+
+ private:
+  struct Item {
+    std::string name;
+    int64_t numel;
+  };
+  // Feeds the framing of seq_[framed_ .. end) — the group count before the first of each
+  // group, then name and numel — so that the data of seq_[end - 1] may follow.
+  void frame_through(size_t end) {
+    for (; framed_ < end; ++framed_) {
+      if (framed_ == 0) d_.update_u64(n_params_);
+      if (framed_ == n_params_) d_.update_u64(n_buffers_);
+      d_.update_str(seq_[framed_].name);
+      d_.update_u64(static_cast<uint64_t>(seq_[framed_].numel));
+    }
+  }
+  rf::StateDigest d_;
+  std::vector<Item> seq_;
+  size_t n_params_ = 0, n_buffers_ = 0, framed_ = 0;
+};
+
 void write_meta(SafetensorsWriter& w, const SnapshotMeta& meta, const std::string& rf_digest) {
   write_snapshot_meta(w, meta);
   w.set_metadata(kRfDigestKey, rf_digest);
@@ -70,21 +125,42 @@ size_t snapshot_size(const nn::Module& model, const optim::Optimizer& optimizer,
 }
 
 void serialize_state(const nn::Module& model, const optim::Optimizer& optimizer, const SnapshotMeta& meta,
-                     std::vector<std::byte>& out) {
+                     std::vector<std::byte>& out, const std::string& rf_digest) {
   std::vector<int64_t> counters;
   SafetensorsWriter w;
   for (auto& p : state_parts(model, optimizer, counters)) w.add(p.name, p.dtype, p.shape, p.data);
-  write_meta(w, meta, state_digest_of(model, optimizer));
+  write_meta(w, meta, rf_digest.empty() ? state_digest_of(model, optimizer) : rf_digest);
   out.resize(w.serialized_size());  // within capacity after the first time: no new pages
   const size_t n = w.serialize_into(out);
   RF_ENFORCE(n == out.size(), "serialized ", n, " bytes, sized ", out.size());
 }
 
 SnapshotMeta restore_state(std::span<const std::byte> image, nn::Module& model, optim::Optimizer& optimizer,
-                           const RestoreExpect& expect, const std::string& source) {
+                           const RestoreExpect& expect, const std::string& source, std::string* digest_out) {
   // 1. The image is the staging buffer: validate all of it before touching S (R6).
   const SafetensorsReader r =
-      SafetensorsReader::borrow(image, source, {.verify_integrity = true, .require_integrity = true});
+      SafetensorsReader::borrow(image, source, {.verify_integrity = false, .require_integrity = true});
+  std::vector<int64_t> counters;
+  const std::vector<Part> parts = state_parts(model, optimizer, counters);
+  // rf_state_digest is recomputed from the image's data in the same pass as the CRCs and
+  // the image digest when the image's F32 tensors lie in the order rf::state_digest hashes
+  // them (always so for serialize_state's images); `seq_of[i]` is tensor i's place in it.
+  RfDigestFeed feed(model, optimizer);
+  std::vector<std::optional<size_t>> seq_of(r.tensors().size());
+  bool fused = true;
+  for (size_t i = 0, k = 0; i < r.tensors().size() && fused; ++i) {
+    const TensorInfo& t = r.tensors()[i];
+    if (t.dtype != DType::F32) continue;
+    fused = k < feed.size() && t.name == parts[k].name && t.numel() == feed.numel(k);
+    seq_of[i] = k++;
+  }
+  if (fused) {
+    r.verify_integrity([&](size_t i, std::span<const std::byte> chunk) {
+      if (seq_of[i]) feed.feed(*seq_of[i], chunk);
+    });
+  } else {
+    r.verify_integrity();
+  }
   const SnapshotMeta meta = read_snapshot_meta(r);
   auto it = r.metadata().find(kRfDigestKey);
   if (it == r.metadata().end()) throw FormatError(source, "", str("metadata '", kRfDigestKey, "' is missing"));
@@ -100,32 +176,49 @@ SnapshotMeta restore_state(std::span<const std::byte> image, nn::Module& model, 
   if (!expect.digest.empty() && rf_digest != expect.digest)
     throw ChecksumError(source, "", str("state digest is ", rf_digest, ", expected ", expect.digest));
 
-  std::vector<int64_t> counters;
-  const std::vector<Part> parts = state_parts(model, optimizer, counters);
   std::vector<ExpectedTensor> want;
   for (const auto& p : parts) want.push_back({p.name, p.dtype, p.shape});
   check_tensors(r, want);  // exact set: names, shapes, dtypes; every difference listed
 
-  std::vector<int64_t> new_counters(counters.size());
-  for (size_t i = 0, c = 0; i < parts.size(); ++i) {
+  const auto counter_names = optimizer.named_counters();
+  std::vector<std::pair<std::string, int64_t>> new_counters;
+  for (size_t i = 0; i < parts.size(); ++i) {
     if (parts[i].dtype != DType::I64) continue;
-    std::memcpy(&new_counters[c], r.bytes(r.at(parts[i].name)).data(), sizeof(int64_t));
-    if (new_counters[c] < 0)
-      throw FormatError(source, parts[i].name, str("counter is ", new_counters[c], ", expected >= 0"));
-    ++c;
+    int64_t v = 0;
+    std::memcpy(&v, r.bytes(r.at(parts[i].name)).data(), sizeof(int64_t));
+    if (v < 0) throw FormatError(source, parts[i].name, str("counter is ", v, ", expected >= 0"));
+    new_counters.push_back({counter_names[new_counters.size()].first, v});
   }
+  // The digest of the state the image would make: if it was not fed above (an image whose
+  // tensors are in another order), a second pass in rf::state_digest's order.
+  if (!fused) {
+    for (size_t k = 0; k < feed.size(); ++k) feed.feed(k, r.bytes(r.at(parts[k].name)));
+  }
+  const std::string data_digest = feed.finish(new_counters);
+  if (data_digest != rf_digest)
+    throw ChecksumError(source, "", str("the data's state digest is ", data_digest, ", the image records ",
+                                        kRfDigestKey, " ", rf_digest));
 
   // 2. Swap in: plain copies into memory validated above; nothing here can fail.
-  const auto counter_names = optimizer.named_counters();
+  //
+  // Why `data_digest` IS state_digest_of(model, optimizer) after this loop: that function
+  // hashes, in order, the parameters then the buffers — each by its live name, its numel
+  // and its 4 * numel bytes — then the counters by name and value. feed hashed the same
+  // names (taken from the live model and optimizer), the same numels (check_tensors made
+  // every image shape equal the live one) and, for each, the image bytes of the tensor of
+  // that name — exactly what the memcpy below puts into that tensor; and the counters'
+  // names in named_counters() order with the values set_counter stores below. Nothing
+  // else writes S in between.
   for (size_t i = 0, c = 0; i < parts.size(); ++i) {
     if (parts[i].dtype == DType::I64) {
-      optimizer.set_counter(counter_names[c].first, new_counters[c]);
+      optimizer.set_counter(new_counters[c].first, new_counters[c].second);
       ++c;
       continue;
     }
     auto b = r.bytes(r.at(parts[i].name));
     if (!b.empty()) std::memcpy(parts[i].data, b.data(), b.size());
   }
+  if (digest_out) *digest_out = data_digest;
   return meta;
 }
 

@@ -37,9 +37,13 @@ std::string state_digest_of(const nn::Module& model, const optim::Optimizer& opt
 size_t snapshot_size(const nn::Module& model, const optim::Optimizer& optimizer, const SnapshotMeta& meta);
 
 // Writes the image into `out`, resized to its exact size; `out`'s capacity is reused, so a
-// buffer kept across snapshots is faulted in once. Parameters must be CPU tensors.
+// buffer kept across snapshots is faulted in once. Parameters must be CPU tensors. One pass
+// over S (SafetensorsWriter::serialize_into) plus, unless `rf_digest` is given, one for
+// rf_state_digest. `rf_digest`: the caller's state_digest_of(model, optimizer) of this very
+// state (the trainer's memo), so it is not computed again. A stale one cannot slip through:
+// restore_state recomputes the digest from the image's data and refuses a mismatch.
 void serialize_state(const nn::Module& model, const optim::Optimizer& optimizer, const SnapshotMeta& meta,
-                     std::vector<std::byte>& out);
+                     std::vector<std::byte>& out, const std::string& rf_digest = {});
 
 // What the receiver expects of an image; unset fields are not checked.
 struct RestoreExpect {
@@ -51,13 +55,20 @@ struct RestoreExpect {
 
 // R6: validates the WHOLE image first — header, every tensor's CRC32C, the metadata CRC,
 // the image digest, the snapshot metadata, every name/shape/dtype against the model and
-// optimizer (one MismatchError listing every difference), counters >= 0, `expect` — while
-// the image itself is the staging buffer and the live state is untouched. Only when all of
-// it checked out are the bytes copied into the parameters, buffers and counters (a step
-// that cannot fail). So a cut-short, corrupted or mismatched image throws FormatError (or a
-// subclass) naming `source` and leaves the old state bitwise intact.
+// optimizer (one MismatchError listing every difference), counters >= 0, rf_state_digest
+// recomputed from the image's data (it must equal the recorded one), `expect` — while the
+// image itself is the staging buffer and the live state is untouched. Only when all of it
+// checked out are the bytes copied into the parameters, buffers and counters (a step that
+// cannot fail). So a cut-short, corrupted or mismatched image throws FormatError (or a
+// subclass) naming `source` and leaves the old state bitwise intact. The CRCs, the image
+// digest and rf_state_digest are computed in one pass over the image.
+//
+// `digest_out`, when given, receives state_digest_of(model, optimizer) of the state after
+// the swap — without a pass over it: that is the digest just recomputed from the image
+// (see the proof at the swap in state.cpp; tests/ckpt/test_state.cpp checks it).
 SnapshotMeta restore_state(std::span<const std::byte> image, nn::Module& model, optim::Optimizer& optimizer,
-                           const RestoreExpect& expect = {}, const std::string& source = "state image");
+                           const RestoreExpect& expect = {}, const std::string& source = "state image",
+                           std::string* digest_out = nullptr);
 
 // StateCopy — the state copied out at a step boundary into memory owned here (reused
 // across captures), so a background thread can serialize and write it while training

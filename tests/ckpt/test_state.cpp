@@ -213,3 +213,97 @@ TEST_CASE("R6: a cut-short, corrupted or mismatched image leaves the old state b
     CHECK(rf::ckpt::state_digest_of(*b, sb) == rf::ckpt::state_digest_of(*a, sa));
   }
 }
+
+TEST_CASE("restore_state: the digest it reports is the restored state's, fused pass or not") {
+  // restore_state hashes rf_state_digest from the image's data during the CRC pass and
+  // hands it out as the state's digest after the swap (no pass over S): it must equal a
+  // fresh state_digest_of, for SGD and AdamW (counters), and for an image whose tensors
+  // lie in another order (the second-pass path).
+  auto a = tiny_model(1);
+  rf::optim::SGD sa(a->named_parameters(), {.lr = 0.1f, .momentum = 0.9f});
+  train_steps(*a, sa, 3, 7);
+  Bytes image;
+  rf::ckpt::serialize_state(*a, sa, meta(2), image);
+  auto b = tiny_model(2);
+  rf::optim::SGD sb(b->named_parameters(), {.lr = 0.1f, .momentum = 0.9f});
+  std::string got;
+  rf::ckpt::restore_state(image, *b, sb, {}, "img", &got);
+  CHECK(got == rf::ckpt::state_digest_of(*b, sb));
+  CHECK(got == rf::ckpt::state_digest_of(*a, sa));
+
+  auto c = tiny_model(3);
+  rf::optim::AdamW oc(c->named_parameters(), {.lr = 0.01f});
+  train_steps(*c, oc, 4, 11);
+  rf::ckpt::serialize_state(*c, oc, meta(3, "adamw"), image);
+  auto d = tiny_model(4);
+  rf::optim::AdamW od(d->named_parameters(), {.lr = 0.01f});
+  rf::ckpt::restore_state(image, *d, od, {}, "img", &got);
+  CHECK(got == rf::ckpt::state_digest_of(*d, od));
+  CHECK(got == rf::ckpt::state_digest_of(*c, oc));
+
+  // The same tensors and metadata, added in reverse order: the F32 data is no longer in
+  // the order rf::state_digest hashes it.
+  const auto r = rf::ckpt::SafetensorsReader::borrow(image, "img");
+  rf::ckpt::SafetensorsWriter w;
+  for (auto it = r.tensors().rbegin(); it != r.tensors().rend(); ++it)
+    w.add(it->name, it->dtype, it->shape, r.bytes(*it).data());
+  for (const auto& [k, v] : r.metadata())
+    if (k != rf::ckpt::kCrcKey && k != rf::ckpt::kDigestKey && k != rf::ckpt::kMetaCrcKey) w.set_metadata(k, v);
+  const Bytes reversed = w.to_bytes();
+  REQUIRE(reversed != image);
+  auto e = tiny_model(5);
+  rf::optim::AdamW oe(e->named_parameters(), {.lr = 0.01f});
+  got.clear();
+  rf::ckpt::restore_state(reversed, *e, oe, {}, "img", &got);
+  CHECK(got == rf::ckpt::state_digest_of(*e, oe));
+  CHECK(got == rf::ckpt::state_digest_of(*c, oc));
+}
+
+TEST_CASE("R6: an image whose data does not hash to its rf_state_digest is refused") {
+  // serialize_state takes the caller's digest (the trainer's memo) instead of computing
+  // one; a stale one must not let a receiver accept the image on the strength of the
+  // recorded string: restore_state recomputes it from the data.
+  auto a = tiny_model(1);
+  rf::optim::SGD sa(a->named_parameters(), {.lr = 0.1f, .momentum = 0.9f});
+  train_steps(*a, sa, 2, 7);
+  const std::string stale = rf::ckpt::state_digest_of(*a, sa);
+  train_steps(*a, sa, 1, 8);  // S changed; the "memo" did not
+  Bytes image;
+  rf::ckpt::serialize_state(*a, sa, meta(2), image, stale);
+  auto b = tiny_model(2);
+  rf::optim::SGD sb(b->named_parameters(), {.lr = 0.1f, .momentum = 0.9f});
+  const std::string before = rf::ckpt::state_digest_of(*b, sb);
+  const std::string e = error_of(image, *b, sb, {.step = 2, .digest = stale});
+  CHECK(e.find("img") != std::string::npos);
+  CHECK(e.find("the data's state digest is " + rf::ckpt::state_digest_of(*a, sa)) != std::string::npos);
+  CHECK(e.find("records rf_state_digest " + stale) != std::string::npos);
+  CHECK(rf::ckpt::state_digest_of(*b, sb) == before);
+  // The right digest given by the caller is the one computed.
+  rf::ckpt::serialize_state(*a, sa, meta(2), image, rf::ckpt::state_digest_of(*a, sa));
+  CHECK(error_of(image, *b, sb, {.step = 2, .digest = rf::ckpt::state_digest_of(*a, sa)}).empty());
+}
+
+TEST_CASE("R6: a corrupted chunk in the middle of a large tensor is refused before the swap, naming it") {
+  // The verification hashes a tensor chunk by chunk (256 KiB); a flip in a later chunk of
+  // a multi-chunk tensor must fail its CRC — naming the tensor and the image bytes — and
+  // leave S intact, although the chunks before it already went through the digests.
+  auto a = tiny_model(1, /*hidden=*/40000);  // 0.weight: 40000 x 4 floats = 640 KB, 3 chunks
+  rf::optim::SGD sa(a->named_parameters(), {.lr = 0.1f, .momentum = 0.9f});
+  train_steps(*a, sa, 1, 7);
+  Bytes image;
+  rf::ckpt::serialize_state(*a, sa, meta(0), image);
+  const auto r = rf::ckpt::SafetensorsReader::borrow(image, "img");
+  const rf::ckpt::TensorInfo& t = r.at("optim.0.weight.momentum_buffer");
+  const size_t at = static_cast<size_t>(r.bytes(t).data() - image.data());
+  auto b = tiny_model(2, 40000);
+  rf::optim::SGD sb(b->named_parameters(), {.lr = 0.1f, .momentum = 0.9f});
+  const auto before = flat(*b, sb);
+  Bytes bad = image;
+  bad[at + (size_t{300} << 10)] ^= std::byte{0x01};  // in its second chunk
+  const std::string e = error_of(bad, *b, sb, {.step = 0, .digest = rf::ckpt::state_digest_of(*a, sa)});
+  CHECK(e.find("tensor 'optim.0.weight.momentum_buffer'") != std::string::npos);
+  CHECK(e.find("corrupted: crc32c of its 640000 bytes (image bytes " + std::to_string(at) + "..") != std::string::npos);
+  const auto now = flat(*b, sb);
+  CHECK((now.size() == before.size() && std::memcmp(now.data(), before.data(), now.size() * sizeof(float)) == 0));
+  CHECK(error_of(image, *b, sb, {.step = 0, .digest = rf::ckpt::state_digest_of(*a, sa)}).empty());
+}
