@@ -1,5 +1,10 @@
 #include "ddp/train_state.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdint>
+
 #include "ckpt/state.h"
 #include "core/state_digest.h"
 
@@ -30,8 +35,23 @@ ckpt::SnapshotMeta TrainState::meta(uint64_t generation, int world) const {
 
 size_t TrainState::image_size() const { return ckpt::snapshot_size(model_, optimizer_, meta(0, 1)); }
 
+void TrainState::prepare_staging(std::vector<std::byte>& buf) const {
+  const size_t bytes = image_size() + 4096;
+  if (buf.size() >= bytes) return;
+  buf.reserve(bytes);  // a fresh allocation of this size is mapped, not touched
+#ifdef MADV_POPULATE_WRITE
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t a = (reinterpret_cast<uintptr_t>(buf.data()) + page - 1) & ~(page - 1);
+  const uintptr_t e = (reinterpret_cast<uintptr_t>(buf.data()) + bytes) & ~(page - 1);
+  if (e > a) (void)::madvise(reinterpret_cast<void*>(a), e - a, MADV_POPULATE_WRITE);
+#endif
+  buf.resize(bytes);
+}
+
 void TrainState::write_image(uint64_t generation, int world, std::vector<std::byte>& out) const {
-  ckpt::serialize_state(model_, optimizer_, meta(generation, world), out);
+  // The memo is this state's digest (current_digest), so serialize_state skips its own
+  // pass over S; the receiver recomputes it from the image's data anyway (restore_state).
+  ckpt::serialize_state(model_, optimizer_, meta(generation, world), out, current_digest());
 }
 
 void TrainState::restore_verified(std::span<const std::byte> image, int64_t expect_step,
@@ -43,8 +63,13 @@ void TrainState::restore_verified(std::span<const std::byte> image, int64_t expe
   expect.digest = expect_digest;
   // A refused image changed nothing (R6), but forget the memo either way: cheap and sure.
   state_changed();
-  const ckpt::SnapshotMeta m = ckpt::restore_state(image, model_, optimizer_, expect, source);
+  std::string swapped_in;
+  const ckpt::SnapshotMeta m = ckpt::restore_state(image, model_, optimizer_, expect, source, &swapped_in);
   step_ = m.step;
+  // restore_state recomputed the digest from the image's data before the swap and proved
+  // it is the digest of the state after it (ckpt/state.cpp): no second pass over S.
+  memo_ = std::move(swapped_in);
+  memo_valid_ = true;
 }
 
 }  // namespace rf::ddp

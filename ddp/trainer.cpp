@@ -290,9 +290,9 @@ struct Trainer::Impl {
   // before training). Only the pages are wanted: a zero fill of the image's size, not an
   // image (no digest, no CRCs). The slack covers the header's few varying digits (step,
   // generation); the buffer is never shrunk, so it stays resident.
+  // (TrainState::prepare_staging: the pages made resident by one madvise, then the fill.)
   void start_staging_pretouch() {
-    const size_t bytes = state.image_size() + 4096;
-    staging_thread = std::thread([this, bytes] { staging.resize(bytes); });
+    staging_thread = std::thread([this] { state.prepare_staging(staging); });
   }
   void await_staging() {
     if (staging_thread.joinable()) staging_thread.join();

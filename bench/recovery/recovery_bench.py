@@ -73,7 +73,11 @@ def one_run(args, model, fault):
     step_ms = statistics.median([(b - a) / 1000 for a, b in zip(w0, w0[1:])]) if len(w0) > 2 else float("nan")
     shutil.rmtree(work, ignore_errors=True)
     ph = rec["phases"]
-    return {"model": model, "fault": fault, "spec": spec, "to_first_step_ms": (first - t0) / 1000,
+    # The receiver's own split of "transfer" (its audit line; ddp/trainer.cpp step 6).
+    tr = [x for x in lines if x["event"] == "transfer" and x["g"] == g]
+    split = {k: tr[0].get(k, float("nan")) if tr else float("nan")
+             for k in ("staging_wait_ms", "size_wait_ms", "image_ms", "restore_ms")}
+    return {**split, "model": model, "fault": fault, "spec": spec, "to_first_step_ms": (first - t0) / 1000,
             "detect": ph["detect"], "agree": ph["agree"], "connect": ph["connect"], "transfer": ph["transfer"],
             "verify": ph["verify"], "coordinator_total_ms": rec["total_ms"], "T": rec["target_step"],
             "steps_redone": args.fail_step - rec["target_step"], "step_ms": step_ms, "cause": rec["cause"]}
@@ -142,7 +146,8 @@ def main():
     print(f"# recovery_bench: W={args.world}, batch {args.batch}, fault at step {args.fail_step}, "
           f"heartbeat {args.heartbeat}, lease {args.lease}, spares {args.spares}; times in ms")
     print(f"{'model':5} {'fault':5} {'trial':>5} {'to 1st step':>11} {'detect':>8} {'agree':>8} {'connect':>8} "
-          f"{'transfer':>8} {'verify':>8} {'redone':>6} {'step':>6}")
+          f"{'transfer':>8} {'verify':>8} {'redone':>6} {'step':>6}   receiver's transfer: staging wait, source "
+          f"serialising, image, R6 restore")
     for model in args.models.split(","):
         for fault in args.faults.split(","):
             for t in range(args.trials):
@@ -158,7 +163,8 @@ def main():
                 rows.append(r)
                 print(f"{model:5} {fault:5} {t:5d} {r['to_first_step_ms']:11.1f} {r['detect']:8.1f} {r['agree']:8.1f} "
                       f"{r['connect']:8.1f} {r['transfer']:8.2f} {r['verify']:8.2f} {r['steps_redone']:6d} "
-                      f"{r['step_ms']:6.1f}", flush=True)
+                      f"{r['step_ms']:6.1f}   {r['staging_wait_ms']:.0f} / {r['size_wait_ms']:.0f} / "
+                      f"{r['image_ms']:.0f} / {r['restore_ms']:.0f}", flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
