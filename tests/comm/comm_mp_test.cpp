@@ -343,12 +343,21 @@ int scenario_abort(bool as_failed) {
   // has summed its segment and waits for theirs, as a rank does when a peer is revoked.
   // (While the driver sums, an abort is seen between 64 KiB pieces — if the driver has
   // the core; on this 2-core VM at load 25 a summing driver was seen preempted for 37 ms.)
+  // Messages (not _reg): rank 0's driver holds at chunk 3 until the other thread's abort()
+  // has set the flag, so the abort lands mid-collective whatever the scheduling (at load
+  // 10-12 the aborting thread was seen starved until all ranks had finished the 32 MiB
+  // all-reduce: "collective finished although rank 0 aborted", a race of this test).
   const int abort_at = all_registered() ? 2 : 3;
+  std::atomic<UcxCommunicator*> self{nullptr};
   o.on_chunk = [&](const ChunkEvent& ev) {
     chunks.store(static_cast<int>(ev.chunks_done));
     if (r != 0 && all_registered() && ev.chunks_done == 1) e.store->wait_get("aborted", std::chrono::seconds(20));
+    if (r == 0 && !all_registered() && ev.step == 812 && ev.op == 1 && ev.chunks_done == static_cast<uint64_t>(abort_at)) {
+      while (!self.load()->aborted()) std::this_thread::yield();
+    }
   };
   UcxCommunicator c(e.ctx, *e.store, r, e.re.world, 7, o);
+  self.store(&c);
   TestBuf<float> big(size_t{8} << 20, 1.0f);
   TestBuf<float> second(1000, 1.0f);
   // Rank 0 aborts from another thread once its all-reduce is under way (3 chunks done).
