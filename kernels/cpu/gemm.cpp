@@ -3,6 +3,7 @@
 #include <Eigen/Core>
 
 #include "base/enforce.h"
+#include "kernels/cpu/gemm_packed.h"
 #include "kernels/cpu/gemm_small.h"
 
 namespace rf::kernels::cpu {
@@ -28,22 +29,15 @@ void run(const LA& a, const LB& b, float alpha, float beta, MMap& c) {
 
 }  // namespace
 
-void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-          const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
-          int64_t ldc) {
+void gemm_eigen(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+                int64_t ldc) {
   RF_ENFORCE(M >= 0 && N >= 0 && K >= 0, "gemm: negative size ", M, "x", N, "x", K);
   if (M == 0 || N == 0) return;
   MMap c(C, M, N, Eigen::OuterStride<>(ldc));
   if (K == 0) {
     if (beta == 0.0f) c.setZero();
     else if (beta != 1.0f) c *= beta;
-    return;
-  }
-  // Small products run our register-tiled kernel (gemm_small.h), whatever the thread
-  // count: they are too small to split, and the choice must not depend on --threads, or
-  // the same run with more threads would round differently.
-  if (gemm_small_fits(trans_b, M, N, K)) {
-    gemm_small(M, N, K, alpha, A, trans_a ? 1 : lda, trans_a ? lda : 1, B, ldb, beta, C, ldc);
     return;
   }
   // Stored shapes: A is M x K (or K x M when transposed), B is K x N (or N x K).
@@ -53,6 +47,37 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
   else if (!trans_a && trans_b) run(a, b.transpose(), alpha, beta, c);
   else if (trans_a && !trans_b) run(a.transpose(), b, alpha, beta, c);
   else run(a.transpose(), b.transpose(), alpha, beta, c);
+}
+
+// Measured per shape with bench/train/gemm_bench (docs/core.md): NN/TN products go to
+// gemm_small (gemm_small_fits, checked first); the transposed-B products (the forward of
+// every Linear layer, x W^T) and the large NN/TN ones come here, except for narrow C
+// (N < 32, e.g. the 10 logits: 0.55x of Eigen, since most of the 32-wide tile is padding).
+bool gemm_packed_fits(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K) {
+  (void)trans_a;
+  (void)trans_b;
+  (void)M;
+  (void)K;
+  return gemm_packed_available() && N >= 32;
+}
+
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+          const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+          int64_t ldc) {
+  RF_ENFORCE(M >= 0 && N >= 0 && K >= 0, "gemm: negative size ", M, "x", N, "x", K);
+  if (M == 0 || N == 0) return;
+  // Our kernels are chosen by shape only, whatever the thread count: the choice must not
+  // depend on --threads, or the same run with more threads would round differently.
+  if (K > 0 && gemm_small_fits(trans_b, M, N, K)) {
+    gemm_small(M, N, K, alpha, A, trans_a ? 1 : lda, trans_a ? lda : 1, B, ldb, beta, C, ldc,
+               num_threads());
+    return;
+  }
+  if (K > 0 && gemm_packed_fits(trans_a, trans_b, M, N, K)) {
+    gemm_packed(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, num_threads());
+    return;
+  }
+  gemm_eigen(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 void set_num_threads(int threads) {

@@ -1,6 +1,7 @@
 #pragma once
-// GEMM on row-major float matrices through Eigen::Map (no copies), or for small NN/TN
-// products our own AVX-512 kernel (gemm_small.h, chosen by shape only):
+// GEMM on row-major float matrices: our AVX-512 kernels where they measured faster
+// (gemm_small.h for small NN/TN products, gemm_packed.h for the MLP-sized ones; chosen
+// by shape only, never by thread count), Eigen::Map (no copies) for the rest:
 //   C = alpha * op(A) * op(B) + beta * C,   op(X) = X or X^T
 // op(A) is M x K, op(B) is K x N, C is M x N. lda/ldb/ldc are row strides (elements).
 // beta is 0 (overwrite; C may hold garbage) or 1 (accumulate, the autograd rule "+=").
@@ -12,7 +13,15 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
           const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
           int64_t ldc);
 
-// Number of threads Eigen's GEMM may use (1 unless built with OpenMP).
+// The Eigen path alone, whatever the shape (the baseline of bench/train/gemm_bench).
+void gemm_eigen(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+                int64_t ldc);
+
+// True when gemm() sends this shape to gemm_packed (gemm_packed.h).
+bool gemm_packed_fits(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K);
+
+// Number of threads the GEMMs may use (1 unless built with OpenMP).
 void set_num_threads(int threads);
 int num_threads();
 

@@ -7,6 +7,9 @@
 #if defined(__AVX512F__)
 #include <immintrin.h>
 #endif
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
 
 namespace rf::kernels::cpu {
 
@@ -74,26 +77,17 @@ void bcast_rows(int64_t mr, int64_t K, const float* A, int64_t a_row, int64_t a_
   }
 }
 
-}  // namespace
-
-// Measured per shape against Eigen (one thread, CPU time; numbers in docs/core.md): the
-// conv shapes (M*N*K up to 2.5M: 1.2-1.7x with beta 0, where Eigen also zero-fills C
-// first) win; from the CNN's first linear layer up (12.8M) Eigen's packed blocking is as
-// fast or faster (0.64-0.93x for ours on the MLP), so those stay with Eigen. The NT case
-// (a dot-product kernel) measured 0.5x of Eigen and was dropped.
-bool gemm_small_fits(bool trans_b, int64_t M, int64_t N, int64_t K) {
-  return !trans_b && M * N * K <= 4 * 1024 * 1024;
-}
-
-void gemm_small(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t a_row,
-                int64_t a_col, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+// Columns [n_begin, n_end) of C.
+void small_cols(int64_t M, int64_t n_begin, int64_t n_end, int64_t K, float alpha,
+                const float* A, int64_t a_row, int64_t a_col, const float* B, int64_t ldb,
+                float beta, float* C, int64_t ldc) {
   // Rows outer: the 8 rows of A a tile broadcasts (8 x K floats) stay in L1 while the
   // column tiles stream B from L2.
   for (int64_t i0 = 0; i0 < M; i0 += 8) {
     const int64_t mr = std::min<int64_t>(8, M - i0);
     const float* Ai = A + i0 * a_row;
-    for (int64_t j0 = 0; j0 < N; j0 += 32) {
-      const int64_t nr = std::min<int64_t>(32, N - j0);
+    for (int64_t j0 = n_begin; j0 < n_end; j0 += 32) {
+      const int64_t nr = std::min<int64_t>(32, n_end - j0);
       float* c = C + i0 * ldc + j0;
       if (nr > 16)
         bcast_rows<2>(mr, K, Ai, a_row, a_col, B + j0, ldb, lanes(nr - 16), alpha, beta, c, ldc);
@@ -103,11 +97,45 @@ void gemm_small(int64_t M, int64_t N, int64_t K, float alpha, const float* A, in
   }
 }
 
+}  // namespace
+
+// Measured per shape (one thread, CPU time, bench/train/gemm_bench; numbers in
+// docs/core.md). On the Xeon of the first sessions this kernel won only on the conv shapes
+// and lost to Eigen from 12.8M up; on this Zen 4 it is 1.25-1.5x Eigen on every NN/TN
+// shape of the models (up to the MLP's 512x784x128 = 51M) and as fast as or up to 20 %
+// faster than gemm_packed there (no packing to pay for). Beyond 64M it is unmeasured and,
+// having no cache blocking, left to gemm_packed.
+bool gemm_small_fits(bool trans_b, int64_t M, int64_t N, int64_t K) {
+  return !trans_b && M * N * K <= 64 * 1024 * 1024;
+}
+
+void gemm_small(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t a_row,
+                int64_t a_col, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
+                int threads) {
+  // Threads take contiguous runs of 32-column tiles: the split changes which thread
+  // computes an element, never how (each element is one FMA chain over k).
+  const int64_t tiles = (N + 31) / 32;
+  const int64_t parts = std::min<int64_t>(std::max(threads, 1), tiles);
+#if defined(_OPENMP)
+  if (parts > 1 && M * N * K >= 1024 * 1024) {
+#pragma omp parallel num_threads(static_cast<int>(parts))
+    {
+      const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+      const int64_t b = std::min(N, tiles * t / nt * 32), e = std::min(N, tiles * (t + 1) / nt * 32);
+      if (b < e) small_cols(M, b, e, K, alpha, A, a_row, a_col, B, ldb, beta, C, ldc);
+    }
+    return;
+  }
+#endif
+  (void)parts;
+  small_cols(M, 0, N, K, alpha, A, a_row, a_col, B, ldb, beta, C, ldc);
+}
+
 #else  // no AVX-512: Eigen runs every shape
 
 bool gemm_small_fits(bool, int64_t, int64_t, int64_t) { return false; }
 void gemm_small(int64_t, int64_t, int64_t, float, const float*, int64_t, int64_t, const float*,
-                int64_t, float, float*, int64_t) {
+                int64_t, float, float*, int64_t, int) {
   RF_ENFORCE(false, "gemm_small needs AVX-512");
 }
 #endif
