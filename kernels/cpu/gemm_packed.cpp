@@ -254,6 +254,7 @@ void gemm_packed(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, fl
     return;
   }
 #endif
+  (void)parts;  // without OpenMP one thread does every column
   gemm_cols(trans_a, trans_b, M, 0, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 

@@ -1,5 +1,6 @@
-// GEMM through Eigen against a naive triple loop, for every transpose case, strides
-// (sub-matrices), and alpha/beta.
+// gemm() (whichever kernel it routes to) against a naive triple loop, for every transpose
+// case, strides (sub-matrices), and alpha/beta; gemm_packed against a double reference on
+// every blocking boundary and the models' shapes; same bits for any thread count.
 #include <doctest/doctest.h>
 
 #include <cmath>
