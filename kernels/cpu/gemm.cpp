@@ -1,6 +1,7 @@
 #include "kernels/cpu/gemm.h"
 
 #include <Eigen/Core>
+#include <vector>
 
 #include "base/enforce.h"
 #include "kernels/cpu/gemm_packed.h"
@@ -52,7 +53,8 @@ void gemm_eigen(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, flo
 // Measured per shape with bench/train/gemm_bench (docs/core.md): NN/TN products go to
 // gemm_small (gemm_small_fits, checked first); the transposed-B products (the forward of
 // every Linear layer, x W^T) and the large NN/TN ones come here, except for narrow C
-// (N < 32, e.g. the 10 logits: 0.55x of Eigen, since most of the 32-wide tile is padding).
+// (N < 32, e.g. the 10 logits: 0.55x of Eigen, since most of the 32-wide tile is padding),
+// which gemm() hands to gemm_small on a transposed copy of B.
 bool gemm_packed_fits(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K) {
   (void)trans_a;
   (void)trans_b;
@@ -75,6 +77,18 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
   }
   if (K > 0 && gemm_packed_fits(trans_a, trans_b, M, N, K)) {
     gemm_packed(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, num_threads());
+    return;
+  }
+  // Narrow transposed-B products (the 10 logits, x W^T with W 10 x K): B^T is copied into
+  // a K x N scratch (thread_local, only grows) and gemm_small runs on it. Not Eigen:
+  // Eigen's blocking depends on its thread count, so --threads would change the bits.
+  if (K > 0 && trans_b && gemm_small_fits(false, M, N, K)) {
+    thread_local std::vector<float> bt;
+    if (bt.size() < static_cast<size_t>(K * N)) bt.resize(static_cast<size_t>(K * N));
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t k = 0; k < K; ++k) bt[k * N + n] = B[n * ldb + k];
+    gemm_small(M, N, K, alpha, A, trans_a ? 1 : lda, trans_a ? lda : 1, bt.data(), N, beta, C,
+               ldc, num_threads());
     return;
   }
   gemm_eigen(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
