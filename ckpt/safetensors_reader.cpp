@@ -112,7 +112,7 @@ std::string SafetensorsReader::state_digest() const {
   return d.hex();
 }
 
-void SafetensorsReader::verify_integrity(const ChunkVisitor& also) const {
+void SafetensorsReader::verify_integrity() const {
   auto crc_it = metadata().find(kCrcKey);
   if (crc_it == metadata().end()) throw ChecksumError(source_, "", rf::str("no '", kCrcKey, "' metadata"));
   nlohmann::json crcs = nlohmann::json::parse(crc_it->second, nullptr, /*allow_exceptions=*/false);
@@ -131,8 +131,8 @@ void SafetensorsReader::verify_integrity(const ChunkVisitor& also) const {
   }
   auto dig = metadata().find(kDigestKey);
   if (dig == metadata().end()) throw ChecksumError(source_, "", rf::str("no '", kDigestKey, "' metadata"));
-  // One pass: per chunk the CRC, the digest and the caller's visitor, while it is in cache
-  // (before: a CRC pass, then a digest pass over the whole image).
+  // One pass: per chunk the CRC and the digest, while it is in cache (before: a CRC pass,
+  // then a digest pass over the whole image).
   constexpr size_t kChunk = size_t{256} << 10;
   rf::StateDigest d;
   for (size_t i = 0; i < header_.tensors.size(); ++i) {
@@ -148,7 +148,6 @@ void SafetensorsReader::verify_integrity(const ChunkVisitor& also) const {
       const auto chunk = b.subspan(off, std::min(kChunk, b.size() - off));
       crc = crc32c(chunk.data(), chunk.size(), crc);
       d.update(chunk);
-      if (also) also(i, chunk);
     }
     const std::string actual = hex32(crc);
     if (actual != it->get_ref<const std::string&>()) {

@@ -1,7 +1,6 @@
 #pragma once
 // SafetensorsReader — owns the bytes of one safetensors file, validated on construction.
 #include <cstddef>
-#include <functional>
 #include <map>
 #include <span>
 #include <string>
@@ -54,12 +53,8 @@ class SafetensorsReader {
 
   // Recomputes the CRC of every tensor and of the metadata, and the state digest
   // (ChecksumError on damage), in ONE pass over the data: chunk by chunk, each chunk's CRC
-  // and digest while it is in cache. `also`, when set, sees every chunk too, in data order
-  // (tensor index into tensors(), the bytes), right after they were hashed — a caller's own
-  // hash of the same bytes costs no extra pass over memory. A tensor's CRC is compared when
-  // its last chunk is done; nothing the visitor computed may be trusted unless this returns.
-  using ChunkVisitor = std::function<void(size_t tensor, std::span<const std::byte> chunk)>;
-  void verify_integrity(const ChunkVisitor& also = {}) const;
+  // and digest while it is in cache. A tensor's CRC is compared when its last chunk is done.
+  void verify_integrity() const;
   std::string state_digest() const;  // recomputed from the data, 32 hex digits
 
  private:

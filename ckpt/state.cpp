@@ -1,6 +1,7 @@
 #include "ckpt/state.h"
 
 #include <cstring>
+#include <thread>
 
 #include "base/digest.h"
 #include "base/enforce.h"
@@ -52,13 +53,11 @@ std::vector<Part> state_parts(const nn::Module& model, const optim::Optimizer& o
 }
 
 // rf::state_digest(model, optimizer) (core/state_digest.cpp) fed from an image's bytes
-// instead of the live tensors, during the reader's one verification pass. That function
-// hashes: the parameter count, each parameter's (name, numel, data); the buffer count, each
-// buffer's (name, numel, data); the counter count, each counter's (name, value). Here
-// `seq` is the parameters then the buffers (raw names, as the live state names them), in
-// that order — the order their F32 data has in an image serialize_state wrote — and the
-// data arrives chunk by chunk through feed(); framing for tensors without bytes (never
-// visited) is caught up by the next visited tensor or by finish().
+// instead of the live tensors. That function hashes: the parameter count, each parameter's
+// (name, numel, data); the buffer count, each buffer's (name, numel, data); the counter
+// count, each counter's (name, value). Here `seq` is the parameters then the buffers (raw
+// names, as the live state names them); feed(k, bytes) in order k = 0, 1, ... gives each
+// one's data, finish() the counters.
 class RfDigestFeed {
  public:
   RfDigestFeed(const nn::Module& model, const optim::Optimizer& optimizer) {
@@ -142,25 +141,30 @@ SnapshotMeta restore_state(std::span<const std::byte> image, nn::Module& model, 
       SafetensorsReader::borrow(image, source, {.verify_integrity = false, .require_integrity = true});
   std::vector<int64_t> counters;
   const std::vector<Part> parts = state_parts(model, optimizer, counters);
-  // rf_state_digest is recomputed from the image's data in the same pass as the CRCs and
-  // the image digest when the image's F32 tensors lie in the order rf::state_digest hashes
-  // them (always so for serialize_state's images); `seq_of[i]` is tensor i's place in it.
+  // rf_state_digest is recomputed from the image's data on a second thread, in
+  // rf::state_digest's order, while this one checks the CRCs and the image digest: the two
+  // hashes cost about the same, and a recovery's receiver has the core of its source, which
+  // waits. Only the image's bytes are read (the live state is untouched until the swap);
+  // a tensor missing or of another size is left to check_tensors below, which throws.
   RfDigestFeed feed(model, optimizer);
-  std::vector<std::optional<size_t>> seq_of(r.tensors().size());
-  bool fused = true;
-  for (size_t i = 0, k = 0; i < r.tensors().size() && fused; ++i) {
-    const TensorInfo& t = r.tensors()[i];
-    if (t.dtype != DType::F32) continue;
-    fused = k < feed.size() && t.name == parts[k].name && t.numel() == feed.numel(k);
-    seq_of[i] = k++;
+  std::vector<const TensorInfo*> data_of(feed.size());
+  bool layout_ok = true;
+  for (size_t k = 0; k < feed.size(); ++k) {
+    data_of[k] = r.find(parts[k].name);
+    layout_ok = layout_ok && data_of[k] && data_of[k]->dtype == DType::F32 && data_of[k]->numel() == feed.numel(k);
   }
-  if (fused) {
-    r.verify_integrity([&](size_t i, std::span<const std::byte> chunk) {
-      if (seq_of[i]) feed.feed(*seq_of[i], chunk);
+  std::thread hasher;
+  if (layout_ok)
+    hasher = std::thread([&] {
+      for (size_t k = 0; k < feed.size(); ++k) feed.feed(k, r.bytes(*data_of[k]));
     });
-  } else {
-    r.verify_integrity();
-  }
+  struct Join {  // every way out of here, a throw included, waits for the hasher first
+    std::thread& t;
+    ~Join() {
+      if (t.joinable()) t.join();
+    }
+  } join{hasher};
+  r.verify_integrity();
   const SnapshotMeta meta = read_snapshot_meta(r);
   auto it = r.metadata().find(kRfDigestKey);
   if (it == r.metadata().end()) throw FormatError(source, "", str("metadata '", kRfDigestKey, "' is missing"));
@@ -189,11 +193,9 @@ SnapshotMeta restore_state(std::span<const std::byte> image, nn::Module& model, 
     if (v < 0) throw FormatError(source, parts[i].name, str("counter is ", v, ", expected >= 0"));
     new_counters.push_back({counter_names[new_counters.size()].first, v});
   }
-  // The digest of the state the image would make: if it was not fed above (an image whose
-  // tensors are in another order), a second pass in rf::state_digest's order.
-  if (!fused) {
-    for (size_t k = 0; k < feed.size(); ++k) feed.feed(k, r.bytes(r.at(parts[k].name)));
-  }
+  // check_tensors passed, so every tensor was there with its size: the hasher ran.
+  RF_ENFORCE(layout_ok, "restore_state: tensors checked but not hashed");
+  hasher.join();
   const std::string data_digest = feed.finish(new_counters);
   if (data_digest != rf_digest)
     throw ChecksumError(source, "", str("the data's state digest is ", data_digest, ", the image records ",

@@ -60,8 +60,9 @@ struct RestoreExpect {
 // image itself is the staging buffer and the live state is untouched. Only when all of it
 // checked out are the bytes copied into the parameters, buffers and counters (a step that
 // cannot fail). So a cut-short, corrupted or mismatched image throws FormatError (or a
-// subclass) naming `source` and leaves the old state bitwise intact. The CRCs, the image
-// digest and rf_state_digest are computed in one pass over the image.
+// subclass) naming `source` and leaves the old state bitwise intact. The CRCs and the
+// image digest are computed in one pass over the image, rf_state_digest meanwhile on a
+// second thread (it reads the image only).
 //
 // `digest_out`, when given, receives state_digest_of(model, optimizer) of the state after
 // the swap — without a pass over it: that is the digest just recomputed from the image
