@@ -50,17 +50,26 @@ void gemm_eigen(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, flo
   else run(a.transpose(), b.transpose(), alpha, beta, c);
 }
 
-// Measured per shape with bench/train/gemm_bench (docs/core.md): NN/TN products go to
-// gemm_small (gemm_small_fits, checked first); the transposed-B products (the forward of
-// every Linear layer, x W^T) and the large NN/TN ones come here, except for narrow C
-// (N < 32, e.g. the 10 logits: 0.55x of Eigen, since most of the 32-wide tile is padding),
-// which gemm() hands to gemm_small on a transposed copy of B.
+namespace {
+
+// Narrow transposed-B products (the 10 logits, x W^T with W 10 x K: gemm_packed ran them
+// at 0.55x of Eigen, most of its 32-wide tile being padding) go to gemm_small on a
+// transposed copy of B.
+bool narrow_fits(bool trans_b, int64_t M, int64_t N, int64_t K) {
+  return trans_b && N < 32 && gemm_small_fits(false, M, N, K);
+}
+
+}  // namespace
+
+// Measured per shape with bench/train/gemm_bench (docs/core.md): NN/TN products up to 64M
+// go to gemm_small, narrow transposed-B ones to gemm_small on B^T; everything else (the
+// forward of every Linear layer, x W^T, and the largest products) comes here. With AVX-512
+// no shape is left to Eigen: Eigen's blocking depends on its thread count, so --threads
+// would change the bits.
 bool gemm_packed_fits(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K) {
   (void)trans_a;
-  (void)trans_b;
-  (void)M;
-  (void)K;
-  return gemm_packed_available() && N >= 32;
+  return gemm_packed_available() && !gemm_small_fits(trans_b, M, N, K) &&
+         !narrow_fits(trans_b, M, N, K);
 }
 
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
@@ -75,20 +84,17 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
                num_threads());
     return;
   }
-  if (K > 0 && gemm_packed_fits(trans_a, trans_b, M, N, K)) {
-    gemm_packed(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, num_threads());
-    return;
-  }
-  // Narrow transposed-B products (the 10 logits, x W^T with W 10 x K): B^T is copied into
-  // a K x N scratch (thread_local, only grows) and gemm_small runs on it. Not Eigen:
-  // Eigen's blocking depends on its thread count, so --threads would change the bits.
-  if (K > 0 && trans_b && gemm_small_fits(false, M, N, K)) {
-    thread_local std::vector<float> bt;
+  if (K > 0 && narrow_fits(trans_b, M, N, K)) {
+    thread_local std::vector<float> bt;  // K x N, only grows
     if (bt.size() < static_cast<size_t>(K * N)) bt.resize(static_cast<size_t>(K * N));
     for (int64_t n = 0; n < N; ++n)
       for (int64_t k = 0; k < K; ++k) bt[k * N + n] = B[n * ldb + k];
     gemm_small(M, N, K, alpha, A, trans_a ? 1 : lda, trans_a ? lda : 1, bt.data(), N, beta, C,
                ldc, num_threads());
+    return;
+  }
+  if (K > 0 && gemm_packed_fits(trans_a, trans_b, M, N, K)) {
+    gemm_packed(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, num_threads());
     return;
   }
   gemm_eigen(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);

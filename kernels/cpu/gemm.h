@@ -18,7 +18,8 @@ void gemm_eigen(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, flo
                 const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
                 int64_t ldc);
 
-// True when gemm() sends this shape to gemm_packed (gemm_packed.h).
+// True when gemm() sends this shape to gemm_packed (gemm_packed.h): with AVX-512, every
+// product that gemm_small (directly, or on a transposed copy of a narrow B) does not take.
 bool gemm_packed_fits(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K);
 
 // Number of threads the GEMMs may use (1 unless built with OpenMP).

@@ -174,7 +174,7 @@ TEST_CASE("gemm routes by shape only: 1 and 2 threads give the same bits") {
   // The MLP's forward (NT, gemm_packed), input gradient (NN, gemm_small), weight gradient
   // (TN, gemm_small), a TT product, one past gemm_small's size limit (gemm_packed) and the
   // narrow NT/TT products (the logits: gemm_small on a transposed copy of B; Eigen's
-  // blocking, used before, depends on its thread count).
+  // blocking, used before, depends on its thread count), also past 64M (gemm_packed).
   struct S {
     bool ta, tb;
     int64_t M, N, K;
@@ -183,7 +183,7 @@ TEST_CASE("gemm routes by shape only: 1 and 2 threads give the same bits") {
   for (const S s : {S{false, true, 128, 512, 784, 0}, S{false, false, 128, 784, 512, 1},
                     S{true, false, 512, 784, 128, 0}, S{true, true, 100, 300, 200, 0},
                     S{true, false, 512, 1024, 160, 1}, S{false, true, 128, 10, 512, 0},
-                    S{true, true, 70, 10, 128, 1}}) {
+                    S{true, true, 70, 10, 128, 1}, S{false, true, 7000, 10, 1000, 0}}) {
     CAPTURE(s.ta);
     CAPTURE(s.tb);
     CAPTURE(s.M);
