@@ -46,6 +46,27 @@ struct WorkerProc {
   bool done = false;  // exited 0, or out of restarts: not restarted
   std::set<int64_t> killed_as_hung;
   json exits = json::array();
+  json spawns = json::array();  // {incarnation, wall_us, reason}: when each incarnation started, and why then
+  // A restart held back while a spare of this node fills the hole: it starts once the
+  // recovery has completed (the new generation RUNNING and one step past its target), so
+  // its start-up does not compete with the survivors' transfer for the cores.
+  struct Held {
+    TimePoint since;
+    int finished = 0;                  // recoveries finished before the failure
+    std::optional<int64_t> target;     // T of the recovery that finished since
+  };
+  std::optional<Held> held;
+  std::optional<int> evicted_finished;  // recoveries finished as of the eviction (its snapshot)
+  bool evicted_was_member = false;
+};
+
+// What the launcher last saw of a RUNNING generation: who the members were and how many
+// recoveries had finished. A failure is judged against it (a worker was a member, a live
+// worker outside it is a spare).
+struct RunningSnapshot {
+  bool seen = false;
+  std::set<std::pair<int, int64_t>> members;
+  int finished = 0;
 };
 
 int exit_status_of(int st) { return WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st); }
@@ -109,7 +130,10 @@ class Supervisor {
 
     start_ = rf::Clock::now();
     start_wall_us_ = rf::wall_us();
-    for (auto& w : workers_) spawn(w);
+    for (auto& w : workers_) {
+      spawn(w);
+      w.spawns.push_back({{"incarnation", w.incarnation}, {"wall_us", rf::wall_us()}, {"reason", "start"}});
+    }
     loop();
     return finish();
   }
@@ -202,8 +226,75 @@ class Supervisor {
       }
       ++w->restarts;
       ++total_restarts_;
+      const bool was_member = w->evicted_finished ? w->evicted_was_member
+                                                  : snap_.members.count({w->slot, w->incarnation}) > 0;
+      const int finished = w->evicted_finished ? *w->evicted_finished : snap_.finished;
+      w->evicted_finished.reset();
       ++w->incarnation;  // comes back as a replacement: same slot, new incarnation
+      if (was_member && spare_available(*w)) {
+        w->held = WorkerProc::Held{rf::Clock::now(), finished, std::nullopt};
+        note(rf::str("slot ", w->slot, " exited (status ", code, "): a spare takes its place; its restart (incarnation ",
+                     w->incarnation, ", the next spare) waits until the recovery has completed"));
+        continue;
+      }
       spawn(*w);
+      w->spawns.push_back({{"incarnation", w->incarnation}, {"wall_us", rf::wall_us()}, {"reason", "restart"}});
+    }
+  }
+
+  // Whether a live worker of this node stands by outside the last RUNNING generation (a
+  // spare) for this failure: each held restart has claimed one already.
+  bool spare_available(const WorkerProc& dead) const {
+    if (opt_.spares == 0 || !snap_.seen || stopping_ || job_over_) return false;
+    int standby = 0, held = 0;
+    for (const auto& w : workers_) {
+      if (&w == &dead) continue;
+      if (w.held) ++held;
+      else if (w.pid > 0 && !snap_.members.count({w.slot, w.incarnation})) ++standby;
+    }
+    return standby > held;
+  }
+
+  // Starts the held restarts whose recovery has completed (RUNNING, a step past T), or
+  // after --min-world-timeout without one (bounded); drops them when the job is over.
+  void release_held(const json& st) {
+    for (auto& w : workers_) {
+      if (!w.held) continue;
+      if (stopping_ || job_over_) {
+        w.held.reset();
+        w.done = true;
+        note(rf::str("slot ", w.slot, ": held restart dropped, the job is ending"));
+        continue;
+      }
+      std::string reason;
+      const double waited = rf::seconds_since(w.held->since);
+      if (st.value("phase", "") == "RUNNING" && st.value("recoveries", 0) > w.held->finished) {
+        if (!w.held->target) {
+          json summary;
+          try {
+            summary = admin_->summary();
+          } catch (const rf::Error& e) {
+            coord_lost(e.what());
+            return;
+          }
+          for (const auto& r : summary.value("recoveries", json::array()))
+            if (r.value("finished", false)) w.held->target = r.value("target_step", int64_t{-1});
+          if (!w.held->target) continue;
+        }
+        const int64_t step = st.value("step", int64_t{-1});
+        if (step > *w.held->target)
+          reason = rf::str("recovery to generation ", st.value("generation", int64_t{0}), " completed (T ",
+                           *w.held->target, ", step ", step, " done)");
+      } else if (waited >= std::chrono::duration<double>(opt_.timing.min_world_timeout).count()) {
+        reason = rf::str("no completed recovery within --min-world-timeout");
+      }
+      if (reason.empty()) continue;
+      w.held.reset();
+      spawn(w);
+      w.spawns.push_back({{"incarnation", w.incarnation}, {"wall_us", rf::wall_us()}, {"reason", reason},
+                          {"held_ms", waited * 1000.0}});
+      note(rf::str("slot ", w.slot, " restarted (incarnation ", w.incarnation, ") as the next spare after ",
+                   static_cast<long long>(waited * 1000.0), " ms: ", reason));
     }
   }
 
@@ -238,10 +329,21 @@ class Supervisor {
       const int64_t inc = e.value("incarnation", int64_t{-1});
       if (w && w->pid > 0 && w->incarnation == inc && !w->killed_as_hung.count(inc)) {
         w->killed_as_hung.insert(inc);
+        // Judged against what ran before the eviction: by the reap, the new generation
+        // may already be planned with the spare in it.
+        w->evicted_finished = snap_.finished;
+        w->evicted_was_member = snap_.members.count({w->slot, inc}) > 0;
         ::kill(-w->pid, SIGKILL);
         note(rf::str("slot ", w->slot, " (incarnation ", inc, ") was evicted as hung: SIGKILL"));
       }
     }
+    if (phase == "RUNNING") {
+      snap_.seen = true;
+      snap_.members.clear();
+      for (const auto& m : st["members"]) snap_.members.insert({m.value("slot", -1), m.value("incarnation", int64_t{-1})});
+      snap_.finished = st.value("recoveries", 0);
+    }
+    release_held(st);
     status_.update(st, total_restarts_);
   }
 
@@ -303,7 +405,7 @@ class Supervisor {
         poll_status();
       }
       bool all_done = true;
-      for (auto& w : workers_) all_done &= (w.pid <= 0);
+      for (auto& w : workers_) all_done &= (w.pid <= 0 && !w.held);
       if (all_done) break;
       ::poll(nullptr, 0, 5);
     }
@@ -334,7 +436,8 @@ class Supervisor {
     }
     json workers = json::array();
     for (auto& w : workers_)
-      workers.push_back({{"slot", w.slot}, {"spare", w.spare}, {"restarts", w.restarts}, {"exits", w.exits}});
+      workers.push_back({{"slot", w.slot}, {"spare", w.spare}, {"restarts", w.restarts}, {"exits", w.exits},
+                         {"spawns", w.spawns}});
     json out = {{"exit_status", code},
                 {"ok", code == 0},
                 {"error", error_},
@@ -369,6 +472,7 @@ class Supervisor {
   std::set<size_t> fired_;
   json injected_ = json::array();
   json last_status_ = json::object();
+  RunningSnapshot snap_;
   StatusLine status_{!opt_.quiet};
 };
 

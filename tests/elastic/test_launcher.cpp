@@ -1,7 +1,8 @@
 // `ringfence run` and `ringfence coord` end to end with elastic_test_worker: restart after
 // SIGKILL, SIGKILL + restart of a worker evicted as hung (SIGSTOP), refusal of a malformed
 // --inject before anything starts, graceful stop on SIGTERM, a digest mismatch failing the
-// job with the workers named, and two "nodes" joining one standalone coordinator.
+// job with the workers named, and two "nodes" joining one standalone coordinator; with
+// --spares, a dead slot's restart held until the recovery the spare served completed.
 #include <doctest/doctest.h>
 
 #include <fstream>
@@ -194,6 +195,51 @@ TEST_CASE("run: with --spares a standby worker fills the hole when the slot cann
   auto running = wait_event(r.log, is_event("running", 2), 1s);
   REQUIRE(running);
   CHECK((*running)["detail"] == "world 2");
+}
+
+// Issue 6: with a spare standing by, the dead slot's restart (the next spare) is held until
+// the recovery the spare served has completed, so its start-up does not run on the cores
+// while the survivors transfer state. Ordering from the coordinator's own log: the join of
+// slot 1's new incarnation comes after generation 2 is RUNNING, and the launcher started it
+// only once a step past the recovery's target had been heartbeated.
+TEST_CASE("run: with --spares the dead slot restarts only after the recovery the spare served completed") {
+  Run r("run-spare-held");
+  r.start({"-n", "2", "--spares", "1", "--inject", "kill:rank=1:step=30"}, {"--steps", "150", "--step-ms", "10"});
+  const int code = r.wait();
+  CHECK_MESSAGE(code == 0, slurp(r.out));
+  json s = r.summary_json();
+  REQUIRE(s["recoveries"].size() >= 1);
+  json rec = s["recoveries"][0];
+  CHECK(rec["worker"]["slot"] == 1);
+  CHECK(rec["world"] == 2);
+  CHECK(s["restarts"] == 1);
+  json slot1 = s["workers"][1];
+  REQUIRE(slot1["spawns"].size() == 2);
+  json again = slot1["spawns"][1];
+  CHECK(again["incarnation"] == 1);
+  INFO("launcher output:\n", slurp(r.out));
+  CHECK(again["reason"].get<std::string>().find("completed (T ") != std::string::npos);
+  // The restart began after the recovery finished (RUNNING again) ...
+  const double running_us = rec["first_seen_us"].get<double>() + rec["total_ms"].get<double>() * 1000.0;
+  CHECK(again["wall_us"].get<double>() >= running_us);
+  // ... and in the coordinator's order of events: generation 2 RUNNING with the spare
+  // (slot 2) before slot 1's new incarnation joined.
+  const auto events = read_events(r.log);
+  std::optional<size_t> running, rejoin;
+  for (size_t i = 0; i < events.size(); ++i) {
+    const json& e = events[i];
+    if (!running && is_event("running", 2)(e)) running = i;
+    if (!rejoin && e.value("event", "") == "join" && e["worker"].is_object() && e["worker"]["slot"] == 1 &&
+        e["worker"]["incarnation"] == 1)
+      rejoin = i;
+  }
+  REQUIRE(running);
+  REQUIRE(rejoin);
+  CHECK(*rejoin > *running);
+  CHECK(slurp(r.out).find("a spare takes its place") != std::string::npos);
+  CHECK(slurp(r.out).find("slot 1 restarted (incarnation 1) as the next spare") != std::string::npos);
+  // The spare filled the hole in generation 2 (worker's own line).
+  CHECK(slurp(r.out).find("slot 2 inc 0: generation 2") != std::string::npos);
 }
 
 TEST_CASE("run: below --min-world after the deadline the job stops with a clear error") {
