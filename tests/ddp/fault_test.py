@@ -85,6 +85,12 @@ SCENARIOS = {
                           "fault_worker_flags": ["--replacement-waits-for-world", "2", "--event-log", "{events}",
                                                  "--hold-shrunk-until-grow"]}),
     "spare_replaces": (["--inject", KILL_MID, "--max-restarts", "0", "--spares", "1"], [], {"recoveries": 1}),
+    # A second failure while the first one's restart is held (the spare took the hole, the
+    # dead slot restarts only after the recovery, apps/ringfence): the source dies in the
+    # transfer to the spare; no spare is left, so slot 0 restarts at once and the round is
+    # redone; slot 1's restart starts after the recovery completed.
+    "spare_kill_during_transfer": (["--inject", KILL_MID, "--inject", "kill:rank=0:step=20:phase=transfer",
+                                    "--spares", "1"], [], {"recoveries": 1, "min_rounds": 2, "held": (1, 0)}),
     # A replica silently corrupted after step 12: --verify-every 5 must stop the job at
     # step 14 with an error naming the digests, never finish on diverged replicas.
     "divergence_detected": ([], ["--verify-every", "5", "--corrupt-at", "12"], {"diverge": True}),
@@ -444,6 +450,21 @@ def main():
                 check(all(r["world"] == W for r in finals), f"{scenario}: world changed")
                 check(finals[0]["digest"] == ref_digest,
                       f"{scenario}: final digest {finals[0]['digest']} != failure-free {ref_digest}")
+        if "held" in expect:  # (slot whose restart was held, slot restarted at once)
+            held, at_once = expect["held"]
+            with open(os.path.join(fault_dir, "output.txt"), errors="replace") as fh:
+                out = fh.read()
+            check(f"slot {held} exited (status -9): a spare takes its place" in out,
+                  f"{scenario}: slot {held}'s restart was not held for the spare")
+            check(f"slot {held} restarted (incarnation 1) as the next spare" in out and "completed (T " in out,
+                  f"{scenario}: slot {held}'s held restart was not started after the recovery")
+            spawns = {w["slot"]: w.get("spawns", []) for w in (summ or {}).get("workers", [])}
+            check([s.get("reason") for s in spawns.get(at_once, [])][1:2] == ["restart"],
+                  f"{scenario}: slot {at_once} (no spare left) was not restarted at once: {spawns.get(at_once)}")
+            recs_done = [r["first_seen_us"] + r["total_ms"] * 1000 for r in recs if r.get("finished")]
+            held_spawn = [s["wall_us"] for s in spawns.get(held, []) if s.get("incarnation") == 1]
+            check(bool(recs_done) and bool(held_spawn) and held_spawn[0] >= max(recs_done),
+                  f"{scenario}: slot {held} restarted before the recovery completed: {held_spawn} vs {recs_done}")
         if "blame" in expect:
             check_blame(scenario, fault_dir, expect["blame"])
             check(all(r["worker"]["slot"] == expect["blame"] for r in recs),
