@@ -8,16 +8,16 @@
 #include "base/enforce.h"
 
 #if defined(__AVX512F__)
-#include <immintrin.h>
-#endif
-#if defined(_OPENMP)
-#include <omp.h>
+#include "kernels/cpu/avx512_common.h"
 #endif
 
 namespace rf::kernels::cpu {
 
 #if defined(__AVX512F__)
 namespace {
+
+using avx512::finish;
+using avx512::lanes;
 
 // Register tile: MR rows x NR = 16 * NV columns of C, MR * NV accumulators (of 32 zmm),
 // NV vectors of B per k and one broadcast of A folded into each FMA ({1to16}).
@@ -30,20 +30,6 @@ constexpr int NR = 16 * NV;
 constexpr int64_t KC = 384;
 constexpr int64_t NC = 512;
 constexpr int64_t MC = 144;  // multiple of MR
-
-inline __mmask16 lanes(int64_t n) {
-  return n <= 0 ? static_cast<__mmask16>(0)
-                : static_cast<__mmask16>(n >= 16 ? 0xFFFFu : (1u << n) - 1u);
-}
-
-// C vector = alpha * acc + beta * C; beta 0 does not read C.
-inline __m512 finish(__m512 acc, float alpha, float beta, const float* c, __mmask16 m) {
-  if (alpha != 1.0f) acc = _mm512_mul_ps(acc, _mm512_set1_ps(alpha));
-  if (beta == 0.0f) return acc;
-  const __m512 old = _mm512_maskz_loadu_ps(m, c);
-  if (beta == 1.0f) return _mm512_add_ps(acc, old);
-  return _mm512_fmadd_ps(_mm512_set1_ps(beta), old, acc);
-}
 
 // R (<= MR) rows x NR columns of C from an A micro-panel (a[k * MR + i]) and a B
 // micro-panel (b[k * NR + j]); only the first nr columns are stored.
@@ -238,24 +224,10 @@ void gemm_packed(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, fl
                  float* C, int64_t ldc, int threads) {
   RF_ENFORCE(M >= 0 && N >= 0 && K >= 1, "gemm_packed: bad size ", M, "x", N, "x", K);
   if (M == 0 || N == 0) return;
-  // Threads take contiguous runs of NR-column micro-panels; the split changes which thread
-  // computes an element, never how.
-  const int64_t panels = (N + NR - 1) / NR;
-  const int64_t parts = std::min<int64_t>(std::max(threads, 1), panels);
-#if defined(_OPENMP)
-  if (parts > 1) {
-#pragma omp parallel num_threads(static_cast<int>(parts))
-    {
-      const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
-      const int64_t b = std::min(N, cut(panels, nt, t) * NR);
-      const int64_t e = std::min(N, cut(panels, nt, t + 1) * NR);
-      if (b < e) gemm_cols(trans_a, trans_b, M, b, e, K, alpha, A, lda, B, ldb, beta, C, ldc);
-    }
-    return;
-  }
-#endif
-  (void)parts;  // without OpenMP one thread does every column
-  gemm_cols(trans_a, trans_b, M, 0, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  // Threads take contiguous runs of NR-column micro-panels.
+  avx512::for_column_runs(N, NR, threads, [&](int64_t b, int64_t e) {
+    gemm_cols(trans_a, trans_b, M, b, e, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  });
 }
 
 #else  // no AVX-512: gemm() runs Eigen

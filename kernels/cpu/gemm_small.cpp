@@ -5,10 +5,7 @@
 #include "base/enforce.h"
 
 #if defined(__AVX512F__)
-#include <immintrin.h>
-#endif
-#if defined(_OPENMP)
-#include <omp.h>
+#include "kernels/cpu/avx512_common.h"
 #endif
 
 namespace rf::kernels::cpu {
@@ -16,18 +13,8 @@ namespace rf::kernels::cpu {
 #if defined(__AVX512F__)
 namespace {
 
-inline __mmask16 lanes(int64_t n) {
-  return static_cast<__mmask16>(n >= 16 ? 0xFFFFu : (1u << n) - 1u);
-}
-
-// C tile = alpha * acc + beta * C, beta 0 (C not read: it may hold garbage) or any other.
-inline __m512 finish(__m512 acc, float alpha, float beta, const float* c, __mmask16 m) {
-  if (alpha != 1.0f) acc = _mm512_mul_ps(acc, _mm512_set1_ps(alpha));
-  if (beta == 0.0f) return acc;
-  const __m512 old = _mm512_maskz_loadu_ps(m, c);
-  if (beta == 1.0f) return _mm512_add_ps(acc, old);
-  return _mm512_fmadd_ps(_mm512_set1_ps(beta), old, acc);
-}
+using avx512::finish;
+using avx512::lanes;
 
 // MR rows x NV vectors of C; the last vector covers only `last` lanes (masked loads and
 // stores, so a ragged edge costs one partial vector, never a scalar loop). MR * NV <= 16
@@ -112,23 +99,11 @@ bool gemm_small_fits(bool trans_b, int64_t M, int64_t N, int64_t K) {
 void gemm_small(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t a_row,
                 int64_t a_col, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
                 int threads) {
-  // Threads take contiguous runs of 32-column tiles: the split changes which thread
-  // computes an element, never how (each element is one FMA chain over k).
-  const int64_t tiles = (N + 31) / 32;
-  const int64_t parts = std::min<int64_t>(std::max(threads, 1), tiles);
-#if defined(_OPENMP)
-  if (parts > 1 && M * N * K >= 1024 * 1024) {
-#pragma omp parallel num_threads(static_cast<int>(parts))
-    {
-      const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
-      const int64_t b = std::min(N, tiles * t / nt * 32), e = std::min(N, tiles * (t + 1) / nt * 32);
-      if (b < e) small_cols(M, b, e, K, alpha, A, a_row, a_col, B, ldb, beta, C, ldc);
-    }
-    return;
-  }
-#endif
-  (void)parts;
-  small_cols(M, 0, N, K, alpha, A, a_row, a_col, B, ldb, beta, C, ldc);
+  // Threads take contiguous runs of 32-column tiles (each element is one FMA chain over k);
+  // products under 1M multiply-adds run on one thread.
+  avx512::for_column_runs(N, 32, M * N * K >= 1024 * 1024 ? threads : 1, [&](int64_t b, int64_t e) {
+    small_cols(M, b, e, K, alpha, A, a_row, a_col, B, ldb, beta, C, ldc);
+  });
 }
 
 #else  // no AVX-512: Eigen runs every shape
