@@ -3,7 +3,6 @@
 #include <cstring>
 #include <thread>
 
-#include "base/digest.h"
 #include "base/enforce.h"
 #include "base/str.h"
 #include "ckpt/check.h"
@@ -52,58 +51,6 @@ std::vector<Part> state_parts(const nn::Module& model, const optim::Optimizer& o
   return parts;
 }
 
-// rf::state_digest(model, optimizer) (core/state_digest.cpp) fed from an image's bytes
-// instead of the live tensors. That function hashes: the parameter count, each parameter's
-// (name, numel, data); the buffer count, each buffer's (name, numel, data); the counter
-// count, each counter's (name, value). Here `seq` is the parameters then the buffers (raw
-// names, as the live state names them); feed(k, bytes) in order k = 0, 1, ... gives each
-// one's data, finish() the counters.
-class RfDigestFeed {
- public:
-  RfDigestFeed(const nn::Module& model, const optim::Optimizer& optimizer) {
-    for (const auto& [name, t] : model.named_parameters()) seq_.push_back({name, t.numel()});
-    n_params_ = seq_.size();
-    for (const auto& [name, t] : optimizer.named_buffers()) seq_.push_back({name, t.numel()});
-    n_buffers_ = seq_.size() - n_params_;
-  }
-  size_t size() const { return seq_.size(); }
-  int64_t numel(size_t k) const { return seq_[k].numel; }
-  void feed(size_t k, std::span<const std::byte> chunk) {
-    frame_through(k + 1);
-    d_.update(chunk);
-  }
-  std::string finish(const std::vector<std::pair<std::string, int64_t>>& counters) {
-    frame_through(seq_.size());
-    if (seq_.empty()) d_.update_u64(n_params_);  // 0 parameters: their count, never framed
-    if (n_buffers_ == 0) d_.update_u64(0);        // 0 buffers: likewise
-    d_.update_u64(counters.size());
-    for (const auto& [name, v] : counters) {
-      d_.update_str(name);
-      d_.update_u64(static_cast<uint64_t>(v));
-    }
-    return d_.hex();
-  }
-
- private:
-  struct Item {
-    std::string name;
-    int64_t numel;
-  };
-  // Feeds the framing of seq_[framed_ .. end) — the group count before the first of each
-  // group, then name and numel — so that the data of seq_[end - 1] may follow.
-  void frame_through(size_t end) {
-    for (; framed_ < end; ++framed_) {
-      if (framed_ == 0) d_.update_u64(n_params_);
-      if (framed_ == n_params_) d_.update_u64(n_buffers_);
-      d_.update_str(seq_[framed_].name);
-      d_.update_u64(static_cast<uint64_t>(seq_[framed_].numel));
-    }
-  }
-  rf::StateDigest d_;
-  std::vector<Item> seq_;
-  size_t n_params_ = 0, n_buffers_ = 0, framed_ = 0;
-};
-
 void write_meta(SafetensorsWriter& w, const SnapshotMeta& meta, const std::string& rf_digest) {
   write_snapshot_meta(w, meta);
   w.set_metadata(kRfDigestKey, rf_digest);
@@ -142,21 +89,32 @@ SnapshotMeta restore_state(std::span<const std::byte> image, nn::Module& model, 
   std::vector<int64_t> counters;
   const std::vector<Part> parts = state_parts(model, optimizer, counters);
   // rf_state_digest is recomputed from the image's data on a second thread, in
-  // rf::state_digest's order, while this one checks the CRCs and the image digest: the two
-  // hashes cost about the same, and a recovery's receiver has the core of its source, which
-  // waits. Only the image's bytes are read (the live state is untouched until the swap);
-  // a tensor missing or of another size is left to check_tensors below, which throws.
-  RfDigestFeed feed(model, optimizer);
-  std::vector<const TensorInfo*> data_of(feed.size());
+  // rf::state_digest's format (core's StateDigestBuilder), while this one checks the CRCs
+  // and the image digest: the two hashes cost about the same, and a recovery's receiver has
+  // the core of its source, which waits. Only the image's bytes are read (the live state is
+  // untouched until the swap); a tensor missing or of another size is left to
+  // check_tensors below, which throws. parts[] holds the parameters, then the buffers, in
+  // the order and with the numels of the live ones, under their image names.
+  const std::vector<NamedTensor> params = model.named_parameters(), buffers = optimizer.named_buffers();
+  const size_t n_tensors = params.size() + buffers.size();
+  auto live = [&](size_t k) -> const NamedTensor& { return k < params.size() ? params[k] : buffers[k - params.size()]; };
+  std::vector<const TensorInfo*> data_of(n_tensors);
   bool layout_ok = true;
-  for (size_t k = 0; k < feed.size(); ++k) {
+  for (size_t k = 0; k < n_tensors; ++k) {
     data_of[k] = r.find(parts[k].name);
-    layout_ok = layout_ok && data_of[k] && data_of[k]->dtype == DType::F32 && data_of[k]->numel() == feed.numel(k);
+    layout_ok = layout_ok && data_of[k] && data_of[k]->dtype == DType::F32 &&
+                data_of[k]->numel() == live(k).second.numel();
   }
+  StateDigestBuilder feed;
   std::thread hasher;
   if (layout_ok)
     hasher = std::thread([&] {
-      for (size_t k = 0; k < feed.size(); ++k) feed.feed(k, r.bytes(*data_of[k]));
+      auto hash = [&](size_t from, size_t to) {
+        feed.group(to - from);
+        for (size_t k = from; k < to; ++k) feed.tensor(live(k).first, live(k).second.numel(), r.bytes(*data_of[k]));
+      };
+      hash(0, params.size());
+      hash(params.size(), n_tensors);
     });
   struct Join {  // every way out of here, a throw included, waits for the hasher first
     std::thread& t;
@@ -204,8 +162,9 @@ SnapshotMeta restore_state(std::span<const std::byte> image, nn::Module& model, 
   // 2. Swap in: plain copies into memory validated above; nothing here can fail.
   //
   // Why `data_digest` IS state_digest_of(model, optimizer) after this loop: that function
-  // hashes, in order, the parameters then the buffers — each by its live name, its numel
-  // and its 4 * numel bytes — then the counters by name and value. feed hashed the same
+  // hashes, through the same StateDigestBuilder steps, the parameters then the buffers —
+  // each by its live name, its numel and its 4 * numel bytes — then the counters by name
+  // and value. feed hashed the same
   // names (taken from the live model and optimizer), the same numels (check_tensors made
   // every image shape equal the live one) and, for each, the image bytes of the tensor of
   // that name — exactly what the memcpy below puts into that tensor; and the counters'

@@ -257,6 +257,19 @@ TEST_CASE("restore_state: the digest it reports is the restored state's, fused p
   rf::ckpt::restore_state(reversed, *e, oe, {}, "img", &got);
   CHECK(got == rf::ckpt::state_digest_of(*e, oe));
   CHECK(got == rf::ckpt::state_digest_of(*c, oc));
+
+  // No optimizer buffers (SGD without momentum): the buffer group is hashed empty.
+  auto f = tiny_model(6);
+  rf::optim::SGD sf(f->named_parameters(), {.lr = 0.1f});
+  REQUIRE(sf.named_buffers().empty());
+  train_steps(*f, sf, 2, 5);
+  rf::ckpt::serialize_state(*f, sf, meta(2), image);
+  auto g = tiny_model(7);
+  rf::optim::SGD sg(g->named_parameters(), {.lr = 0.1f});
+  got.clear();
+  rf::ckpt::restore_state(image, *g, sg, {}, "img", &got);
+  CHECK(got == rf::ckpt::state_digest_of(*g, sg));
+  CHECK(got == rf::ckpt::state_digest_of(*f, sf));
 }
 
 TEST_CASE("R6: an image whose data does not hash to its rf_state_digest is refused") {
