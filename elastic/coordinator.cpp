@@ -454,6 +454,8 @@ struct Coordinator::Impl {
     for (size_t r = 0; r < membership.members().size(); ++r)
       members.push_back({{"rank", r}, {"slot", membership.members()[r].slot},
                          {"incarnation", membership.members()[r].incarnation}});
+    json standby = json::array();
+    for (const auto& w : membership.standby()) standby.push_back({{"slot", w.slot}, {"incarnation", w.incarnation}});
     int finished = 0;
     for (const auto& rec : membership.recoveries()) finished += rec.finished;
     return {{"type", "status_reply"},
@@ -463,6 +465,7 @@ struct Coordinator::Impl {
             {"world", membership.members().size()},
             {"target_world", opt.membership.target_world},
             {"live_workers", membership.live_workers()},
+            {"standby", standby},
             {"step", membership.max_member_step()},
             {"recoveries", finished},
             {"reconfigure", membership.reconfigure_flag()},

@@ -80,6 +80,14 @@ int Membership::live_workers() const {
   return n;
 }
 
+std::vector<WorkerId> Membership::standby() const {
+  std::vector<WorkerId> out;
+  for (const auto& [slot, w] : workers_)
+    if (w.live && !w.left && std::find(members_.begin(), members_.end(), w.id) == members_.end())
+      out.push_back(w.id);
+  return out;
+}
+
 // ---------------------------------------------------------------------------------------
 
 JoinResult Membership::join(WorkerId w, TimePoint now) {

@@ -56,6 +56,10 @@ class Membership {
   int64_t max_member_step() const;
   const std::vector<RecoveryRecord>& recoveries() const { return recoveries_; }
   int live_workers() const;
+  // Registered workers (joined, live, not left) that are not members of the last RUNNING
+  // generation: the spares standing by, and joiners waiting for a round. A process the
+  // launcher started but that has not joined yet is not among them.
+  std::vector<WorkerId> standby() const;
 
   // Drained by the server: transitions for the event log, workers evicted as hung (the
   // launcher SIGKILLs them before replacing them).
