@@ -19,9 +19,12 @@ void StatusLine::clear() {
 
 void StatusLine::update(const json& st, int restarts) {
   if (!enabled_) return;
+  // Standby: registered workers outside the running generation (spares, joiners).
+  const size_t standby = st.contains("standby") ? st["standby"].size() : 0;
   const std::string line =
       rf::str("ringfence: g ", st.value("generation", 0), " ", st.value("phase", "?"), " | members ",
-              st.value("world", 0), "/", st.value("target_world", 0), " | step ", st.value("step", -1),
+              st.value("world", 0), "/", st.value("target_world", 0),
+              standby ? rf::str(" | standby ", standby) : std::string(), " | step ", st.value("step", -1),
               " | recoveries ", st.value("recoveries", 0), " | restarts ", restarts,
               st.value("reconfigure", false) ? " | reconfigure" : "", st.value("stop", false) ? " | stopping" : "");
   const auto now = rf::Clock::now();

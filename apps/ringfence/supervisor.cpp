@@ -61,8 +61,8 @@ struct WorkerProc {
 };
 
 // What the launcher last saw of a RUNNING generation: who the members were and how many
-// recoveries had finished. A failure is judged against it (a worker was a member, a live
-// worker outside it is a spare).
+// recoveries had finished. A failure is judged against it (whether the worker was a
+// member; spares are what the coordinator lists as standby, see spare_available).
 struct RunningSnapshot {
   bool seen = false;
   std::set<std::pair<int, int64_t>> members;
@@ -242,15 +242,20 @@ class Supervisor {
     }
   }
 
-  // Whether a live worker of this node stands by outside the last RUNNING generation (a
-  // spare) for this failure: each held restart has claimed one already.
+  // Whether a worker of this node stands by for this failure: alive here and known to the
+  // coordinator as a standby (registered, not a member of the last RUNNING generation) in
+  // its last status. A process still starting up (not yet joined; it may never get there)
+  // is no spare: counting it held the dead slot's restart until --min-world-timeout with
+  // nobody to fill the hole. Each held restart has claimed one standby already. (The
+  // status is at most one poll old: a worker that registered since is not counted yet,
+  // and the slot restarts at once, as without spares.)
   bool spare_available(const WorkerProc& dead) const {
     if (opt_.spares == 0 || !snap_.seen || stopping_ || job_over_) return false;
     int standby = 0, held = 0;
     for (const auto& w : workers_) {
       if (&w == &dead) continue;
       if (w.held) ++held;
-      else if (w.pid > 0 && !snap_.members.count({w.slot, w.incarnation})) ++standby;
+      else if (w.pid > 0 && standby_.count({w.slot, w.incarnation})) ++standby;
     }
     return standby > held;
   }
@@ -337,6 +342,9 @@ class Supervisor {
         note(rf::str("slot ", w->slot, " (incarnation ", inc, ") was evicted as hung: SIGKILL"));
       }
     }
+    standby_.clear();
+    for (const auto& w : st.value("standby", json::array()))
+      standby_.insert({w.value("slot", -1), w.value("incarnation", int64_t{-1})});
     if (phase == "RUNNING") {
       snap_.seen = true;
       snap_.members.clear();
@@ -473,6 +481,7 @@ class Supervisor {
   json injected_ = json::array();
   json last_status_ = json::object();
   RunningSnapshot snap_;
+  std::set<std::pair<int, int64_t>> standby_;  // (slot, incarnation) the last status listed as standby
   StatusLine status_{!opt_.quiet};
 };
 
