@@ -33,4 +33,14 @@ class MismatchError : public FormatError {
   using FormatError::FormatError;
 };
 
+// restore_state: the image is intact (every checksum holds) but is the state of another
+// model or optimizer — another model or optimizer name in its metadata, or other tensor
+// names, shapes or dtypes. It is valid work of another run, so resume_newest refuses a
+// directory holding one instead of skipping it (this run would then overwrite and prune
+// it). A snapshot of another step is a plain MismatchError.
+class ForeignStateError : public MismatchError {
+ public:
+  using MismatchError::MismatchError;
+};
+
 }  // namespace rf::ckpt

@@ -30,6 +30,13 @@ std::optional<ResumePoint> resume_newest(const std::string& dir, nn::Module& mod
   for (const auto& f : files) {
     try {
       return resume_from_file(f.path, model, optimizer, expect);
+    } catch (const ForeignStateError& e) {
+      // Intact, but another run's: skipping it would start this run here (fresh or from an
+      // older file), and its checkpoints would overwrite and prune the other run's.
+      throw ForeignStateError(e.source(), e.tensor(),
+                              str(e.problem(), " — an intact checkpoint that holds the state of another run; not "
+                                  "resuming in ", dir, ", where this run would overwrite and prune it (choose another "
+                                  "checkpoint directory)"));
     } catch (const rf::Error& e) {
       // restore_state left the state untouched (R6), so the previous file can be tried.
       warn << "resume: skipping " << f.path << ": " << e.what() << "\n";

@@ -2,9 +2,8 @@
 // Resuming from disk (PROTOCOL.md "Whole-job failure"): the newest VALID checkpoint in a
 // directory. Each candidate, newest first, goes through restore_state (which validates
 // all of it before touching the state, R6); one that is missing, truncated, corrupted
-// (bad CRC), mismatched (other model, shape, optimizer) or named for another step than it
-// holds is skipped with a warning naming the file and the reason, and the previous one
-// is tried. Steps are deterministic (R3, R4), so training continues at meta.step + 1 and
+// (bad CRC) or named for another step than it holds is skipped with a warning naming the
+// file and the reason, and the previous one is tried. Steps are deterministic (R3, R4), so training continues at meta.step + 1 and
 // ends bitwise identical to an uninterrupted run.
 #include <optional>
 #include <ostream>
@@ -21,6 +20,10 @@ struct ResumePoint {
 };
 
 // nullopt (after a warning) when dir holds no valid checkpoint: the caller starts fresh.
+// An intact checkpoint of another model or optimizer (ForeignStateError from
+// restore_state), met before a valid one, is not skipped but thrown (a ForeignStateError
+// naming the file and the directory): the directory holds another run's work, which this
+// run's checkpoints would overwrite and prune.
 std::optional<ResumePoint> resume_newest(const std::string& dir, nn::Module& model, optim::Optimizer& optimizer,
                                          const RestoreExpect& expect, std::ostream& warn);
 

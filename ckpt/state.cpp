@@ -129,10 +129,11 @@ SnapshotMeta restore_state(std::span<const std::byte> image, nn::Module& model, 
   const std::string& rf_digest = it->second;
 
   if (!expect.model.empty() && meta.model != expect.model)
-    throw MismatchError(source, "", str("is a snapshot of model '", meta.model, "', expected '", expect.model, "'"));
+    throw ForeignStateError(source, "",
+                            str("is a snapshot of model '", meta.model, "', expected '", expect.model, "'"));
   if (!expect.optimizer.empty() && meta.optimizer != expect.optimizer)
-    throw MismatchError(source, "",
-                        str("holds optimizer '", meta.optimizer, "' state, expected '", expect.optimizer, "'"));
+    throw ForeignStateError(source, "",
+                            str("holds optimizer '", meta.optimizer, "' state, expected '", expect.optimizer, "'"));
   if (expect.step && meta.step != *expect.step)
     throw MismatchError(source, "", str("is the state of step ", meta.step, ", expected step ", *expect.step));
   if (!expect.digest.empty() && rf_digest != expect.digest)
@@ -140,7 +141,11 @@ SnapshotMeta restore_state(std::span<const std::byte> image, nn::Module& model, 
 
   std::vector<ExpectedTensor> want;
   for (const auto& p : parts) want.push_back({p.name, p.dtype, p.shape});
-  check_tensors(r, want);  // exact set: names, shapes, dtypes; every difference listed
+  try {
+    check_tensors(r, want);  // exact set: names, shapes, dtypes; every difference listed
+  } catch (const MismatchError& e) {
+    throw ForeignStateError(e.source(), e.tensor(), e.problem());  // intact, but not this model's
+  }
 
   const auto counter_names = optimizer.named_counters();
   std::vector<std::pair<std::string, int64_t>> new_counters;

@@ -229,23 +229,6 @@ TEST_CASE("resume: the newest valid checkpoint; damaged newer ones are skipped w
     f.put('#');  // was '{'
     reason = "JSON";
   }
-  SUBCASE("wrong shape (another model's state)") {
-    Trainee other(1, /*hidden=*/5);
-    std::vector<std::byte> image;
-    rf::ckpt::serialize_state(*other.model, *other.sgd, meta_at(30), image);
-    std::ofstream(newest, std::ios::binary | std::ios::trunc)
-        .write(reinterpret_cast<const char*>(image.data()), static_cast<std::streamsize>(image.size()));
-    reason = "'0.weight' shape is [5, 4], expected [6, 4]";
-  }
-  SUBCASE("another model's name") {
-    std::vector<std::byte> image;
-    auto m = meta_at(30);
-    m.model = "mlp";
-    rf::ckpt::serialize_state(*t.model, *t.sgd, m, image);
-    std::ofstream(newest, std::ios::binary | std::ios::trunc)
-        .write(reinterpret_cast<const char*>(image.data()), static_cast<std::streamsize>(image.size()));
-    reason = "model 'mlp', expected 'tiny'";
-  }
   SUBCASE("renamed by hand: named for a step it does not hold") {
     fs::copy_file(d / "ckpt-000000010.safetensors", newest, fs::copy_options::overwrite_existing);
     reason = "step 10, expected step 30";
@@ -265,6 +248,53 @@ TEST_CASE("resume: the newest valid checkpoint; damaged newer ones are skipped w
   CHECK(warn.str().find("resume: skipping " + newest + ": " + newest) == 0);
   CHECK(warn.str().find(reason) != std::string::npos);
   CHECK(warn.str().find("ckpt-000000020") == std::string::npos);  // only the bad one is named
+}
+
+TEST_CASE("resume: an intact checkpoint of another model or optimizer is refused, not skipped") {
+  // Skipped, it let this run start in the directory (fresh, or from an older file) and its
+  // checkpoints then overwrote and pruned the other run's: train_cnn --resume in train_mlp's
+  // directory destroyed the MLP's checkpoints.
+  TempDir d;
+  Trainee t(1);
+  t.set(10.0f);
+  write_state(d.path, t, 10);  // an older checkpoint of ours: still not reached
+  const std::string newest = d / "ckpt-000000030.safetensors";
+  std::vector<std::byte> image;
+  std::string reason;
+  SUBCASE("another model's shapes") {
+    Trainee other(1, /*hidden=*/5);
+    rf::ckpt::serialize_state(*other.model, *other.sgd, meta_at(30), image);
+    reason = "'0.weight' shape is [5, 4], expected [6, 4]";
+  }
+  SUBCASE("another model's name") {
+    auto m = meta_at(30);
+    m.model = "mlp";
+    rf::ckpt::serialize_state(*t.model, *t.sgd, m, image);
+    reason = "is a snapshot of model 'mlp', expected 'tiny'";
+  }
+  SUBCASE("another optimizer") {
+    auto m = meta_at(30);
+    m.optimizer = "adamw";
+    rf::ckpt::serialize_state(*t.model, *t.sgd, m, image);
+    reason = "holds optimizer 'adamw' state, expected 'sgd'";
+  }
+  std::ofstream(newest, std::ios::binary | std::ios::trunc)
+      .write(reinterpret_cast<const char*>(image.data()), static_cast<std::streamsize>(image.size()));
+  Trainee r(9);
+  const std::string before = r.digest();
+  std::ostringstream warn;
+  try {
+    rf::ckpt::resume_newest(d.path, *r.model, *r.sgd, {.model = "tiny", .optimizer = "sgd"}, warn);
+    FAIL("resume_newest skipped another run's checkpoint");
+  } catch (const rf::ckpt::ForeignStateError& e) {
+    const std::string m = e.what();
+    CAPTURE(m);
+    CHECK(m.find(newest + ": ") == 0);
+    CHECK(m.find(reason) != std::string::npos);
+    CHECK(m.find("holds the state of another run; not resuming in " + d.path) != std::string::npos);
+  }
+  CHECK(r.digest() == before);  // nothing restored, not even the older file of ours
+  CHECK(warn.str().empty());
 }
 
 TEST_CASE("resume: none valid starts fresh with a warning; a demanded file is an error") {
