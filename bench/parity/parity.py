@@ -24,6 +24,11 @@ It also measures PyTorch's distance from ITSELF in float32, in the same run: PyT
 reverse order (mathematically the same loss and gradient, summed in another order). Those
 columns are the noise floor: if ringfence is no further from PyTorch than PyTorch is from
 itself, the difference is rounding, not semantics.
+For the CNN the floor has a fourth column: PyTorch float32 with its oneDNN (mkldnn)
+convolutions switched off, so that it computes them with its own im2col + BLAS kernels —
+the same framework, the same model, weights and batches, another correct convolution
+algorithm. That is exactly the relation between ringfence and PyTorch, so it shows how
+far two correct implementations drift apart by rounding alone.
 For the CNN it trains PyTorch float32 once more with its convolutions computed as
 unfold + matmul (im2col + GEMM, the algorithm ringfence uses): that run drifts from
 float64 as fast as ringfence does, which shows the CNN's faster drift comes from the
@@ -209,6 +214,10 @@ def run_one(kind, args, images, labels, test_x, test_y, work):
         pt_variants[name] = train_torch(m, batches, images, labels, args, torch.float32, **kw)
     im2col_loss = None
     if kind == "cnn":
+        m = make_model(kind)
+        m.load_state_dict(init_state)
+        with torch.backends.mkldnn.flags(enabled=False):
+            pt_variants["backend"] = train_torch(m, batches, images, labels, args, torch.float32)
         model_i = make_model(kind)
         model_i.load_state_dict(init_state)
         for i, layer in enumerate(model_i):
@@ -225,6 +234,7 @@ def run_one(kind, args, images, labels, test_x, test_y, work):
                          rel=rel(rf_loss[s], torch_loss[s]), noise=rel(torch_loss[s], fp64_loss[s]),
                          rf64=rel(rf_loss[s], fp64_loss[s]),
                          t2=rel(pt_variants["t2"][s], torch_loss[s]), rev=rel(pt_variants["rev"][s], torch_loss[s]),
+                         backend=rel(pt_variants["backend"][s], torch_loss[s]) if "backend" in pt_variants else None,
                          im2col64=rel(im2col_loss[s], fp64_loss[s]) if im2col_loss else None,
                          win_rf=mean(rf_loss), win_torch=mean(torch_loss),
                          win_rel=rel(mean(rf_loss), mean(torch_loss)), win_noise=rel(mean(torch_loss), mean(fp64_loss))))
@@ -331,18 +341,19 @@ def main():
               + (f"{r['im2col64'] * 100:>14.3f}%" if r["im2col64"] is not None else f"{'-':>15}"))
     print()
     print("noise floor: the same PyTorch fp32 run against PyTorch itself, relative loss difference at each step")
-    print(f"(fp32 vs fp64; {args.threads} vs {2 if args.threads != 2 else 1} threads; samples of each batch in reverse order). "
-          "floor = the largest of the three;")
+    print(f"(fp32 vs fp64; {args.threads} vs {2 if args.threads != 2 else 1} threads; samples of each batch in reverse order;")
+    print(" CNN only: PyTorch's own im2col + BLAS convolutions instead of oneDNN's). floor = the largest of them;")
     print("'within floor' when ringfence vs PyTorch fp32 is no further than PyTorch is from itself; below 0.0005 % the")
     print("differences are printed in full, since a floor of 0 (PyTorch's variants bitwise equal) is beaten by one ulp")
-    print(f"{'model':<6}{'step':>5}{'rf vs pt':>10}{'fp32/fp64':>11}{'threads':>10}{'reversed':>10}{'floor':>10}  verdict")
+    print(f"{'model':<6}{'step':>5}{'rf vs pt':>10}{'fp32/fp64':>11}{'threads':>10}{'reversed':>10}{'backend':>10}"
+          f"{'floor':>10}  verdict")
     for r in rows:
-        floor = max(r["noise"], r["t2"], r["rev"])
+        floor = max(r["noise"], r["t2"], r["rev"], r["backend"] or 0.0)
         verdict = "within floor" if r["rel"] <= floor else "above floor"
         if r["rel"] > floor and r["rel"] <= ULP_REL:
             verdict += " (by < 1e-6: float32 units)"
         print(f"{r['model']:<6}{r['step']:>5}{pct(r['rel']):>10}{pct(r['noise']):>11}{pct(r['t2']):>10}"
-              f"{pct(r['rev']):>10}{pct(floor):>10}  {verdict}")
+              f"{pct(r['rev']):>10}{pct(r['backend']) if r['backend'] is not None else '-':>10}{pct(floor):>10}  {verdict}")
     print()
     print("mean loss over the 10 steps ending at each step (diagnostic)")
     print(f"{'model':<6}{'step':>5}{'ringfence':>11}{'pytorch':>11}{'rel diff':>10}{'fp32 noise':>12}")
@@ -357,8 +368,14 @@ def main():
               f"{'PASS' if r['ho_rel'] <= args.tolerance else 'FAIL'}")
     bad_batch = sum(1 for r in rows if r["rel"] > args.tolerance)
     bad_ho = sum(1 for r in rows if r["ho_rel"] > args.tolerance)
-    print(f"\nper-batch loss: {len(rows) - bad_batch} within {args.tolerance * 100:g} %, {bad_batch} not; "
-          f"held-out loss: {len(rows) - bad_ho} within, {bad_ho} not (seed {args.seed})")
+    # The same criterion applied to PyTorch against itself: each float32 variant of PyTorch
+    # in ringfence's place (cells where the variant ran).
+    self_check = []
+    for key, what in (("t2", "other thread count"), ("rev", "reversed samples"), ("backend", "other conv backend")):
+        cells = [r[key] for r in rows if r[key] is not None]
+        self_check.append(f"{what} {sum(1 for x in cells if x <= args.tolerance)}/{len(cells)}")
+    print(f"the same check, PyTorch fp32 against PyTorch fp32 (cells within {args.tolerance * 100:g} %): "
+          + ", ".join(self_check))
     bad = bad_batch if args.gate == "batch" else bad_ho
     print(f"{len(rows) - bad} passed, {bad} failed (gate: {args.gate})")
     if not args.keep:
