@@ -85,6 +85,8 @@ TrainResult train(const TrainOptions& opt, std::ostream& log) {
   if (opt.verify_every > 0) throw InvalidInput("--verify-every: only under ringfence run (one process has no replicas)");
   if (!opt.audit_log.empty()) throw InvalidInput("--audit-log: only under ringfence run");
   if (!opt.flight_dir.empty()) throw InvalidInput("--flight-dir: only under ringfence run");
+  // --metrics is written at the end: a path that cannot be written fails now, not then.
+  if (!opt.metrics_file.empty()) check_output_writable(opt.metrics_file, "--metrics");
   // GEMM threads are a process-wide setting: the program's main() makes it (--threads).
   const data::Dataset train_set = load_train_set(opt);
   const data::Dataset test_set = load_test_set(opt);

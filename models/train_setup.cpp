@@ -1,7 +1,10 @@
 #include "models/train_setup.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <ostream>
 
@@ -13,6 +16,9 @@
 
 namespace rf::models {
 namespace {
+
+// ": <strerror>" after a failed open, when the library set errno ("" otherwise).
+std::string why_not() { return errno ? str(": ", std::strerror(errno)) : std::string(); }
 
 int64_t synthetic_test_size(int64_t n) { return std::clamp<int64_t>(n / 5, 1, 10000); }
 
@@ -74,9 +80,18 @@ void finish_run(const TrainOptions& opt, nn::Module& model, const data::Dataset&
 }
 
 std::ofstream open_output(const std::string& path, const char* flag) {
+  errno = 0;
   std::ofstream f(path, std::ios::trunc);
-  if (!f) throw InvalidInput(str(flag, " ", path, ": cannot open for writing"));
+  if (!f) throw InvalidInput(str(flag, " ", path, ": cannot open for writing", why_not()));
   return f;
+}
+
+void check_output_writable(const std::string& path, const char* flag) {
+  std::error_code ec;
+  const bool existed = std::filesystem::exists(path, ec);
+  errno = 0;
+  if (!std::ofstream(path, std::ios::app)) throw InvalidInput(str(flag, " ", path, ": cannot open for writing", why_not()));
+  if (!existed) std::filesystem::remove(path, ec);
 }
 
 }  // namespace rf::models

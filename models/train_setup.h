@@ -44,4 +44,10 @@ void finish_run(const TrainOptions& opt, nn::Module& model, const data::Dataset&
 // An output file (--loss-log, --metrics, ...), truncated; rf::InvalidInput names the flag.
 std::ofstream open_output(const std::string& path, const char* flag);
 
+// Fails now (rf::InvalidInput naming the flag, the path and why) when `path` cannot be
+// opened for writing, so an output written only at the end (--metrics) is refused before
+// training, not after it. An existing file is left exactly as it is (opened for appending,
+// nothing written); one this check had to create is removed again.
+void check_output_writable(const std::string& path, const char* flag);
+
 }  // namespace rf::models

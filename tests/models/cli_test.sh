@@ -68,4 +68,66 @@ set +e
 "$bin/train_mlp" "${quick[@]}" --resume 2>"$tmp/err"; rc=$?
 set -e
 [[ $rc == 2 ]] && grep -q -- "--resume: needs --ckpt-dir" "$tmp/err" || fail "--resume without --ckpt-dir: exit $rc"
+# Outputs that cannot be written fail BEFORE training, not after it (an hour's run would
+# lose its result), and a failed run leaves an existing --metrics file as it was.
+for prog in train_mlp train_cnn; do
+  set +e
+  "$bin/$prog" "${quick[@]}" --metrics "$tmp/no/such/dir/m.json" > "$tmp/out" 2>"$tmp/err"; rc=$?
+  set -e
+  [[ $rc == 1 ]] && grep -q -- "--metrics $tmp/no/such/dir/m.json: cannot open for writing" "$tmp/err" \
+    || fail "$prog --metrics to a missing directory: exit $rc, $(cat "$tmp/err")"
+  ! grep -q "parameters\|test accuracy" "$tmp/out" || fail "$prog trained before refusing an unwritable --metrics"
+done
+echo '{"kept": true}' > "$tmp/old.json"
+set +e
+"$bin/train_mlp" "${quick[@]}" --metrics "$tmp/old.json" --init "$tmp/nope.safetensors" > /dev/null 2>&1; rc=$?
+set -e
+[[ $rc == 1 ]] || fail "a missing --init file with --metrics: exit $rc"
+grep -q '"kept": true' "$tmp/old.json" || fail "a failed run changed the existing --metrics file"
+[[ ! -e "$tmp/new.json" ]] || fail "setup"
+set +e
+"$bin/train_mlp" "${quick[@]}" --metrics "$tmp/new.json" --init "$tmp/nope.safetensors" > /dev/null 2>&1
+set -e
+[[ ! -e "$tmp/new.json" ]] || fail "a run that failed left behind the --metrics file it checked"
+# --resume in a directory holding another model's checkpoints: refused, and they stay as
+# they were (before, train_cnn started fresh there and overwrote / pruned the MLP's files).
+cp "$tmp/ck/ckpt-000000001.safetensors" "$tmp/mlp-ckpt-copy"
+set +e
+"$bin/train_cnn" "${quick[@]}" --ckpt-dir "$tmp/ck" --resume > /dev/null 2>"$tmp/err"; rc=$?
+set -e
+[[ $rc == 1 ]] && grep -q "holds the state of another run" "$tmp/err" && grep -q "model 'mlp', expected 'cnn'" "$tmp/err" \
+  || fail "train_cnn --resume in the MLP's --ckpt-dir: exit $rc, $(cat "$tmp/err")"
+cmp -s "$tmp/ck/ckpt-000000001.safetensors" "$tmp/mlp-ckpt-copy" || fail "the MLP's checkpoint was changed"
+[[ $(ls "$tmp/ck" | grep -c safetensors) == 1 ]] || fail "checkpoints were added to the MLP's directory: $(ls "$tmp/ck")"
+# Under ringfence run every worker checks --metrics at its start (any may be rank 0 at the
+# end): before, rank 0 failed after training and the job still ended DONE, exit 0.
+if [[ -x "$bin/ringfence" ]]; then
+  set +e
+  "$bin/ringfence" run -n 2 --quiet -- "$bin/train_mlp" "${quick[@]}" --metrics "$tmp/no/such/dir/m.json" \
+    > "$tmp/out" 2>"$tmp/err"; rc=$?
+  set -e
+  [[ $rc != 0 ]] && grep -q -- "--metrics $tmp/no/such/dir/m.json: cannot open for writing" "$tmp/err" \
+    || fail "ringfence run with an unwritable --metrics: exit $rc, $(tail -5 "$tmp/err")"
+  ! grep -q "test accuracy" "$tmp/out" || fail "ringfence run trained before refusing an unwritable --metrics"
+  # A damaged test set (t10k images cut short) fails the job at its start: before, the
+  # workers loaded it only at the end, after training.
+  mkdir "$tmp/data"
+  python3 - "$tmp/data" <<'PY'
+import struct, sys
+d = sys.argv[1]
+def idx(name, dims, payload):
+    open(f"{d}/{name}", "wb").write(bytes([0, 0, 8, len(dims)]) + b"".join(struct.pack(">I", x) for x in dims) + payload)
+for split, n in (("train", 64), ("t10k", 32)):
+    idx(f"{split}-images-idx3-ubyte", [n, 28, 28], bytes(i % 251 for i in range(n * 784)))
+    idx(f"{split}-labels-idx1-ubyte", [n], bytes(i % 10 for i in range(n)))
+PY
+  truncate -s 5000 "$tmp/data/t10k-images-idx3-ubyte"
+  set +e
+  "$bin/ringfence" run -n 2 --quiet -- "$bin/train_mlp" --data-dir "$tmp/data" --batch 32 --max-steps 2 \
+    --log-interval 0 > "$tmp/out" 2>"$tmp/err"; rc=$?
+  set -e
+  [[ $rc != 0 ]] && grep -q "t10k-images-idx3-ubyte: truncated" "$tmp/err" \
+    || fail "ringfence run with a truncated test set: exit $rc, $(tail -5 "$tmp/err")"
+  ! grep -q "== train_mlp slot" "$tmp/out" || fail "ringfence run trained before loading the test set"
+fi
 echo "PASS"
