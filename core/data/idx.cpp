@@ -73,11 +73,15 @@ class GzFile {
   [[noreturn]] void throw_stream_error() {
     int err = Z_OK;
     const char* msg = gzerror(f_, &err);
+    // How far decompression got: zlib's position, not offset_, which still points at the
+    // start of the field being read (a file cut in the data said "after 16 bytes").
+    const z_off_t pos = gztell(f_);
+    const uint64_t got = pos >= 0 ? static_cast<uint64_t>(pos) : offset_;
     if (err == Z_BUF_ERROR) {
-      throw DataError(rf::str(path_, ": truncated: the gzip stream ends early (after ", offset_,
+      throw DataError(rf::str(path_, ": truncated: the gzip stream ends early (after ", got,
                               " decompressed bytes)"));
     }
-    throw DataError(rf::str(path_, ": corrupt gzip data after ", offset_, " decompressed bytes: ",
+    throw DataError(rf::str(path_, ": corrupt gzip data after ", got, " decompressed bytes: ",
                             msg ? msg : "unknown zlib error"));
   }
 

@@ -158,6 +158,21 @@ TEST_CASE("IDX: damaged gzip streams are reported, not read as short data") {
     CHECK(contains(m, p));
     CHECK(contains(m, "truncated"));
   }
+  // How far it got is the decompressed bytes read before the cut, not the offset of the
+  // field being read (it said "after 16 decompressed bytes" for a file cut in half).
+  {
+    const Bytes big = images_file(64, 28, 28);  // 50,192 bytes: the cut falls inside the data
+    Bytes half = gzip_bytes(big);
+    half.resize(half.size() / 2);
+    write_plain(p, half);
+    const std::string m = error_of([&] { rf::data::read_idx_u8(p, 3); });
+    const size_t at = m.find("(after ");
+    REQUIRE_MESSAGE(at != std::string::npos, m);
+    const long long got = std::stoll(m.substr(at + 7));
+    CAPTURE(m);
+    CHECK(got > 16);
+    CHECK(got < static_cast<long long>(big.size()));
+  }
   // Corrupt the deflate data itself (after the 10-byte gzip header).
   Bytes bad = gz;
   for (size_t i = 12; i < 40 && i < bad.size(); ++i) bad[i] ^= 0xA5;
