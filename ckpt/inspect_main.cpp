@@ -1,9 +1,11 @@
 // ckpt_inspect FILE... — validates safetensors files the way resume and --init will, and
 // prints each one's tensors and metadata. Exit 0 when every file is valid, 1 when one is
-// not (its error names the file, the tensor and the problem), 2 on usage errors.
+// not (its error names the file, the tensor and the problem), 2 on usage errors (no file,
+// an unknown option; `--` ends the options).
 #include <cstdio>
 #include <exception>
 #include <string>
+#include <vector>
 
 #include "ckpt/safetensors.h"
 
@@ -31,14 +33,35 @@ void print(const rf::ckpt::SafetensorsReader& r) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2 || std::string(argv[1]) == "--help") {
-    std::fprintf(argc < 2 ? stderr : stdout, "usage: %s FILE.safetensors...\n", argv[0]);
-    return argc < 2 ? 2 : 0;
+  const char* usage = "usage: ckpt_inspect [--] FILE.safetensors...\n"
+                      "Validates each file (header, offsets; crc32c per tensor, metadata crc and state\n"
+                      "digest when the file records them) and lists its tensors and metadata.\n"
+                      "Exit 0: all valid; 1: one is not (INVALID FILE: reason); 2: usage.\n";
+  std::vector<std::string> files;
+  bool options = true;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (options && a == "--") {
+      options = false;
+    } else if (options && (a == "--help" || a == "-h")) {
+      std::fputs(usage, stdout);
+      return 0;
+    } else if (options && a.size() > 1 && a[0] == '-') {
+      std::fprintf(stderr, "ckpt_inspect: unknown option '%s' (a file starting with '-': put -- before it)\n%s",
+                   a.c_str(), usage);
+      return 2;
+    } else {
+      files.push_back(a);
+    }
+  }
+  if (files.empty()) {
+    std::fputs(usage, stderr);
+    return 2;
   }
   int rc = 0;
-  for (int i = 1; i < argc; ++i) {
+  for (const auto& f : files) {
     try {
-      print(rf::ckpt::SafetensorsReader::open(argv[i]));
+      print(rf::ckpt::SafetensorsReader::open(f));
     } catch (const std::exception& e) {
       std::printf("INVALID %s\n", e.what());
       rc = 1;

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # ckpt_inspect_cli: a valid snapshot is listed (exit 0); a truncated and a bit-flipped copy
-# are reported INVALID with the reason (exit 1); no argument is a usage error (exit 2).
+# are reported INVALID with the reason (exit 1); no argument or an unknown option is a
+# usage error (exit 2).
 #   inspect_check.sh CKPT_INSPECT ST_WRITE_SAMPLE
 set -uo pipefail
 inspect="$1"; writer="$2"
@@ -29,4 +30,11 @@ echo "$out"
 grep -q "INVALID $dir/flip.safetensors: tensor '1.bias': corrupted: crc32c" <<<"$out" || fail "flipped file: message"
 "$inspect" >/dev/null 2>&1; rc=$?
 [[ $rc -eq 2 ]] || fail "no argument: exit $rc"
+# Options: -h is help like --help; an unknown option is a usage error naming it, not a
+# file that "cannot open" (exit 1); after -- every argument is a file.
+"$inspect" -h | grep -q "usage:" || fail "-h: no usage"
+"$inspect" --bogus "$dir/good.safetensors" >"$dir/out" 2>&1; rc=$?
+[[ $rc -eq 2 ]] && grep -q "unknown option '--bogus'" "$dir/out" || fail "--bogus: exit $rc, $(cat "$dir/out")"
+cp "$dir/good.safetensors" "$dir/-x.safetensors"
+(cd "$dir" && "$inspect" -- -x.safetensors) | grep -q "^-x.safetensors: valid" || fail "-- FILE"
 echo "ckpt_inspect: all checks passed"
