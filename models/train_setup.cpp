@@ -54,7 +54,16 @@ data::Dataset load_test_set(const TrainOptions& opt) {
 
 std::shared_ptr<nn::Sequential> build_model(const TrainOptions& opt) {
   auto model = make_model(opt.model, opt.seed);
-  if (!opt.init_file.empty()) load_parameters(*model, opt.init_file);
+  if (opt.init_file.empty()) return model;
+  try {
+    load_parameters(*model, opt.init_file);
+  } catch (const InvalidInput& e) {
+    // The likeliest mistake: the other program's weights. Say so.
+    const ModelKind other = opt.model == ModelKind::MLP ? ModelKind::CNN : ModelKind::MLP;
+    if (!parameters_fit(*make_model(other, 0), opt.init_file)) throw;
+    throw InvalidInput(str(e.what(), "\n", opt.init_file, " holds the parameters of the ", model_name(other),
+                           " (train_", model_name(other), " --init)"));
+  }
   return model;
 }
 

@@ -4,15 +4,20 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <numeric>
 #include <sstream>
 #include <unistd.h>
 
 #include "base/error.h"
+#include "ckpt/safetensors.h"
+#include "ckpt/state.h"
+#include "core/optim/sgd.h"
 #include "core/state_digest.h"
 #include "models/init_file.h"
 #include "models/reference.h"
 #include "models/train_loop.h"
+#include "models/train_setup.h"
 
 using namespace rf;
 using namespace rf::models;
@@ -88,5 +93,62 @@ TEST_CASE("--init: parameters load by name; a mismatch names what is wrong") {
     CHECK(m.find("unexpected tensor '1.weight'") != std::string::npos);
   }
   CHECK_THROWS(load_parameters(*target, temp_path("does-not-exist.safetensors")));
+  std::remove(path.c_str());
+}
+
+TEST_CASE("--init: a file that does not fit changes nothing, and the message says what the file is") {
+  const std::string path = temp_path("init-bad.safetensors");
+  auto source = make_mlp(7);
+  auto target = make_mlp(0);
+  const std::string before = state_digest(*target);
+  auto error_of = [&](nn::Module& m) -> std::string {
+    try {
+      load_parameters(m, path);
+    } catch (const InvalidInput& e) {
+      return e.what();
+    }
+    FAIL("load_parameters accepted " << path);
+    return {};
+  };
+
+  SUBCASE("the first tensors fit, the last does not: none is copied") {
+    ckpt::SafetensorsWriter w;
+    for (auto& [name, t] : source->named_parameters()) {
+      std::vector<int64_t> shape;
+      for (int i = 0; i < t.dim(); ++i) shape.push_back(t.size(i));
+      if (name == "5.bias") shape = {5};  // the last in file order (the writer keeps it)
+      w.add(name, ckpt::DType::F32, shape, t.data());
+    }
+    w.write_file(path);
+    const std::string m = error_of(*target);
+    CHECK(m.find("'5.bias': shape is [5], expected [10]") != std::string::npos);
+    CHECK(state_digest(*target) == before);  // 1.weight ... 5.weight were copied before
+  }
+  SUBCASE("a checkpoint: --resume-from continues it") {
+    optim::SGD sgd(source->named_parameters(), {.lr = 0.1f, .momentum = 0.9f});
+    std::vector<std::byte> image;
+    ckpt::serialize_state(*source, sgd, {.model = "mlp", .step = 41, .optimizer = "sgd"}, image);
+    std::ofstream(path, std::ios::binary | std::ios::trunc)
+        .write(reinterpret_cast<const char*>(image.data()), static_cast<std::streamsize>(image.size()));
+    const std::string m = error_of(*target);
+    CHECK(m.find("unexpected tensor 'optim.1.weight.momentum_buffer'") != std::string::npos);
+    CHECK(m.find(path + " is a ringfence checkpoint (model mlp, step 41): --resume-from continues it") !=
+          std::string::npos);
+    CHECK(state_digest(*target) == before);
+  }
+  SUBCASE("the other model's parameters: the message names the program they fit") {
+    save_parameters(*make_cnn(3), path);
+    TrainOptions o;
+    o.model = ModelKind::MLP;
+    o.init_file = path;
+    try {
+      build_model(o);
+      FAIL("train_mlp --init took the CNN's parameters");
+    } catch (const InvalidInput& e) {
+      const std::string m = e.what();
+      CHECK(m.find("missing '1.weight'") != std::string::npos);
+      CHECK(m.find(path + " holds the parameters of the cnn (train_cnn --init)") != std::string::npos);
+    }
+  }
   std::remove(path.c_str());
 }
