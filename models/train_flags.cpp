@@ -20,15 +20,11 @@ int64_t parse_int(const std::string& flag, const std::string& v, int64_t min) {
   return out;
 }
 
+// Decimal as written (from_chars: no leading blanks, no hex, no locale).
 float parse_float(const std::string& flag, const std::string& v) {
-  size_t used = 0;
   double d = 0;
-  try {
-    d = std::stod(v, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used != v.size() || v.empty() || !std::isfinite(d) || d < 0)
+  auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), d, std::chars_format::general);
+  if (ec != std::errc() || p != v.data() + v.size() || v.empty() || !std::isfinite(d) || d < 0)
     throw FlagError(str(flag, ": '", v, "' is not a non-negative number"));
   return static_cast<float>(d);
 }
@@ -120,6 +116,7 @@ ParsedFlags parse_train_flags(const std::vector<std::string>& args, ModelKind ki
       given.insert(flag);
       continue;
     }
+    if (flag.rfind("--resume=", 0) == 0) throw FlagError("--resume takes no value");
     const size_t eq = flag.find('=');
     bool inline_value = false;
     if (flag.rfind("--", 0) == 0 && eq != std::string::npos) {
@@ -131,6 +128,11 @@ ParsedFlags parse_train_flags(const std::vector<std::string>& args, ModelKind ki
     if (it == setters.end()) throw FlagError(str("unknown flag '", args[i], "' (see --help)"));
     if (!inline_value) {
       if (i + 1 >= args.size()) throw FlagError(str(flag, ": missing value"));
+      // `--ckpt-dir --resume` would otherwise make a directory named "--resume". A value
+      // that starts with "--" is still possible as --flag=--value.
+      if (args[i + 1].rfind("--", 0) == 0)
+        throw FlagError(str(flag, ": missing value (the next argument is the flag '", args[i + 1],
+                            "'; write ", flag, "=VALUE for a value starting with --)"));
       value = args[++i];
     }
     if (value.empty()) throw FlagError(str(flag, ": empty value"));

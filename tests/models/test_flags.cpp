@@ -50,6 +50,20 @@ TEST_CASE("bad flags are errors naming the flag") {
   CHECK(fails({"--lr", "nan"}, "--lr"));
   CHECK(fails({"--threads="}, "empty"));
   CHECK(fails({"positional"}, "positional"));
+  // Numbers are numbers as written: no leading blanks, no hex floats (std::stod took both).
+  CHECK(fails({"--lr", " 0.1"}, "--lr"));
+  CHECK(fails({"--lr", "0x1p-3"}, "--lr"));
+  CHECK(fails({"--momentum", "0.9 "}, "--momentum"));
+  CHECK(parse_train_flags({"--lr", "1e-3"}, ModelKind::MLP).options.lr == 1e-3f);
+  CHECK(parse_train_flags({"--lr", ".5"}, ModelKind::MLP).options.lr == 0.5f);
+  // A flag missing its value does not swallow the next flag: `--ckpt-dir --resume` made a
+  // directory named "--resume" and trained fresh into it. A value that starts with "--"
+  // can still be given as --flag=--value.
+  CHECK(fails({"--ckpt-dir", "--resume"}, "--ckpt-dir: missing value (the next argument is the flag '--resume';"));
+  CHECK(fails({"--metrics", "--epochs", "2"}, "--metrics: missing value"));
+  CHECK(parse_train_flags({"--metrics=--odd.json"}, ModelKind::MLP).options.metrics_file == "--odd.json");
+  CHECK(parse_train_flags({"--seed", "-0"}, ModelKind::MLP).options.seed == 0);  // one dash: a value
+  CHECK(fails({"--resume=yes", "--ckpt-dir", "/c"}, "--resume takes no value"));
 }
 
 TEST_CASE("checkpoint flags") {
