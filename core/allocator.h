@@ -9,6 +9,12 @@
 // malloc (Eigen's GEMM packing buffers) is covered by rf::tune_malloc_for_training()
 // (core/malloc_tuning.h), an explicit opt-in the allocator never calls itself.
 //
+// A fresh block of kPopulateMinBytes or more is made resident when it is obtained, by
+// rf::populate_pages (madvise(MADV_POPULATE_WRITE) in bounded 16 MiB calls): the kernel
+// faults the pages in a loop, cheaper than one trap per page at the first write (800 MB:
+// 0.41-0.55 s against 0.69-0.78 s, bench/RESULTS.md), and never in one long call that
+// would stall the process's other threads (the heartbeat). Smaller blocks fault as used.
+//
 // Blocks are 64-byte aligned (AVX-512 lines). Thread-safe (one mutex; allocations are
 // per-op, not per-element). The process-wide instance lives forever, so tensors released
 // during static destruction still have somewhere to go.
@@ -39,6 +45,7 @@ class CachingAllocator {
   void empty_cache();  // returns every cached block to the system
 
   static CachingAllocator& host();  // the process-wide CPU allocator
+  static constexpr size_t kPopulateMinBytes = size_t{1} << 20;
 
  private:
   static size_t round(size_t bytes);

@@ -1,5 +1,10 @@
 // Tensor basics, views, the caching allocator and the device dispatch point.
 #include <doctest/doctest.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <vector>
 
 #include "base/error.h"
 #include "core/allocator.h"
@@ -58,6 +63,31 @@ TEST_CASE("the caching allocator reuses freed blocks: a second step faults nothi
   for (int i = 0; i < 5; ++i) step();
   CHECK(alloc.stats().fresh_blocks == fresh);
   CHECK(alloc.stats().reused_blocks > 0);
+}
+
+namespace {
+size_t resident_pages(const void* p, size_t bytes) {
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p) & ~(page - 1);
+  const uintptr_t e = (reinterpret_cast<uintptr_t>(p) + bytes + page - 1) & ~(page - 1);
+  std::vector<unsigned char> v((e - a) / page);
+  REQUIRE(::mincore(reinterpret_cast<void*>(a), e - a, v.data()) == 0);
+  size_t n = 0;
+  for (unsigned char c : v) n += c & 1;
+  return n;
+}
+}  // namespace
+
+TEST_CASE("the caching allocator hands out a fresh big block resident (a replacement's start-up)") {
+  // 64 MiB: above glibc's largest mmap threshold, so the block is a fresh mapping whose
+  // pages no one has touched; the allocator makes them resident before handing it out.
+  auto& alloc = CachingAllocator::host();
+  const size_t bytes = (size_t{64} << 20) + 123;
+  void* p = alloc.allocate(bytes);
+  const auto page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  CHECK(resident_pages(p, bytes) == (bytes + page - 1) / page);
+  alloc.release(p, bytes);
+  alloc.empty_cache();
 }
 
 TEST_CASE("dispatch: CUDA has no kernels yet and says so") {
