@@ -4,10 +4,12 @@
 // all-reduce buffer) with it; communicators then see that the buffer is registered and let
 // peers read it straight from its pages instead of copying it through the ring.
 //
-// * The memory is a memfd (memfd_create) mapped MAP_SHARED, pre-touched at allocation (page
-//   faults are expensive: never in a collective), and registered in a process-wide registry
-//   by address. A communicator looks every all-reduce buffer up there: [data, data+bytes)
-//   must lie inside one SharedBuffer; any range of it works (views, offsets).
+// * The memory is a memfd (memfd_create) mapped MAP_SHARED, made resident at allocation
+//   (page faults are expensive: never in a collective) by rf::populate_pages in bounded
+//   calls (base/populate.h: never one long call that stalls the heartbeat), and
+//   registered in a process-wide registry by address. A communicator looks every
+//   all-reduce buffer up there: [data, data+bytes) must lie inside one SharedBuffer; any
+//   range of it works (views, offsets).
 // * Independent of any communicator: buckets outlive generations. Peers map it read-only
 //   through /proc/<pid>/fd/<fd> when they first meet it and unmap it when their
 //   communicator is destroyed; freeing a buffer while a collective uses it is a bug.

@@ -1,8 +1,11 @@
 // SharedBuffer: memfd memory registered by address, found for any range inside it, and
 // gone from the registry when freed or moved from.
 #include <doctest/doctest.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <cstring>
+#include <vector>
 #include <utility>
 
 #include "comm/shared_buffer.h"
@@ -48,4 +51,18 @@ TEST_CASE("shared buffer: ids are unique, moves carry the registration, freeing 
   SharedBuffer empty(0);
   CHECK(empty.data() == nullptr);
   CHECK_FALSE(empty.shared());
+}
+
+TEST_CASE("shared buffer: every page is resident when the constructor returns (never faulted in a collective)") {
+  const size_t bytes = (size_t{40} << 20) + 5;  // more than two 16 MiB populate calls
+  SharedBuffer b(bytes);
+  REQUIRE(b.shared());
+  const auto page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  std::vector<unsigned char> v((bytes + page - 1) / page);
+  REQUIRE(::mincore(b.data(), bytes, v.data()) == 0);
+  size_t resident = 0;
+  for (unsigned char c : v) resident += c & 1;
+  CHECK(resident == v.size());
+  const char* p = b.as<char>();
+  for (size_t i = 0; i < bytes; i += 4093) REQUIRE(p[i] == 0);
 }
