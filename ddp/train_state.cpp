@@ -1,11 +1,6 @@
 #include "ddp/train_state.h"
 
-#include <sys/mman.h>
-#include <unistd.h>
-
-#include <algorithm>
-#include <cstdint>
-
+#include "base/populate.h"
 #include "ckpt/state.h"
 #include "core/state_digest.h"
 
@@ -40,18 +35,7 @@ void TrainState::prepare_staging(std::vector<std::byte>& buf) const {
   const size_t bytes = image_size() + 4096;
   if (buf.size() >= bytes) return;
   buf.reserve(bytes);  // a fresh allocation of this size is mapped, not touched
-#ifdef MADV_POPULATE_WRITE
-  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
-  const uintptr_t a = (reinterpret_cast<uintptr_t>(buf.data()) + page - 1) & ~(page - 1);
-  const uintptr_t e = (reinterpret_cast<uintptr_t>(buf.data()) + bytes) & ~(page - 1);
-  // In slices: the call holds the process's mmap lock while it faults, and one call over
-  // 800 MB (0.4-2 s under load) stalled every other thread that needed the lock — a
-  // pending mmap() of the heartbeat thread's allocation queues later faults behind it —
-  // so leases lapsed and the coordinator evicted both ranks as hung (D2).
-  constexpr uintptr_t kSlice = uintptr_t{16} << 20;
-  for (uintptr_t s = a; s < e; s += kSlice)
-    (void)::madvise(reinterpret_cast<void*>(s), std::min(kSlice, e - s), MADV_POPULATE_WRITE);
-#endif
+  populate_pages(buf.data(), bytes);  // bounded calls: the heartbeat thread never waits long (base/populate.h)
   buf.resize(bytes);
 }
 

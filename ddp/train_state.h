@@ -42,11 +42,11 @@ class TrainState {
   // digits may make a real image a few bytes longer).
   size_t image_size() const;
   // Makes `buf` a staging buffer for this state's image: image_size() plus slack for the
-  // header's varying digits, every page resident (never shrunk). The pages are faulted by
-  // one madvise(MADV_POPULATE_WRITE) (Linux 5.14+) — the kernel fills them in a loop, not
-  // one trap per page from user space: 800 MB in 0.41-0.55 s against 0.69-0.78 s touched
-  // here (bench/RESULTS.md) — and the zero fill then writes resident pages (~50 ms).
-  // Best effort: where madvise fails, the fill faults them in as before.
+  // header's varying digits, every page resident (never shrunk). The pages are made
+  // resident by rf::populate_pages (madvise(MADV_POPULATE_WRITE) in 16 MiB calls: the kernel
+  // fills them in a loop, not one trap per page from user space: 800 MB in 0.41-0.55 s
+  // against 0.69-0.78 s touched here, bench/RESULTS.md), and the zero fill then writes
+  // resident pages (~50 ms). Where madvise fails, populate_pages touches them instead.
   void prepare_staging(std::vector<std::byte>& buf) const;
   // The image of the live state (resized to fit; capacity reused), with current_digest()
   // as its rf_state_digest: one pass over S when the memo is valid.
