@@ -21,6 +21,16 @@ bench/recovery's worker and reads
   --spares N starts N standby workers with the job (`ringfence run --spares N`): a spare
   has built its model and faulted its buffers in before any failure, so it takes the dead
   rank's place without a start-up inside the recovery.
+
+Where "agree" goes (kill/stop rows; the launcher's --summary and the coordinator's
+--event-log, wall clock): `gone` = from the revoke to the launcher's reap of the failed
+incarnation (for a SIGSTOP: the launcher's status poll, its SIGKILL and the kernel's
+teardown of the stopped process; for a SIGKILL the reap comes first and `gone` is ~0 —
+that teardown ran before anyone could see the failure, outside every phase:
+`inject->reap`); `spawn` = from the revoke to the replacement's spawn; `startup` = from
+the spawn to its join (exec, model, optimizer, buckets: the replacement's start-up);
+`join->plan` the rest of "agree" (agree = spawn + startup + join->plan).
+--keep DIR keeps each run's files (audit logs, summary, event log) in DIR/<model>-<fault>-<trial>.
 """
 import argparse
 import glob
@@ -42,13 +52,44 @@ FAULTS = {
 }
 
 
-def one_run(args, model, fault):
+def startup_split(summ, events, rec, t_inject_us):
+    """Where the failed slot's restart spent "agree": see the module doc (ms; NaN where a
+    spare took the place and no restart ran inside the recovery)."""
+    nan = float("nan")
+    slot = rec["worker"]["slot"] if isinstance(rec.get("worker"), dict) else None
+    w = next((x for x in summ.get("workers", []) if x["slot"] == slot), None)
+    revoke = next((e["ts_us"] for e in events if e["event"] == "revoke" and e["ts_us"] >= t_inject_us), None)
+    plan = next((e["ts_us"] for e in events if e["event"] == "plan" and revoke and e["ts_us"] >= revoke), None)
+    out = {"gone_ms": nan, "inject_reap_ms": nan, "spawn_ms": nan, "startup_ms": nan, "join_plan_ms": nan}
+    if w is None or revoke is None:
+        return out
+    inc = rec["worker"]["incarnation"]
+    reap = next((e["wall_us"] for e in w["exits"] if e["incarnation"] == inc), None)
+    spawn = next((e for e in w["spawns"] if e["incarnation"] == inc + 1 and e["reason"] == "restart"), None)
+    if reap is not None:
+        out["gone_ms"] = (reap - revoke) / 1000
+        out["inject_reap_ms"] = (reap - t_inject_us) / 1000
+    if spawn is None:
+        return out
+    join = next((e["ts_us"] for e in events if e["event"] == "join" and e.get("worker", {}).get("slot") == slot
+                 and e.get("worker", {}).get("incarnation") == inc + 1), None)
+    out["spawn_ms"] = (spawn["wall_us"] - revoke) / 1000
+    if join is not None:
+        out["startup_ms"] = (join - spawn["wall_us"]) / 1000
+        if plan is not None and plan >= join:
+            out["join_plan_ms"] = (plan - join) / 1000
+    return out
+
+
+def one_run(args, model, fault, trial=0):
     work = tempfile.mkdtemp(prefix="recovery_bench_")
     aud = os.path.join(work, "aud")
     os.makedirs(aud)
     summary = os.path.join(work, "summary.json")
+    events_path = os.path.join(work, "events.jsonl")
     spec = FAULTS[fault].format(s=args.fail_step)
     cmd = [os.path.join(args.build, "bin", "ringfence"), "run", "-n", str(args.world), "--quiet", "--summary", summary,
+           "--event-log", events_path,
            "--inject", spec, "--heartbeat", args.heartbeat, "--lease", args.lease] + \
           (["--spares", str(args.spares)] if args.spares else []) + ["--",
            os.path.join(args.build, "bin", "recovery_worker"), "--model", model, "--steps", str(args.steps),
@@ -71,13 +112,18 @@ def one_run(args, model, fault):
     # Step time before the failure (median interval between one worker's applies).
     w0 = sorted(x["ts_us"] for x in lines if x["event"] == "apply" and x["slot"] == 0 and x["g"] < g)
     step_ms = statistics.median([(b - a) / 1000 for a, b in zip(w0, w0[1:])]) if len(w0) > 2 else float("nan")
+    with open(events_path) as f:
+        events = [json.loads(x) for x in f if x.strip()]
+    where = startup_split(summ, events, rec, t0)
+    if args.keep:
+        shutil.copytree(work, os.path.join(args.keep, f"{model}-{fault}-{trial}"), dirs_exist_ok=True)
     shutil.rmtree(work, ignore_errors=True)
     ph = rec["phases"]
     # The receiver's own split of "transfer" (its audit line; ddp/trainer.cpp step 6).
     tr = [x for x in lines if x["event"] == "transfer" and x["g"] == g]
     split = {k: tr[0].get(k, float("nan")) if tr else float("nan")
              for k in ("staging_wait_ms", "size_wait_ms", "image_ms", "restore_ms")}
-    return {**split, "model": model, "fault": fault, "spec": spec, "to_first_step_ms": (first - t0) / 1000,
+    return {**split, **where, "model": model, "fault": fault, "spec": spec, "to_first_step_ms": (first - t0) / 1000,
             "detect": ph["detect"], "agree": ph["agree"], "connect": ph["connect"], "transfer": ph["transfer"],
             "verify": ph["verify"], "coordinator_total_ms": rec["total_ms"], "T": rec["target_step"],
             "steps_redone": args.fail_step - rec["target_step"], "step_ms": step_ms, "cause": rec["cause"]}
@@ -141,13 +187,14 @@ def main():
     ap.add_argument("--spares", type=int, default=0, help="standby workers started with the job")
     ap.add_argument("--data-dir", help="real Fashion-MNIST (default: synthetic, no load time)")
     ap.add_argument("--json")
+    ap.add_argument("--keep", help="keep each run's files under this folder")
     args = ap.parse_args()
     rows = []
     print(f"# recovery_bench: W={args.world}, batch {args.batch}, fault at step {args.fail_step}, "
           f"heartbeat {args.heartbeat}, lease {args.lease}, spares {args.spares}; times in ms")
     print(f"{'model':5} {'fault':5} {'trial':>5} {'to 1st step':>11} {'detect':>8} {'agree':>8} {'connect':>8} "
           f"{'transfer':>8} {'verify':>8} {'redone':>6} {'step':>6}   receiver's transfer: staging wait, source "
-          f"serialising, image, R6 restore")
+          f"serialising, image, R6 restore | agree: gone, spawn, startup, join->plan (inject->reap)")
     for model in args.models.split(","):
         for fault in args.faults.split(","):
             for t in range(args.trials):
@@ -159,12 +206,14 @@ def main():
                           f"{r['steps_redone']} steps redone, back at step {r['last_applied']} after "
                           f"{r['time_lost_ms']:.0f} ms)", flush=True)
                     continue
-                r = one_run(args, model, fault)
+                r = one_run(args, model, fault, t)
                 rows.append(r)
                 print(f"{model:5} {fault:5} {t:5d} {r['to_first_step_ms']:11.1f} {r['detect']:8.1f} {r['agree']:8.1f} "
                       f"{r['connect']:8.1f} {r['transfer']:8.2f} {r['verify']:8.2f} {r['steps_redone']:6d} "
                       f"{r['step_ms']:6.1f}   {r['staging_wait_ms']:.0f} / {r['size_wait_ms']:.0f} / "
-                      f"{r['image_ms']:.0f} / {r['restore_ms']:.0f}", flush=True)
+                      f"{r['image_ms']:.0f} / {r['restore_ms']:.0f} | {r['gone_ms']:.0f}, {r['spawn_ms']:.0f}, "
+                      f"{r['startup_ms']:.0f}, "
+                      f"{r['join_plan_ms']:.0f} ({r['inject_reap_ms']:.0f})", flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
