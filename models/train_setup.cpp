@@ -42,14 +42,28 @@ data::Dataset synthetic_part(int64_t n, uint64_t seed, bool test_part) {
 
 }  // namespace
 
+namespace {
+
+// Both models take 1x28x28 images: other IDX files would fail in the first forward pass
+// as a matmul shape error that names no file.
+data::Dataset checked(data::Dataset ds, const TrainOptions& opt, const char* which) {
+  if (ds.c != 1 || ds.h != 28 || ds.w != 28) {
+    throw InvalidInput(str("--data-dir ", opt.data_dir, ": the ", which, " images are ", ds.c, "x", ds.h, "x", ds.w,
+                           ", the ", model_name(opt.model), " takes 1x28x28 (Fashion-MNIST)"));
+  }
+  return ds;
+}
+
+}  // namespace
+
 data::Dataset load_train_set(const TrainOptions& opt) {
   if (opt.synthetic > 0) return synthetic_part(opt.synthetic, opt.seed, false);
-  return data::load_fashion_mnist(opt.data_dir, data::Split::Train);
+  return checked(data::load_fashion_mnist(opt.data_dir, data::Split::Train), opt, "training");
 }
 
 data::Dataset load_test_set(const TrainOptions& opt) {
   if (opt.synthetic > 0) return synthetic_part(opt.synthetic, opt.seed, true);
-  return data::load_fashion_mnist(opt.data_dir, data::Split::Test);
+  return checked(data::load_fashion_mnist(opt.data_dir, data::Split::Test), opt, "test");
 }
 
 std::shared_ptr<nn::Sequential> build_model(const TrainOptions& opt) {

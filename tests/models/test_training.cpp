@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "base/error.h"
+#include "base/str.h"
 #include "ckpt/safetensors.h"
 #include "ckpt/state.h"
 #include "core/optim/sgd.h"
@@ -151,4 +152,43 @@ TEST_CASE("--init: a file that does not fit changes nothing, and the message say
     }
   }
   std::remove(path.c_str());
+}
+
+TEST_CASE("a data set of another image size is an error naming the files, before training") {
+  // It failed in the first forward pass as "matmul: inner sizes differ: [64, 1024] @ [512, 784]^T".
+  const std::string dir = temp_path("data32");
+  std::filesystem::create_directories(dir);
+  auto idx = [&](const std::string& name, std::vector<uint32_t> dims) {
+    std::vector<unsigned char> b = {0, 0, 8, static_cast<unsigned char>(dims.size())};
+    size_t n = 1;
+    for (uint32_t d : dims) {
+      for (int s = 24; s >= 0; s -= 8) b.push_back(static_cast<unsigned char>(d >> s));
+      n *= d;
+    }
+    b.resize(b.size() + n, 3);  // pixels 3, labels 3
+    std::ofstream(dir + "/" + name, std::ios::binary).write(reinterpret_cast<const char*>(b.data()),
+                                                             static_cast<std::streamsize>(b.size()));
+  };
+  for (const char* split : {"train", "t10k"}) {
+    idx(std::string(split) + "-images-idx3-ubyte", {4, 32, 32});
+    idx(std::string(split) + "-labels-idx1-ubyte", {4});
+  }
+  auto error_of = [](auto load) -> std::string {
+    try {
+      load();
+    } catch (const InvalidInput& e) {
+      return e.what();
+    }
+    return "(no error)";
+  };
+  for (ModelKind kind : {ModelKind::MLP, ModelKind::CNN}) {
+    TrainOptions o;
+    o.model = kind;
+    o.data_dir = dir;
+    const std::string want = str("--data-dir ", dir, ": the training images are 1x32x32, the ", model_name(kind),
+                                 " takes 1x28x28 (Fashion-MNIST)");
+    CHECK(error_of([&] { load_train_set(o); }) == want);
+    CHECK(error_of([&] { load_test_set(o); }).find(": the test images are 1x32x32") != std::string::npos);
+  }
+  std::filesystem::remove_all(dir);
 }
