@@ -261,8 +261,19 @@ class Supervisor {
   }
 
   // Starts the held restarts whose recovery has completed (RUNNING, a step past T), or
-  // after --min-world-timeout without one (bounded); drops them when the job is over.
+  // whose spare is gone, or after --min-world-timeout without either (bounded); drops
+  // them when the job is over.
   void release_held(const json& st) {
+    // Held restarts still waiting for their recovery, beyond the standbys left to serve
+    // them: a spare counted on is gone (exited, evicted as hung) before it was placed in a
+    // running generation, and nobody registered fills that hole unless the slot restarts
+    // now (the spare's own restart is still starting up: no spare, see spare_available).
+    const int finished_now = st.value("recoveries", 0);
+    int spares_missing = 0;
+    for (const auto& w : workers_) {
+      if (w.held && finished_now <= w.held->finished) ++spares_missing;
+      else if (!w.held && w.pid > 0 && standby_.count({w.slot, w.incarnation})) --spares_missing;
+    }
     for (auto& w : workers_) {
       if (!w.held) continue;
       if (stopping_ || job_over_) {
@@ -272,8 +283,9 @@ class Supervisor {
         continue;
       }
       std::string reason;
+      bool next_spare = true;  // it starts after the hole was filled, as the next spare
       const double waited = rf::seconds_since(w.held->since);
-      if (st.value("phase", "") == "RUNNING" && st.value("recoveries", 0) > w.held->finished) {
+      if (st.value("phase", "") == "RUNNING" && finished_now > w.held->finished) {
         if (!w.held->target) {
           json summary;
           try {
@@ -290,6 +302,10 @@ class Supervisor {
         if (step > *w.held->target)
           reason = rf::str("recovery to generation ", st.value("generation", int64_t{0}), " completed (T ",
                            *w.held->target, ", step ", step, " done)");
+      } else if (spares_missing > 0 && finished_now <= w.held->finished) {
+        --spares_missing;
+        next_spare = false;
+        reason = "the spare it waited for is gone before the recovery completed";
       } else if (waited >= std::chrono::duration<double>(opt_.timing.min_world_timeout).count()) {
         reason = rf::str("no completed recovery within --min-world-timeout");
       }
@@ -298,8 +314,9 @@ class Supervisor {
       spawn(w);
       w.spawns.push_back({{"incarnation", w.incarnation}, {"wall_us", rf::wall_us()}, {"reason", reason},
                           {"held_ms", waited * 1000.0}});
-      note(rf::str("slot ", w.slot, " restarted (incarnation ", w.incarnation, ") as the next spare after ",
-                   static_cast<long long>(waited * 1000.0), " ms: ", reason));
+      note(rf::str("slot ", w.slot, " restarted (incarnation ", w.incarnation, ")",
+                   next_spare ? " as the next spare" : "", " after ", static_cast<long long>(waited * 1000.0),
+                   " ms: ", reason));
     }
   }
 

@@ -1,11 +1,12 @@
 // `ringfence run --spares`: what counts as a spare when a member dies. Only a worker the
 // coordinator knows as a standby (registered, not a member) can fill the hole; a local
-// process that is still starting up (the held restart just released, which has not
-// reached the coordinator yet) cannot, so the dead slot must restart at once instead of
-// being held for a spare that is not there (held until --min-world-timeout before).
+// process that is still starting up (a restart that has not reached the coordinator yet)
+// cannot. So the dead slot restarts at once when no registered spare stands by, and a
+// restart held for a spare is released as soon as that spare is gone before it filled the
+// hole — before, both waited for --min-world-timeout with nobody to fill the hole.
 //
 // The workers run through a small shell wrapper that records each worker's pid and holds
-// slot 1's incarnation 1 in its "start-up" until the test opens a gate file: a start-up
+// one (slot, incarnation) in its "start-up" until the test opens a gate file: a start-up
 // as slow as we like, with every step taken on a condition the test sees, never a sleep.
 #include <doctest/doctest.h>
 
@@ -21,17 +22,21 @@ using namespace std::chrono_literals;
 namespace {
 
 constexpr const char* kWrapper = R"(#!/bin/sh
-# wrap.sh DIR PROGRAM ARGS...: records the pid (exec keeps it) per slot and incarnation;
-# slot 1 incarnation 1 says it is starting, then waits for DIR/gate before it runs.
-d="$1"; shift
+# wrap.sh DIR SLOT INCARNATION PROGRAM ARGS...: records the pid (exec keeps it) per slot
+# and incarnation; the worker SLOT/INCARNATION says it is starting, then waits for DIR/gate.
+d="$1"; gate_slot="$2"; gate_inc="$3"; shift 3
 echo $$ > "$d/pid-$RINGFENCE_SLOT-$RINGFENCE_INCARNATION.tmp"
 mv "$d/pid-$RINGFENCE_SLOT-$RINGFENCE_INCARNATION.tmp" "$d/pid-$RINGFENCE_SLOT-$RINGFENCE_INCARNATION"
-if [ "$RINGFENCE_SLOT" = 1 ] && [ "$RINGFENCE_INCARNATION" = 1 ]; then
+if [ "$RINGFENCE_SLOT" = "$gate_slot" ] && [ "$RINGFENCE_INCARNATION" = "$gate_inc" ]; then
   : > "$d/starting"
   while [ ! -e "$d/gate" ]; do sleep 0.02; done
 fi
 exec "$@"
 )";
+
+// --min-world-timeout of every job here: what a restart held for a spare that never fills
+// the hole waits (and the recoveries took) before the fix.
+constexpr double kMinWorldTimeoutMs = 6000.0;
 
 bool exists(const std::string& p) {
   struct stat sb {};
@@ -58,70 +63,98 @@ bool wait_text(const std::string& path, const std::string& text, rf::Duration ti
   return true;
 }
 
-pid_t read_pid(const std::string& path) {
-  std::ifstream f(path);
-  long pid = -1;
-  f >> pid;
-  return static_cast<pid_t>(pid);
+// `ringfence run -n 2 --spares 1` (slots 0, 1; spare 2) of the test worker through the
+// wrapper, holding worker gate_slot/gate_incarnation in its start-up.
+struct SpareJob {
+  std::string dir, out, summary, log;
+  TempDirGuard cleanup;  // destroyed after launcher: the launcher is reaped first
+  Proc launcher;
+  SpareJob(const std::string& name, int gate_slot, int gate_incarnation, const std::string& lease)
+      : dir(temp_dir(name)), cleanup{dir} {
+    out = dir + "/launcher.log";
+    summary = dir + "/summary.json";
+    log = dir + "/events.jsonl";
+    {
+      std::ofstream w(dir + "/wrap.sh");
+      w << kWrapper;
+    }
+    launcher = Proc({RF_RINGFENCE, "run", "-n", "2", "--spares", "1", "--min-world-timeout", "6s", "--heartbeat",
+                     "50ms", "--lease", lease, "--summary", summary, "--event-log", log, "--", "/bin/sh",
+                     dir + "/wrap.sh", dir, std::to_string(gate_slot), std::to_string(gate_incarnation),
+                     RF_TEST_WORKER, "--steps", "300", "--step-ms", "10"},
+                    {}, out);
+  }
+  // Signals the process group of worker slot/incarnation (its pid as the wrapper wrote it).
+  void signal(int slot, int incarnation, int sig) {
+    std::ifstream f(dir + "/pid-" + std::to_string(slot) + "-" + std::to_string(incarnation));
+    long pid = -1;
+    f >> pid;
+    REQUIRE_MESSAGE(pid > 0, "no pid for slot ", slot, " incarnation ", incarnation);
+    ::kill(-static_cast<pid_t>(pid), sig);
+  }
+  // Once the launcher has seen generation 1 RUNNING and the spare registered: its status
+  // line says so (printed when either changes).
+  void wait_spare_standing_by() {
+    REQUIRE_MESSAGE(wait_text(out, "ringfence: g 1 RUNNING | members 2/2 | standby 1 |", 30s),
+                    "the launcher never saw generation 1 RUNNING with the spare standing by");
+  }
+  // The first "running" event of generation >= the one a failure of slot/incarnation
+  // revoked into: the recovery from that failure has completed.
+  std::optional<json> wait_recovered_from(int slot, int incarnation) {
+    auto revoke = wait_event(
+        log,
+        [&](const json& e) {
+          return e.value("event", "") == "revoke" && e["worker"].is_object() && e["worker"]["slot"] == slot &&
+                 e["worker"]["incarnation"] == incarnation;
+        },
+        30s);
+    if (!revoke) return std::nullopt;
+    const int64_t g = (*revoke)["g"].get<int64_t>();
+    return wait_event(
+        log, [g](const json& e) { return e.value("event", "") == "running" && e.value("g", int64_t{-1}) >= g; },
+        30s);
+  }
+  void open_gate() { std::ofstream gate(dir + "/gate"); }
+  json finish() {
+    auto code = launcher.wait(60s);
+    REQUIRE_MESSAGE(code.has_value(), "launcher still running");
+    CHECK(*code == 0);
+    const json s = json::parse(slurp(summary), nullptr, false);
+    REQUIRE(!s.is_discarded());
+    CHECK(s["phase"] == "DONE");
+    return s;
+  }
+};
+
+// The summary's recovery from the failure of slot/incarnation (null if none).
+const json* recovery_of(const json& s, int slot, int incarnation) {
+  const json* rec = nullptr;
+  for (const auto& r : s["recoveries"])
+    if (r["worker"]["slot"] == slot && r["worker"]["incarnation"] == incarnation) rec = &r;
+  return rec;
 }
 
 }  // namespace
 
 TEST_CASE("run --spares: a spare still starting up does not hold the dead slot's restart") {
-  const std::string dir = temp_dir("run-spare-starting");
-  TempDirGuard cleanup{dir};
-  const std::string out = dir + "/launcher.log", summary = dir + "/summary.json", log = dir + "/events.jsonl";
-  {
-    std::ofstream w(dir + "/wrap.sh");
-    w << kWrapper;
-  }
-  // --min-world-timeout 6s: what a restart held for a spare that never registers waits.
-  constexpr double kMinWorldTimeoutMs = 6000.0;
-  Proc launcher({RF_RINGFENCE, "run", "-n", "2", "--spares", "1", "--min-world-timeout", "6s", "--heartbeat", "50ms",
-                 "--lease", "500ms", "--summary", summary, "--event-log", log, "--", "/bin/sh", dir + "/wrap.sh", dir,
-                 RF_TEST_WORKER, "--steps", "300", "--step-ms", "10"},
-                {}, out);
-  INFO("launcher output:\n", slurp(out));
-
+  SpareJob j("run-spare-starting", 1, 1, "500ms");
+  INFO("launcher output:\n", slurp(j.out));
   // 1. A member (slot 1) dies in training: the registered spare (slot 2) takes the hole and
   //    slot 1's restart is held until that recovery has completed (7385e2e's ordering).
-  //    (Once the launcher has seen generation 1 RUNNING and the spare registered: its
-  //    status line says so.)
-  REQUIRE_MESSAGE(wait_text(out, "ringfence: g 1 RUNNING | members 2/2 | standby 1 |", 30s),
-                  "the launcher never saw generation 1 RUNNING with the spare standing by");
-  const pid_t slot1 = read_pid(dir + "/pid-1-0");
-  REQUIRE(slot1 > 0);
-  ::kill(-slot1, SIGKILL);
+  j.wait_spare_standing_by();
+  j.signal(1, 0, SIGKILL);
   // 2. The held restart (slot 1, incarnation 1: the next spare) is released and starts,
   //    but stays in its start-up: a local process, not a registered standby.
-  REQUIRE_MESSAGE(wait_file(dir + "/starting", 30s), "slot 1's restart never started:\n", slurp(out));
+  REQUIRE_MESSAGE(wait_file(j.dir + "/starting", 30s), "slot 1's restart never started");
   // 3. The other original member dies while that spare is still starting.
-  const pid_t slot0 = read_pid(dir + "/pid-0-0");
-  REQUIRE(slot0 > 0);
-  ::kill(-slot0, SIGKILL);
-  auto revoke = wait_event(
-      log,
-      [](const json& e) {
-        return e.value("event", "") == "revoke" && e["worker"].is_object() && e["worker"]["slot"] == 0 &&
-               e["worker"]["incarnation"] == 0;
-      },
-      30s);
-  REQUIRE(revoke);
-  const int64_t g = (*revoke)["g"].get<int64_t>();
+  j.signal(0, 0, SIGKILL);
   // 4. The job recovers without the starting spare: slot 0's restart fills the hole. Only
   //    then does the gate open (the spare finishes its start-up and stands by to the end).
-  auto running = wait_event(
-      log, [g](const json& e) { return e.value("event", "") == "running" && e.value("g", int64_t{-1}) >= g; }, 30s);
-  CHECK_MESSAGE(running, "no recovery from slot 0's death without the starting spare");
-  { std::ofstream gate(dir + "/gate"); }
-  auto code = launcher.wait(60s);
-  REQUIRE_MESSAGE(code.has_value(), "launcher still running");
-  CHECK(*code == 0);
+  CHECK_MESSAGE(j.wait_recovered_from(0, 0), "no recovery from slot 0's death without the starting spare");
+  j.open_gate();
+  const json s = j.finish();
 
-  const std::string text = slurp(out);
-  const json s = json::parse(slurp(summary), nullptr, false);
-  REQUIRE(!s.is_discarded());
-  CHECK(s["phase"] == "DONE");
+  const std::string text = slurp(j.out);
   // The first failure kept the ordering guarantee: held for the registered spare.
   CHECK(text.find("slot 1 exited (status -9): a spare takes its place") != std::string::npos);
   const json& w1 = s["workers"][1];
@@ -140,11 +173,47 @@ TEST_CASE("run --spares: a spare still starting up does not hold the dead slot's
       (respawn["wall_us"].get<double>() - w0["exits"][0]["wall_us"].get<double>()) / 1000.0;
   CHECK(exit_to_spawn_ms < kMinWorldTimeoutMs / 2);
   // ... and the recovery from its death did not wait for --min-world-timeout.
-  const json* rec = nullptr;
-  for (const auto& r : s["recoveries"])
-    if (r["worker"]["slot"] == 0 && r["worker"]["incarnation"] == 0) rec = &r;
+  const json* rec = recovery_of(s, 0, 0);
   REQUIRE(rec);
   MESSAGE("recovery from slot 0's death: ", rec->dump());
+  CHECK((*rec)["finished"] == true);
+  CHECK((*rec)["world"] == 2);
+  CHECK((*rec)["total_ms"].get<double>() < kMinWorldTimeoutMs / 2);
+}
+
+TEST_CASE("run --spares: a held restart starts once the spare it counted on is gone before filling the hole") {
+  // Lease 1 s: the frozen spare stays registered (and counted) until the launcher has
+  // reaped the member killed right after it froze.
+  SpareJob j("run-spare-gone", 2, 1, "1s");
+  INFO("launcher output:\n", slurp(j.out));
+  j.wait_spare_standing_by();
+  // 1. The spare freezes (SIGSTOP), then a member (slot 1) dies: the launcher still sees a
+  //    registered spare, so slot 1's restart is held for it.
+  j.signal(2, 0, SIGSTOP);
+  j.signal(1, 0, SIGKILL);
+  // 2. The frozen spare cannot get ready for the plan it was placed in: its lease expires,
+  //    it is evicted and SIGKILLed, and its restart (slot 2, incarnation 1) stays in its
+  //    start-up: nobody registered is left to fill slot 1's hole.
+  REQUIRE_MESSAGE(wait_file(j.dir + "/starting", 30s), "the spare's restart never started");
+  // 3. Slot 1's held restart must start now, not after --min-world-timeout; the gate opens
+  //    once the job has recovered.
+  CHECK_MESSAGE(j.wait_recovered_from(1, 0), "no recovery from slot 1's death");
+  j.open_gate();
+  const json s = j.finish();
+
+  const std::string text = slurp(j.out);
+  CHECK(text.find("slot 1 exited (status -9): a spare takes its place") != std::string::npos);
+  CHECK(text.find("slot 2 (incarnation 0) was evicted as hung: SIGKILL") != std::string::npos);
+  const json& w1 = s["workers"][1];
+  REQUIRE(w1["spawns"].size() == 2);
+  const json& respawn = w1["spawns"][1];
+  MESSAGE("slot 1 respawn: ", respawn.dump());
+  CHECK(respawn["reason"].get<std::string>().find("the spare it waited for is gone") != std::string::npos);
+  REQUIRE(respawn["held_ms"].is_number());
+  CHECK(respawn["held_ms"].get<double>() < kMinWorldTimeoutMs / 2);
+  const json* rec = recovery_of(s, 1, 0);
+  REQUIRE(rec);
+  MESSAGE("recovery from slot 1's death: ", rec->dump());
   CHECK((*rec)["finished"] == true);
   CHECK((*rec)["world"] == 2);
   CHECK((*rec)["total_ms"].get<double>() < kMinWorldTimeoutMs / 2);
