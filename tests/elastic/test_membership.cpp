@@ -493,6 +493,34 @@ TEST_CASE("spares: a joiner at full W waits without reconfigure and fills the ne
   CHECK(s.m.plan()->ranks[0].source_rank == 1);
 }
 
+TEST_CASE("standby: registered workers outside the last RUNNING generation, until a plan makes them members") {
+  // The launcher counts exactly these as its spares (apps/ringfence, --spares): a member
+  // must never be listed, nor a worker that failed or left, and a spare stays listed while
+  // a recovery is open — it is a member only once the new generation RUNS.
+  Sim s(2);
+  s.join({0, 0});
+  CHECK(s.m.standby() == std::vector<WorkerId>{{0, 0}});  // forming: registered, not yet a member
+  s.report({0, 0}, 0, -1, "init");
+  s.join({1, 0});
+  s.report({1, 0}, 0, -1, "init");
+  s.ready_all();
+  REQUIRE(s.m.phase() == Phase::Running);
+  CHECK(s.m.standby().empty());
+  s.join_new({5, 0});
+  s.join_new({6, 0});
+  CHECK(s.m.standby() == std::vector<WorkerId>{{5, 0}, {6, 0}});
+  s.lose({0, 0});  // the dead member is not a spare; the spares still are, during recovery
+  CHECK(s.m.standby() == std::vector<WorkerId>{{5, 0}, {6, 0}});
+  s.report({1, 0}, 2, 3, "k");
+  REQUIRE(s.m.plan());
+  CHECK(s.m.standby() == std::vector<WorkerId>{{5, 0}, {6, 0}});  // planned, not RUNNING yet
+  s.ready_all();
+  REQUIRE(s.m.phase() == Phase::Running);
+  CHECK(s.m.standby() == std::vector<WorkerId>{{6, 0}});  // slot 5 is a member now
+  REQUIRE(s.m.leave({6, 0}, s.now).ok());                  // a spare that left is gone
+  CHECK(s.m.standby().empty());
+}
+
 TEST_CASE("minimum world size during recovery: wait until the deadline, then stop with a clear error") {
   Sim s(3, 3);
   s.fail_one(3, 1, 1, "m");
