@@ -51,9 +51,13 @@ TrainResult train_distributed(const TrainOptions& opt, std::ostream& log) {
   const bool reporter = slot == 0;
   const std::string prog = str("train_", model_name(opt.model));
 
-  // Every worker checks --metrics now: rank 0 of the last generation writes it, and that
-  // may be any of them. Before, a bad path failed after training and the job ended DONE.
+  // Every worker checks the outputs now: rank 0 of the last generation writes --metrics,
+  // and that may be any of them (before, a bad path failed after training and the job
+  // ended DONE); slot 0 writes the step logs, but if it alone failed the others would wait
+  // out --min-world-timeout (90 s) for it.
   if (!opt.metrics_file.empty()) check_output_writable(opt.metrics_file, "--metrics");
+  if (!opt.loss_log.empty()) check_output_writable(opt.loss_log, "--loss-log");
+  if (!opt.batch_log.empty()) check_output_writable(opt.batch_log, "--batch-log");
   const data::Dataset train_set = load_train_set(opt);
   // The test set is used only at the end, by that rank 0. Files are loaded now, by every
   // worker (a replacement too: the launcher restarts a worker that failed at its start), so

@@ -1,5 +1,7 @@
 #include "models/train_setup.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -110,11 +112,19 @@ std::ofstream open_output(const std::string& path, const char* flag) {
 }
 
 void check_output_writable(const std::string& path, const char* flag) {
+  namespace fs = std::filesystem;
   std::error_code ec;
-  const bool existed = std::filesystem::exists(path, ec);
-  errno = 0;
-  if (!std::ofstream(path, std::ios::app)) throw InvalidInput(str(flag, " ", path, ": cannot open for writing", why_not()));
-  if (!existed) std::filesystem::remove(path, ec);
+  const std::string cannot = str(flag, " ", path, ": cannot open for writing");
+  if (fs::exists(path, ec)) {
+    if (fs::is_directory(path, ec)) throw InvalidInput(str(cannot, ": Is a directory"));
+    errno = 0;
+    if (!std::ofstream(path, std::ios::app)) throw InvalidInput(str(cannot, why_not()));  // appends nothing
+    return;
+  }
+  // Never created here: several workers check the same path, and one may be creating it.
+  const fs::path dir = fs::path(path).has_parent_path() ? fs::path(path).parent_path() : fs::path(".");
+  if (!fs::is_directory(dir, ec)) throw InvalidInput(str(cannot, ": no directory ", dir.string()));
+  if (::access(dir.c_str(), W_OK | X_OK) != 0) throw InvalidInput(str(cannot, ": ", dir.string(), ": ", std::strerror(errno)));
 }
 
 }  // namespace rf::models

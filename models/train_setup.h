@@ -47,7 +47,8 @@ std::ofstream open_output(const std::string& path, const char* flag);
 // Fails now (rf::InvalidInput naming the flag, the path and why) when `path` cannot be
 // opened for writing, so an output written only at the end (--metrics) is refused before
 // training, not after it. An existing file is left exactly as it is (opened for appending,
-// nothing written); one this check had to create is removed again.
+// nothing written); a missing one is not created (its directory must exist and be
+// writable), so workers checking the same path at once do not race.
 void check_output_writable(const std::string& path, const char* flag);
 
 }  // namespace rf::models

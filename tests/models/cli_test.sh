@@ -109,6 +109,15 @@ if [[ -x "$bin/ringfence" ]]; then
   [[ $rc != 0 ]] && grep -q -- "--metrics $tmp/no/such/dir/m.json: cannot open for writing" "$tmp/err" \
     || fail "ringfence run with an unwritable --metrics: exit $rc, $(tail -5 "$tmp/err")"
   ! grep -q "test accuracy" "$tmp/out" || fail "ringfence run trained before refusing an unwritable --metrics"
+  # --loss-log is written by slot 0 alone, but every worker checks it: when slot 0 alone
+  # failed, the others waited out --min-world-timeout (once per incarnation of slot 0).
+  set +e
+  "$bin/ringfence" run -n 2 --quiet --min-world-timeout 5s -- "$bin/train_mlp" "${quick[@]}" \
+    --loss-log "$tmp/no/such/dir/l.jsonl" > "$tmp/out" 2>"$tmp/err"; rc=$?
+  set -e
+  [[ $rc != 0 ]] && grep -q -- "--loss-log $tmp/no/such/dir/l.jsonl: cannot open for writing" "$tmp/err" \
+    && ! grep -q "fewer than the minimum world size" "$tmp/err" \
+    || fail "ringfence run with an unwritable --loss-log: exit $rc, $(tail -5 "$tmp/err")"
   # A damaged test set (t10k images cut short) fails the job at its start: before, the
   # workers loaded it only at the end, after training.
   mkdir "$tmp/data"
