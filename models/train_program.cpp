@@ -1,6 +1,7 @@
 #include "models/train_program.h"
 
 #include <exception>
+#include <new>
 #include <ostream>
 #include <string>
 
@@ -15,6 +16,10 @@ int run_train_program(const TrainOptions& opt, std::ostream& out, std::ostream& 
       train_distributed(opt, out);
     else
       train(opt, out);
+  } catch (const std::bad_alloc&) {
+    // what() is just "std::bad_alloc": say what it means and what usually causes it.
+    err << name << ": error: out of memory (is --synthetic or --batch too large for this machine?)\n";
+    return 1;
   } catch (const std::exception& e) {
     err << name << ": error: " << e.what() << "\n";
     return 1;

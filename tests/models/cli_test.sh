@@ -68,6 +68,12 @@ set +e
 "$bin/train_mlp" "${quick[@]}" --resume 2>"$tmp/err"; rc=$?
 set -e
 [[ $rc == 2 ]] && grep -q -- "--resume: needs --ckpt-dir" "$tmp/err" || fail "--resume without --ckpt-dir: exit $rc"
+# An absurd size is an error that says what happened ("std::bad_alloc" did not).
+set +e
+"$bin/train_mlp" --synthetic 1000000000000 --max-steps 1 > /dev/null 2>"$tmp/err"; rc=$?
+set -e
+[[ $rc == 1 ]] && grep -q "out of memory (is --synthetic or --batch too large" "$tmp/err" \
+  || fail "--synthetic 10^12: exit $rc, $(cat "$tmp/err")"
 # Outputs that cannot be written fail BEFORE training, not after it (an hour's run would
 # lose its result), and a failed run leaves an existing --metrics file as it was.
 for prog in train_mlp train_cnn; do
