@@ -41,6 +41,11 @@ void write_snapshot_meta(SafetensorsWriter& w, const SnapshotMeta& m) {
   w.set_metadata("world_size", std::to_string(m.world_size));
   w.set_metadata("optimizer", m.optimizer);
   w.set_metadata("optimizer_hparams", m.optimizer_hparams);
+  if (!m.data_order.empty()) {
+    if (!nlohmann::json::accept(m.data_order) || !nlohmann::json::parse(m.data_order).is_object())
+      throw rf::InvalidInput(rf::str("snapshot data_order is not a JSON object: ", m.data_order));
+    w.set_metadata("data_order", m.data_order);
+  }
 }
 
 SnapshotMeta read_snapshot_meta(const SafetensorsReader& r) {
@@ -63,6 +68,11 @@ SnapshotMeta read_snapshot_meta(const SafetensorsReader& r) {
   auto hp = nlohmann::json::parse(m.optimizer_hparams, nullptr, /*allow_exceptions=*/false);
   if (!hp.is_object()) {
     throw FormatError(r.source(), "", rf::str("metadata 'optimizer_hparams' is not a JSON object: ", m.optimizer_hparams));
+  }
+  if (auto it = r.metadata().find("data_order"); it != r.metadata().end()) {
+    m.data_order = it->second;
+    if (!nlohmann::json::parse(m.data_order, nullptr, /*allow_exceptions=*/false).is_object())
+      throw FormatError(r.source(), "", rf::str("metadata 'data_order' is not a JSON object: ", m.data_order));
   }
   return m;
 }

@@ -11,6 +11,8 @@
 //   world_size      W at that generation
 //   optimizer       e.g. "sgd"
 //   optimizer_hparams  e.g. {"lr":0.05,"momentum":0.9}
+//   data_order      optional: what decides which samples step s sees, as a JSON object,
+//                   e.g. {"batch":128,"samples":60000,"seed":0} (train_mlp / train_cnn)
 //   crc32c, state_digest, metadata_crc32c   filled in by the writer, verified by the reader
 #include <cstdint>
 #include <string>
@@ -31,9 +33,13 @@ struct SnapshotMeta {
   int64_t world_size = 1;
   std::string optimizer;
   std::string optimizer_hparams = "{}";  // a JSON object
+  // A JSON object, or "" (not recorded: the key is absent). Resuming with another one is
+  // resuming on other batches: the programs warn, as for other hyper-parameters.
+  std::string data_order = "";
 };
 
-// Throws rf::InvalidInput when optimizer_hparams is not a JSON object.
+// Throws rf::InvalidInput when optimizer_hparams (or a non-empty data_order) is not a JSON
+// object.
 void write_snapshot_meta(SafetensorsWriter& w, const SnapshotMeta& m);
 // Throws FormatError naming the key when one is missing, not a number, out of range, or
 // of an unknown format version.

@@ -74,6 +74,12 @@ int64_t restore_for_resume(const TrainOptions& opt, nn::Module& model, optim::SG
     log << "warning: " << point->path << " was trained with " << point->meta.optimizer_hparams
         << ", continuing with " << ours.optimizer_hparams << "\n";
   }
+  // Another batch size, seed or data set: step s no longer sees the samples it saw.
+  if (!point->meta.data_order.empty() && point->meta.data_order != ours.data_order) {
+    log << "warning: " << point->path << " was trained with data order " << point->meta.data_order
+        << ", continuing with " << ours.data_order << ": the steps from here see other batches than an "
+        << "uninterrupted run would\n";
+  }
   log << "== resumed from " << point->path << " (step " << from << "), continuing at step " << from + 1 << "\n";
   r.resumed_step = from;
   return from + 1;
@@ -98,7 +104,9 @@ TrainResult train(const TrainOptions& opt, std::ostream& log) {
   TrainResult r;
   ckpt::SnapshotMeta meta{.model = model_name(opt.model), .step = -1, .generation = 0, .world_size = 1,
                           .optimizer = sgd.kind(),
-                          .optimizer_hparams = nlohmann::json{{"lr", opt.lr}, {"momentum", opt.momentum}}.dump()};
+                          .optimizer_hparams = nlohmann::json{{"lr", opt.lr}, {"momentum", opt.momentum}}.dump(),
+                          .data_order = nlohmann::json{{"batch", opt.batch}, {"samples", train_set.n},
+                                                       {"seed", opt.seed}}.dump()};
 
   std::ofstream loss_log, batch_log;
   if (!opt.loss_log.empty()) loss_log = open_output(opt.loss_log, "--loss-log");
@@ -118,6 +126,9 @@ TrainResult train(const TrainOptions& opt, std::ostream& log) {
         &log);
   }
   const int64_t first_step = restore_for_resume(opt, *model, sgd, meta, r, log);
+  if (first_step > 0 && first_step >= total_steps)
+    log << "warning: the checkpoint holds step " << first_step - 1 << ", this run has " << total_steps
+        << " steps: nothing left to train\n";
 
   std::vector<int32_t> labels;
   const TimePoint t0 = Clock::now();

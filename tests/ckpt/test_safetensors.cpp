@@ -198,6 +198,19 @@ TEST_CASE("snapshot metadata round trips and is validated") {
   CHECK(back.world_size == 4);
   CHECK(back.optimizer == "sgd");
   CHECK(nlohmann::json::parse(back.optimizer_hparams)["momentum"] == 0.9);
+  CHECK(back.data_order.empty());  // optional: not written, not read
+
+  {
+    auto w2 = s.writer();
+    m.data_order = R"({"batch":128,"samples":60000,"seed":0})";
+    write_snapshot_meta(w2, m);
+    auto r2 = SafetensorsReader::from_bytes(w2.to_bytes(), "snap");
+    CHECK(read_snapshot_meta(r2).data_order == m.data_order);
+    const std::string not_an_object = "[7]";  // (a literal here trips GCC 12's -Wrestrict)
+    m.data_order = not_an_object;
+    CHECK_THROWS_AS(write_snapshot_meta(w2, m), rf::InvalidInput);
+    m.data_order.clear();
+  }
 
   m.optimizer_hparams = "[1]";
   CHECK_THROWS_AS(write_snapshot_meta(w, m), rf::InvalidInput);
