@@ -5,7 +5,9 @@
 #include <signal.h>
 #include <sys/stat.h>
 #include <poll.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -15,6 +17,7 @@
 #include "apps/ringfence/supervisor.h"
 #include "apps/ringfence/timeline.h"
 #include "base/error.h"
+#include "base/str.h"
 #include "elastic/coordinator.h"
 #include "elastic/launch_options.h"
 #include "elastic/token.h"
@@ -35,6 +38,36 @@ const char* kUsage =
     "SPEC: KIND:rank=R:step=S[:phase=P][:after_chunks=K] | KIND:rank=R:at=SECONDS\n"
     "      KIND kill|stop|hang|exit|drop|slow; P forward|backward|allreduce|optimizer|transfer|recovery\n"
     "See docs/launcher.md.\n";
+
+// The worker program is looked up as execvpe() will (a name without '/' is searched in
+// PATH) and must be an executable file: otherwise every spawn fails the same way, once
+// per slot and restart. Throws InvalidInput naming it.
+void check_program(const std::string& program) {
+  const std::string cannot = "cannot run '" + program + "'";
+  auto check_file = [&](const std::string& path) -> std::string {  // "" = runnable, else why not
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) return std::strerror(errno);
+    if (S_ISDIR(st.st_mode)) return "is a directory";
+    if (!S_ISREG(st.st_mode)) return "not a regular file";
+    if (::access(path.c_str(), X_OK) != 0) return rf::str("not executable (", std::strerror(errno), ")");
+    return "";
+  };
+  if (program.find('/') != std::string::npos) {
+    if (std::string why = check_file(program); !why.empty()) throw rf::InvalidInput(cannot + ": " + why);
+    return;
+  }
+  const char* env_path = std::getenv("PATH");
+  const std::string path = env_path ? env_path : "/bin:/usr/bin";  // execvpe's default
+  size_t begin = 0;
+  while (true) {
+    const size_t end = path.find(':', begin);
+    const std::string dir = path.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
+    if (check_file((dir.empty() ? "." : dir) + "/" + program).empty()) return;
+    if (end == std::string::npos) break;
+    begin = end + 1;
+  }
+  throw rf::InvalidInput(cannot + ": not found in PATH, or not executable there");
+}
 
 volatile sig_atomic_t g_stop = 0;
 void on_stop(int) { g_stop = 1; }
@@ -99,6 +132,7 @@ int main(int argc, char** argv) {
       RunOptions o;
       try {
         o = parse_run_args(args);
+        check_program(o.program.at(0));
       } catch (const rf::InvalidInput& e) {
         std::fprintf(stderr, "ringfence run: %s\n", e.what());
         return 2;  // refused before anything starts

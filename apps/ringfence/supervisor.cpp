@@ -218,6 +218,19 @@ class Supervisor {
         w->done = true;
         continue;
       }
+      if (!snap_.seen && !registered_.count({w->slot, w->incarnation})) {
+        // It never reached the coordinator, before the job first ran: a program that cannot
+        // start (a bad flag, a missing file) fails the same way again, in every slot.
+        // Ending the job here says so once, with the worker's own status.
+        start_failure_ = code > 0 ? code : 128 - code;
+        error_ = rf::str("slot ", w->slot, " (incarnation ", w->incarnation, ") exited with status ", code,
+                         " before it registered with the coordinator: not restarted, the job ends (its output above "
+                         "says why)");
+        job_over_ = true;
+        w->done = true;
+        kill_all(SIGKILL);
+        continue;
+      }
       if (w->restarts >= opt_.max_restarts) {
         std::fprintf(stderr, "\nringfence: slot %d exited with status %d and has no restarts left (--max-restarts %d)\n",
                      w->slot, code, opt_.max_restarts);
@@ -362,6 +375,10 @@ class Supervisor {
     standby_.clear();
     for (const auto& w : st.value("standby", json::array()))
       standby_.insert({w.value("slot", -1), w.value("incarnation", int64_t{-1})});
+    if (!snap_.seen) {
+      registered_.insert(standby_.begin(), standby_.end());
+      for (const auto& m : st["members"]) registered_.insert({m.value("slot", -1), m.value("incarnation", int64_t{-1})});
+    }
     if (phase == "RUNNING") {
       snap_.seen = true;
       snap_.members.clear();
@@ -398,6 +415,14 @@ class Supervisor {
 
   void note(const std::string& s) { status_.note(s); }
 
+  // Until the job first runs, a worker is judged by whether the coordinator ever listed it
+  // (reap): polled more often then, so one that registered and died at once is seen.
+  bool all_registered() const {
+    for (const auto& w : workers_)
+      if (w.pid > 0 && !registered_.count({w.slot, w.incarnation})) return false;
+    return true;
+  }
+
   void loop() {
     TimePoint last_status = rf::Clock::now() - std::chrono::seconds(1);
     std::optional<TimePoint> stop_deadline;
@@ -425,7 +450,8 @@ class Supervisor {
         stop_deadline.reset();
       }
       inject_due();
-      if (rf::Clock::now() - last_status >= std::chrono::milliseconds(50)) {
+      const auto interval = std::chrono::milliseconds(!snap_.seen && !all_registered() ? 10 : 50);
+      if (rf::Clock::now() - last_status >= interval) {
         last_status = rf::Clock::now();
         poll_status();
       }
@@ -452,6 +478,7 @@ class Supervisor {
     int code = 1;
     if (phase == "DONE" && error_.empty()) code = 0;
     else if (stopping_ && error_.empty() && all_zero) code = 0;
+    if (start_failure_) code = *start_failure_;  // the status of the worker that could not start
     if (error_.empty() && phase != "DONE" && code != 0) error_ = rf::str("the job ended in phase ", phase);
     json summary;
     try {
@@ -499,6 +526,8 @@ class Supervisor {
   json last_status_ = json::object();
   RunningSnapshot snap_;
   std::set<std::pair<int, int64_t>> standby_;  // (slot, incarnation) the last status listed as standby
+  std::set<std::pair<int, int64_t>> registered_;  // listed (standby or member) before the job first ran
+  std::optional<int> start_failure_;  // exit code: a worker ended before it registered
   StatusLine status_{!opt_.quiet};
 };
 

@@ -1,0 +1,111 @@
+// `ringfence run` / `ringfence timeline` and bad input: a PROGRAM that cannot be run and an
+// unwritable --summary are refused before anything starts (exit 2, nothing created); a
+// worker that exits before it registered with the coordinator in the first forming ends
+// the job with its exit status instead of being restarted; a worker that exits non-zero
+// after the job is DONE is not restarted and fails the launcher; an empty event log says so.
+#include <doctest/doctest.h>
+#include <sys/stat.h>
+
+#include <fstream>
+
+#include "base/str.h"
+#include "tests/elastic/proc.h"
+
+using namespace rf::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+struct Launch {
+  std::string dir, out, log, summary;
+  TempDirGuard cleanup;  // destroyed after proc: the launcher is reaped first
+  Proc proc;
+  explicit Launch(const std::string& name) : dir(temp_dir(name)), cleanup{dir} {
+    out = dir + "/launcher.log";
+    log = dir + "/events.jsonl";
+    summary = dir + "/summary.json";
+  }
+  // ringfence run FLAGS --event-log LOG --heartbeat 50ms --lease 500ms -- PROGRAM...
+  void start(const std::vector<std::string>& flags, const std::vector<std::string>& program) {
+    std::vector<std::string> argv = {RF_RINGFENCE, "run"};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    for (auto f : {"--event-log", log.c_str(), "--heartbeat", "50ms", "--lease", "500ms", "--"}) argv.push_back(f);
+    argv.insert(argv.end(), program.begin(), program.end());
+    proc = Proc(argv, {}, out);
+  }
+  int wait(rf::Duration d = 30s) {
+    auto st = proc.wait(d);
+    REQUIRE_MESSAGE(st.has_value(), "launcher still running; output:\n", slurp(out));
+    return *st;
+  }
+  bool log_exists() const { return std::ifstream(log).good(); }
+};
+
+size_t count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t p = text.find(what); p != std::string::npos; p = text.find(what, p + 1)) ++n;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("run: a PROGRAM that cannot be run is refused before anything starts, naming it") {
+  const std::string dir = temp_dir("prog-bad");
+  TempDirGuard cleanup{dir};
+  const std::string plain = dir + "/not-executable";
+  std::ofstream(plain) << "#!/bin/sh\nexit 0\n";
+  REQUIRE(::chmod(plain.c_str(), 0644) == 0);
+  struct Case {
+    std::string program, why;
+  };
+  for (const Case& c : {Case{dir + "/nonexistent/prog", "No such file or directory"},
+                        Case{plain, "not executable"}, Case{dir, "is a directory"},
+                        Case{"rf-no-such-program-anywhere", "not found in PATH"}}) {
+    CAPTURE(c.program);
+    Launch l("prog-bad-run");
+    l.start({"-n", "2"}, {c.program, "--steps", "3"});
+    CHECK(l.wait(10s) == 2);
+    const std::string out = slurp(l.out);
+    INFO("output:\n", out);
+    CHECK(out.find("ringfence run: cannot run '" + c.program + "'") != std::string::npos);
+    CHECK(out.find(c.why) != std::string::npos);
+    CHECK(count(out, "cannot run") == 1);  // said once, by the launcher, not once per spawn
+    CHECK_FALSE(l.log_exists());           // no coordinator was started
+  }
+}
+
+TEST_CASE("run: a worker that fails before it registered ends the job with its exit status, not restarted") {
+  Launch l("prog-noreg");
+  l.start({"-n", "2", "--summary", l.dir + "/summary.json"}, {RF_TEST_WORKER, "--bogus", "1"});
+  CHECK(l.wait() == 2);  // the worker's own exit status (a usage error)
+  const std::string out = slurp(l.out);
+  INFO("output:\n", out);
+  CHECK(count(out, "unknown option --bogus") <= 2);  // each slot started once at most
+  CHECK(out.find("before it registered with the coordinator") != std::string::npos);
+  CHECK(out.find("exited with status 2") != std::string::npos);
+  json s = json::parse(slurp(l.summary), nullptr, false);
+  REQUIRE(!s.is_discarded());
+  CHECK(s["restarts"] == 0);
+  CHECK(s["exit_status"] == 2);
+  CHECK(s["error"].get<std::string>().find("before it registered") != std::string::npos);
+}
+
+// One slot cannot start (exit 5 before registering), the other registers and waits for the
+// world to form: the job ends with 5 and the waiting worker is killed, not left behind.
+TEST_CASE("run: one slot failing to start ends the job with its status; the other worker is stopped") {
+  Launch l("prog-noreg-one");
+  const std::string script = rf::str("if [ \"$RINGFENCE_SLOT\" = 1 ]; then echo slot 1 cannot start >&2; exit 5; fi; "
+                                      "exec \"$0\" \"$@\"");
+  l.start({"-n", "2", "--summary", l.summary}, {"/bin/sh", "-c", script, RF_TEST_WORKER, "--steps", "1000000"});
+  CHECK(l.wait() == 5);
+  const std::string out = slurp(l.out);
+  INFO("output:\n", out);
+  CHECK(count(out, "slot 1 cannot start") == 1);
+  CHECK(out.find("slot 1 (incarnation 0) exited with status 5 before it registered") != std::string::npos);
+  json s = json::parse(slurp(l.summary), nullptr, false);
+  REQUIRE(!s.is_discarded());
+  CHECK(s["restarts"] == 0);
+  REQUIRE(s["workers"][0]["exits"].size() == 1);
+  CHECK(s["workers"][0]["exits"][0]["status"] == -9);  // the waiting slot 0, killed by the launcher
+}
+
