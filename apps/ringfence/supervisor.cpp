@@ -214,6 +214,13 @@ class Supervisor {
       } catch (const rf::Error& e) {
         coord_lost(e.what());
       }
+      if (code != 0 && !job_over_) refresh_phase();  // it may have left a job now DONE
+      if (code != 0 && last_status_.value("phase", "") == "DONE") {
+        // Every member had left: nothing to restart, but the job's end was not clean.
+        late_failures_.push_back(rf::str("slot ", w->slot, " (incarnation ", w->incarnation, ") exited with status ",
+                                         code, " after the job was DONE"));
+        note(late_failures_.back());
+      }
       if (code == 0 || stopping_ || job_over_) {
         w->done = true;
         continue;
@@ -415,6 +422,18 @@ class Supervisor {
 
   void note(const std::string& s) { status_.note(s); }
 
+  // The coordinator's phase now (after a worker's exit was reported), into last_status_.
+  void refresh_phase() {
+    try {
+      const json st = admin_->status();
+      last_status_ = st;
+      const std::string phase = st.value("phase", "");
+      if (phase == "DONE") job_over_ = true;
+    } catch (const rf::Error& e) {
+      coord_lost(e.what());
+    }
+  }
+
   // Until the job first runs, a worker is judged by whether the coordinator ever listed it
   // (reap): polled more often then, so one that registered and died at once is seen.
   bool all_registered() const {
@@ -476,9 +495,12 @@ class Supervisor {
     for (auto& w : workers_)
       for (auto& e : w.exits) all_zero &= e.value("status", 1) == 0 || w.exits.back() != e;
     int code = 1;
-    if (phase == "DONE" && error_.empty()) code = 0;
+    if (phase == "DONE" && error_.empty() && late_failures_.empty()) code = 0;
     else if (stopping_ && error_.empty() && all_zero) code = 0;
     if (start_failure_) code = *start_failure_;  // the status of the worker that could not start
+    if (error_.empty() && !late_failures_.empty()) {
+      for (const auto& f : late_failures_) error_ += (error_.empty() ? "" : "; ") + f;
+    }
     if (error_.empty() && phase != "DONE" && code != 0) error_ = rf::str("the job ended in phase ", phase);
     json summary;
     try {
@@ -528,6 +550,7 @@ class Supervisor {
   std::set<std::pair<int, int64_t>> standby_;  // (slot, incarnation) the last status listed as standby
   std::set<std::pair<int, int64_t>> registered_;  // listed (standby or member) before the job first ran
   std::optional<int> start_failure_;  // exit code: a worker ended before it registered
+  std::vector<std::string> late_failures_;  // non-zero exits after the job was DONE
   StatusLine status_{!opt_.quiet};
 };
 

@@ -109,3 +109,22 @@ TEST_CASE("run: one slot failing to start ends the job with its status; the othe
   CHECK(s["workers"][0]["exits"][0]["status"] == -9);  // the waiting slot 0, killed by the launcher
 }
 
+// A single worker leaves (the job is DONE at once) and its process then exits 3: before,
+// it was restarted or ignored, and the launcher said "job DONE (exit 0)" either way.
+TEST_CASE("run: a worker exiting non-zero after the job is DONE is not restarted and fails the launcher") {
+  Launch l("done-then-fail");
+  l.start({"-n", "1", "--summary", l.summary},
+          {"/bin/sh", "-c", "\"$0\" \"$@\"; exit 3", RF_TEST_WORKER, "--steps", "20", "--step-ms", "2"});
+  CHECK(l.wait() == 1);
+  const std::string out = slurp(l.out);
+  INFO("output:\n", out);
+  CHECK(out.find("slot 0 (incarnation 0) exited with status 3 after the job was DONE") != std::string::npos);
+  CHECK(out.find("job DONE (exit 1)") != std::string::npos);
+  json s = json::parse(slurp(l.summary), nullptr, false);
+  REQUIRE(!s.is_discarded());
+  CHECK(s["phase"] == "DONE");
+  CHECK(s["restarts"] == 0);
+  CHECK(s["workers"][0]["exits"].size() == 1);
+  CHECK(s["workers"][0]["spawns"].size() == 1);
+}
+
