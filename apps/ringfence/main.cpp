@@ -69,6 +69,26 @@ void check_program(const std::string& program) {
   throw rf::InvalidInput(cannot + ": not found in PATH, or not executable there");
 }
 
+// --summary is written when the job ends; checked now so an unwritable path does not
+// lose the result after the whole run. Never created or truncated here: an existing file
+// keeps its contents until the summary replaces it.
+void check_summary_path(const std::string& path) {
+  if (path.empty()) return;
+  const std::string cannot = "--summary " + path + ": cannot open for writing";
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0) {
+    if (S_ISDIR(st.st_mode)) throw rf::InvalidInput(cannot + ": Is a directory");
+    if (::access(path.c_str(), W_OK) != 0) throw rf::InvalidInput(cannot + ": " + std::strerror(errno));
+    return;
+  }
+  if (errno != ENOENT) throw rf::InvalidInput(cannot + ": " + std::strerror(errno));
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    throw rf::InvalidInput(cannot + ": no directory " + dir);
+  if (::access(dir.c_str(), W_OK | X_OK) != 0) throw rf::InvalidInput(cannot + ": " + dir + ": " + std::strerror(errno));
+}
+
 volatile sig_atomic_t g_stop = 0;
 void on_stop(int) { g_stop = 1; }
 
@@ -133,6 +153,7 @@ int main(int argc, char** argv) {
       try {
         o = parse_run_args(args);
         check_program(o.program.at(0));
+        check_summary_path(o.summary_path);
       } catch (const rf::InvalidInput& e) {
         std::fprintf(stderr, "ringfence run: %s\n", e.what());
         return 2;  // refused before anything starts

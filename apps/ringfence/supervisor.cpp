@@ -527,7 +527,10 @@ class Supervisor {
     if (!opt_.summary_path.empty()) {
       std::ofstream f(opt_.summary_path);
       f << out.dump(2) << "\n";
-      if (!f) std::fprintf(stderr, "ringfence: cannot write the summary to '%s'\n", opt_.summary_path.c_str());
+      if (!f) {
+        std::fprintf(stderr, "ringfence: cannot write the summary to '%s'\n", opt_.summary_path.c_str());
+        if (code == 0) code = 1;  // the result is lost
+      }
     }
     return code;
   }

@@ -128,3 +128,32 @@ TEST_CASE("run: a worker exiting non-zero after the job is DONE is not restarted
   CHECK(s["workers"][0]["spawns"].size() == 1);
 }
 
+TEST_CASE("run: an unwritable --summary is refused before anything starts") {
+  for (const std::string sub : {"/missing-dir/s.json", ""}) {  // "" = the directory itself
+    Launch l("summary-bad");
+    const std::string path = l.dir + sub;
+    CAPTURE(path);
+    l.start({"-n", "1", "--summary", path}, {RF_TEST_WORKER, "--steps", "3"});
+    CHECK(l.wait(10s) == 2);
+    const std::string out = slurp(l.out);
+    INFO("output:\n", out);
+    CHECK(out.find("ringfence run: --summary " + path + ": cannot open for writing") != std::string::npos);
+    CHECK_FALSE(l.log_exists());  // no coordinator was started
+  }
+}
+
+// An existing summary is checked, not truncated: it keeps its contents while the job runs
+// and is replaced at the end.
+TEST_CASE("run: an existing --summary is left as it is until the job ends") {
+  Launch l("summary-existing");
+  std::ofstream(l.summary) << "previous run\n";
+  l.start({"-n", "1", "--summary", l.summary}, {RF_TEST_WORKER, "--steps", "1000000", "--step-ms", "5"});
+  REQUIRE(wait_event(l.log, is_event("running", 1), 20s));
+  CHECK(slurp(l.summary) == "previous run\n");
+  l.proc.signal(SIGTERM);
+  CHECK(l.wait(20s) == 0);
+  json s = json::parse(slurp(l.summary), nullptr, false);
+  REQUIRE(!s.is_discarded());
+  CHECK(s["exit_status"] == 0);
+}
+
