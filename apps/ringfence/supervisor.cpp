@@ -214,7 +214,7 @@ class Supervisor {
       } catch (const rf::Error& e) {
         coord_lost(e.what());
       }
-      if (code != 0 && !job_over_) refresh_phase();  // it may have left a job now DONE
+      if (code != 0 && !job_over_) refresh_phase();  // it may have left a job now DONE, or STOPPED
       if (code != 0 && last_status_.value("phase", "") == "DONE") {
         // Every member had left: nothing to restart, but the job's end was not clean.
         late_failures_.push_back(rf::str("slot ", w->slot, " (incarnation ", w->incarnation, ") exited with status ",
@@ -355,14 +355,8 @@ class Supervisor {
       coord_lost(e.what());
       return;
     }
-    last_status_ = st;
+    take_phase(st);
     const std::string phase = st.value("phase", "");
-    if (phase == "STOPPED" && !job_over_) {
-      job_over_ = true;
-      error_ = st.value("error", "the coordinator stopped the job");
-      kill_all(SIGKILL);
-    }
-    if (phase == "DONE") job_over_ = true;
     if (phase == "RUNNING" && !running_since_) running_since_ = rf::Clock::now();
     // Workers evicted as hung (D2) are still alive somewhere: kill them before the
     // replacement starts, so two incarnations never run at once.
@@ -422,13 +416,24 @@ class Supervisor {
 
   void note(const std::string& s) { status_.note(s); }
 
-  // The coordinator's phase now (after a worker's exit was reported), into last_status_.
+  // A status's phase: the job is over when DONE, or STOPPED by the coordinator (its error).
+  void take_phase(const json& st) {
+    last_status_ = st;
+    const std::string phase = st.value("phase", "");
+    if (phase == "STOPPED" && !job_over_) {
+      job_over_ = true;
+      error_ = st.value("error", "the coordinator stopped the job");
+      kill_all(SIGKILL);
+    }
+    if (phase == "DONE") job_over_ = true;
+  }
+
+  // The coordinator's phase now, after a worker's non-zero exit was reported: the job may
+  // be DONE (it left first) or STOPPED (e.g. a digest mismatch in the first round, which
+  // the worker may exit on before the launcher's last poll listed it as registered).
   void refresh_phase() {
     try {
-      const json st = admin_->status();
-      last_status_ = st;
-      const std::string phase = st.value("phase", "");
-      if (phase == "DONE") job_over_ = true;
+      take_phase(admin_->status());
     } catch (const rf::Error& e) {
       coord_lost(e.what());
     }
