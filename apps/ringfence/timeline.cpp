@@ -45,7 +45,11 @@ int print_timeline(const std::string& path) {
     ++n;
   }
   if (bad) std::fprintf(stderr, "ringfence timeline: %d line(s) were not events and were skipped\n", bad);
-  return n > 0 ? 0 : 1;
+  if (n == 0) {
+    std::fprintf(stderr, "ringfence timeline: no events in '%s'\n", path.c_str());
+    return 1;
+  }
+  return 0;
 }
 
 }  // namespace rf::apps

@@ -157,3 +157,16 @@ TEST_CASE("run: an existing --summary is left as it is until the job ends") {
   CHECK(s["exit_status"] == 0);
 }
 
+TEST_CASE("timeline: an empty event log says there are no events in it") {
+  const std::string dir = temp_dir("timeline-empty");
+  TempDirGuard cleanup{dir};
+  const std::string empty = dir + "/empty.jsonl", junk = dir + "/junk.jsonl";
+  std::ofstream(empty).flush();
+  std::ofstream(junk) << "not json\n";
+  for (const std::string& f : {empty, junk}) {
+    CAPTURE(f);
+    Proc tl({RF_RINGFENCE, "timeline", f}, {}, dir + "/out.txt");
+    CHECK(tl.wait(10s) == 1);
+    CHECK(slurp(dir + "/out.txt").find("ringfence timeline: no events in '" + f + "'") != std::string::npos);
+  }
+}
