@@ -14,6 +14,7 @@
 #include "base/error.h"
 #include "base/str.h"
 #include "ckpt/async_checkpointer.h"
+#include "ckpt/checkpoint_dir.h"
 #include "ckpt/resume.h"
 #include "comm/errors.h"
 #include "comm/file_store.h"
@@ -135,6 +136,7 @@ struct Trainer::Impl {
     rank = me->rank;
     world = plan.world();
     inj->set_rank(rank);
+    if (plan.fresh_start) refuse_foreign_checkpoints();
     const int64_t redo = plan.target_step + 1;
     inj->on_plan(redo, plan.fresh_start);
     inj->at(FaultPhase::Recovery, redo);
@@ -316,6 +318,24 @@ struct Trainer::Impl {
     saved_step = state.step();
   }
 
+  // A fresh start (nobody holds state: the job's first generation) without `resume` into a
+  // ckpt_dir that already holds checkpoints: they are another run's, and this job's rank 0
+  // would replace them (same names) and prune the rest — the one-process rule
+  // (models/train_loop.cpp) applied by every worker, before any step and before connecting.
+  // Every worker sees the same plan and checks its own directory (any of them may be rank 0
+  // later). A replacement never gets here: it joins a job whose members hold state, so its
+  // plan is no fresh start, and with `resume` the files are this lineage's.
+  // (A job whose every worker died without `resume` also restarts fresh and is refused: its
+  // checkpoints are ahead of a restart from step 0; --resume continues from them.)
+  void refuse_foreign_checkpoints() const {
+    if (cfg.resume || cfg.ckpt_dir.empty()) return;
+    const auto existing = ckpt::list_checkpoints(cfg.ckpt_dir);
+    if (existing.empty()) return;
+    throw InvalidInput(str("--ckpt-dir ", cfg.ckpt_dir, " already holds checkpoints (newest ", existing.front().path,
+                           ") and this job starts fresh; pass --resume to continue from them, or choose another "
+                           "directory"));
+  }
+
   void restore_from_disk() {
     ckpt::RestoreExpect expect;
     expect.model = cfg.model_name;
@@ -433,6 +453,7 @@ struct Trainer::Impl {
     inj = std::make_unique<FaultInjector>();
     audit_ = std::make_unique<AuditLog>(cfg.audit_log, env.rank, 0);
     ctx = comm::UcxContext::create();
+    refuse_foreign_checkpoints();  // one generation, always a fresh start
     comm::FileStore store(env.store_dir);
     comm::UcxOptions uo;
     uo.stall_timeout = cfg.stall_timeout;

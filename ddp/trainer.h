@@ -68,7 +68,9 @@ struct TrainerConfig {
   // ckpt_dir/ckpt-<step>.safetensors in the background every ckpt_every steps, when the
   // control block asks for one (R5), at a graceful stop and at the end. With `resume`, the
   // worker first restores the newest valid checkpoint and reports that state, so a job
-  // restarted after every worker died continues at its step + 1.
+  // restarted after every worker died continues at its step + 1. Without `resume`, a
+  // fresh start into a ckpt_dir that already holds checkpoints throws InvalidInput before
+  // any step (they are another run's; docs/ddp.md).
   std::string ckpt_dir;
   int64_t ckpt_every = 0;
   int64_t ckpt_keep = 3;
