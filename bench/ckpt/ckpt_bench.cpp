@@ -19,7 +19,9 @@
 #include <vector>
 
 #include "base/clock.h"
+#include "bench/flags.h"
 #include "ckpt/async_checkpointer.h"
+#include "ckpt/checkpoint_dir.h"
 #include "core/ops.h"
 #include "core/optim/sgd.h"
 #include "core/random.h"
@@ -45,47 +47,39 @@ double cpu_seconds() {
   return s(u.ru_utime) + s(u.ru_stime);
 }
 
-[[noreturn]] void usage_error(const std::string& msg) {
-  std::fprintf(stderr, "ckpt_bench: %s (see --help)\n", msg.c_str());
-  std::exit(2);
-}
-
-long positive(const std::string& flag, const std::string& v) {
-  char* end = nullptr;
-  const long n = std::strtol(v.c_str(), &end, 10);
-  if (v.empty() || *end != '\0' || n < 1) usage_error(flag + ": '" + v + "' is not a positive integer");
-  return n;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string model_flag = "cnn", dir = "/tmp/rf_ckpt_bench";
   long batch = 128, threads = 1, every = 10, block = 40, rounds = 6, keep = 3;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--help") {
-      std::printf("usage: ckpt_bench [--model cnn|mlp] [--batch 128] [--threads 1] [--every 10] [--block 40]\n"
-                  "                  [--rounds 6] [--dir /tmp/rf_ckpt_bench] [--keep 3]\n");
-      return 0;
-    }
-    if (i + 1 >= argc) usage_error(a + ": missing value");
-    const std::string v = argv[++i];
-    if (a == "--model") model_flag = v;
-    else if (a == "--dir") dir = v;
-    else if (a == "--batch") batch = positive(a, v);
-    else if (a == "--threads") threads = positive(a, v);
-    else if (a == "--every") every = positive(a, v);
-    else if (a == "--block") block = positive(a, v);
-    else if (a == "--rounds") rounds = positive(a, v);
-    else if (a == "--keep") keep = positive(a, v);
-    else usage_error("unknown flag '" + a + "'");
-  }
-  if (model_flag != "cnn" && model_flag != "mlp") usage_error("--model must be cnn or mlp");
+  bench::Flags flags("ckpt_bench", "ckpt_bench [flags]   (training with and without background checkpoints)");
+  flags.text("--model", "cnn|mlp", "the reference model (default cnn)", model_flag)
+      .integer("--batch", "batch (default 128)", batch, 1)
+      .integer("--threads", "GEMM threads (default 1)", threads, 1, 1024)
+      .integer("--every", "checkpoint every N steps (default 10)", every, 1)
+      .integer("--block", "steps per timed block (default 40)", block, 1)
+      .integer("--rounds", "paired rounds (default 6)", rounds, 1)
+      .text("--dir", "DIR", "checkpoint directory, emptied first (default /tmp/rf_ckpt_bench)", dir)
+      .integer("--keep", "checkpoints kept (default 3)", keep, 1);
+  if (const int rc = flags.parse_or_exit_code(argc, argv); rc >= 0) return rc;
+  if (model_flag != "cnn" && model_flag != "mlp") return flags.fail("--model: '" + model_flag + "' is not cnn or mlp");
   const auto kind = model_flag == "cnn" ? models::ModelKind::CNN : models::ModelKind::MLP;
   kernels::cpu::set_num_threads(static_cast<int>(threads));
-  std::error_code ec;
-  std::filesystem::remove_all(dir, ec);  // the checkpointer refuses nothing, but start clean
+  // Start clean, but only ever delete what a checkpointer writes: `--dir ~` removed the
+  // whole directory tree before.
+  {
+    std::error_code ec;
+    std::vector<std::filesystem::path> ours;
+    for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+      const std::string name = e.path().filename().string();
+      const bool temp = name.size() > 5 && name[0] == '.' && name.ends_with(".tmp") &&
+                        ckpt::parse_checkpoint_name(name.substr(1, name.size() - 5));
+      if (!e.is_regular_file() || !(ckpt::parse_checkpoint_name(name) || temp || name == "ckpt.lock"))
+        return flags.fail("--dir " + dir + " holds " + name + ", which is no checkpoint: choose an empty directory");
+      ours.push_back(e.path());
+    }
+    for (const auto& p : ours) std::filesystem::remove(p, ec);
+  }
 
   auto model = models::make_model(kind, 0);
   optim::SGD sgd(model->named_parameters(), {.lr = 0.05f, .momentum = 0.9f});

@@ -23,6 +23,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
+#include <optional>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -37,6 +39,7 @@
 #include "base/error.h"
 #include "base/str.h"
 #include "bench/comm/backend.h"
+#include "bench/flags.h"
 #include "comm/local_launcher.h"
 #include "comm/shared_buffer.h"
 
@@ -53,66 +56,56 @@ struct Args {
   int deadline_s = 900;
 };
 
-size_t parse_size(const std::string& s) {
-  if (s.empty()) throw rf::InvalidInput("empty size");
-  size_t pos = 0;
-  unsigned long long v;
-  try {
-    v = std::stoull(s, &pos);
-  } catch (const std::logic_error&) {
-    throw rf::InvalidInput(rf::str("size '", s, "' is not a number"));
-  }
-  std::string suf = s.substr(pos);
-  if (suf == "K" || suf == "k") v <<= 10;
-  else if (suf == "M" || suf == "m") v <<= 20;
-  else if (suf == "G" || suf == "g") v <<= 30;
-  else if (!suf.empty()) throw rf::InvalidInput(rf::str("size '", s, "': unknown suffix '", suf, "' (K, M, G)"));
-  return v;
+// A byte count with an optional K/M/G suffix (powers of 1024).
+size_t parse_size(const std::string& flag, const std::string& s) {
+  size_t digits = 0;
+  while (digits < s.size() && std::isdigit(static_cast<unsigned char>(s[digits]))) ++digits;
+  const std::string suf = s.substr(digits);
+  int shift = 0;
+  if (suf == "K" || suf == "k") shift = 10;
+  else if (suf == "M" || suf == "m") shift = 20;
+  else if (suf == "G" || suf == "g") shift = 30;
+  else if (!suf.empty() || digits == 0)
+    throw rf::bench::UsageError(rf::str(flag, ": '", s, "' is not a size (a number with an optional K, M or G)"));
+  const auto v = static_cast<uint64_t>(rf::bench::parse_int_flag(flag, s.substr(0, digits), 0));
+  if (v > (~uint64_t{0} >> shift)) throw rf::bench::UsageError(rf::str(flag, ": '", s, "' is too large"));
+  return static_cast<size_t>(v << shift);
 }
 
-Args parse(int argc, char** argv) {
+// nullopt after --help.
+std::optional<Args> parse(int argc, char** argv) {
   Args a;
-  for (int i = 1; i < argc; ++i) {
-    std::string k = argv[i];
-    auto val = [&]() -> std::string {
-      if (i + 1 >= argc) throw rf::InvalidInput(rf::str("option ", k, " needs a value"));
-      return argv[++i];
-    };
-    auto num = [&](const std::string& v) {
-      try {
-        return std::stod(v);
-      } catch (const std::logic_error&) {
-        throw rf::InvalidInput(rf::str("option ", k, ": '", v, "' is not a number"));
-      }
-    };
-    if (k == "--backend") a.backend = val();
-    else if (k == "--ranks") a.ranks = static_cast<int>(num(val()));
-    else if (k == "-b") a.min_bytes = parse_size(val());
-    else if (k == "-e") a.max_bytes = parse_size(val());
-    else if (k == "-f") a.factor = num(val());
-    else if (k == "-n") a.iters = static_cast<int>(num(val()));
-    else if (k == "-w") a.warmup = static_cast<int>(num(val()));
-    else if (k == "--json") a.json = val();
-    else if (k == "--chunk-bytes") a.tuning.chunk_bytes = parse_size(val());
-    else if (k == "--flows") a.tuning.flows = static_cast<int>(num(val()));
-    else if (k == "--small-bytes") a.tuning.small_bytes = static_cast<long long>(parse_size(val()));
-    else if (k == "--idle-spins") a.tuning.idle_spins = static_cast<long long>(num(val()));
-    else if (k == "--idle-yields") a.tuning.idle_yields = static_cast<long long>(num(val()));
-    else if (k == "--single-copy-bytes") a.tuning.single_copy_bytes = static_cast<long long>(parse_size(val()));
-    else if (k == "--single-copy-max-bytes") a.tuning.single_copy_max_bytes = static_cast<long long>(parse_size(val()));
-    else if (k == "--unregistered") a.tuning.unregistered = true;
-    else if (k == "--no-shm") a.tuning.no_shm = true;
-    else if (k == "--shm-slot-bytes") a.tuning.shm_slot_bytes = static_cast<long long>(parse_size(val()));
-    else if (k == "--deadline") a.deadline_s = static_cast<int>(num(val()));
-    else throw rf::InvalidInput(rf::str("unknown option '", k, "'"));
-  }
-  if (a.backend != "ucx" && a.backend != "gloo" && a.backend != "mpi") {
-    throw rf::InvalidInput(rf::str("--backend ", a.backend, ": expected ucx, gloo or mpi"));
-  }
-  if (a.ranks < 1 || a.ranks > 64) throw rf::InvalidInput(rf::str("--ranks ", a.ranks, ": expected 1..64"));
-  if (a.min_bytes > a.max_bytes) throw rf::InvalidInput("-b must not exceed -e");
-  if (a.factor <= 1) throw rf::InvalidInput("-f must be > 1");
-  if (a.iters < 1 || a.warmup < 0) throw rf::InvalidInput("-n must be >= 1 and -w >= 0");
+  rf::bench::Flags flags("comm_bench", "comm_bench [flags]   (all-reduce bus bandwidth per size, nccl-tests style)");
+  auto size = [](size_t& out) { return [&out](const std::string& f, const std::string& v) { out = parse_size(f, v); }; };
+  auto size_ll = [](long long& out) {
+    return [&out](const std::string& f, const std::string& v) { out = static_cast<long long>(parse_size(f, v)); };
+  };
+  flags.text("--backend", "ucx|gloo|mpi", "the backend (default ucx)", a.backend)
+      .integer("--ranks", "ranks W (default 2)", a.ranks, 1, 64)
+      .value("-b", "SIZE", "smallest size in bytes, K/M/G suffixes (default 8)", size(a.min_bytes))
+      .value("-e", "SIZE", "largest size (default 64M)", size(a.max_bytes))
+      .value("-f", "X", "size factor, > 1 (default 2)",
+             [&a](const std::string& f, const std::string& v) { a.factor = rf::bench::parse_float_flag(f, v, 1.0); })
+      .integer("-n", "timed iterations per size (default 20)", a.iters, 1)
+      .integer("-w", "untimed warm-up iterations per size (default 5)", a.warmup, 0)
+      .text("--json", "FILE", "also write the table as JSON", a.json)
+      .value("--chunk-bytes", "SIZE", "ours: pipeline chunk", size(a.tuning.chunk_bytes))
+      .integer("--flows", "ours: parallel flows (0: default)", a.tuning.flows, 0)
+      .value("--small-bytes", "SIZE", "ours: recursive doubling up to this size", size_ll(a.tuning.small_bytes))
+      .integer("--idle-spins", "ours: spins before yielding", a.tuning.idle_spins, 0)
+      .integer("--idle-yields", "ours: yields before sleeping", a.tuning.idle_yields, 0)
+      .value("--single-copy-bytes", "SIZE", "ours: single-copy path from this size (0: off)",
+             size_ll(a.tuning.single_copy_bytes))
+      .value("--single-copy-max-bytes", "SIZE", "ours: cap on the all-reduce size taking it",
+             size_ll(a.tuning.single_copy_max_bytes))
+      .toggle("--unregistered", "ours: plain memory instead of a registered buffer", [&a] { a.tuning.unregistered = true; })
+      .toggle("--no-shm", "ours: no shared-memory path", [&a] { a.tuning.no_shm = true; })
+      .value("--shm-slot-bytes", "SIZE", "ours: shared-memory slot size", size_ll(a.tuning.shm_slot_bytes))
+      .integer("--deadline", "seconds before the ranks are killed (default 900)", a.deadline_s, 1);
+  if (!flags.parse(argc, argv)) return std::nullopt;
+  if (a.backend != "ucx" && a.backend != "gloo" && a.backend != "mpi")
+    throw rf::bench::UsageError(rf::str("--backend: '", a.backend, "' is not ucx, gloo or mpi"));
+  if (a.min_bytes > a.max_bytes) throw rf::bench::UsageError(rf::str("-b ", a.min_bytes, " exceeds -e ", a.max_bytes));
   return a;
 }
 
@@ -230,8 +223,16 @@ int launch(const Args& a, int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  std::optional<Args> parsed;
   try {
-    const Args a = parse(argc, argv);
+    parsed = parse(argc, argv);
+  } catch (const rf::bench::UsageError& e) {
+    std::cerr << "comm_bench: " << e.what() << " (see --help)\n";
+    return 2;
+  }
+  if (!parsed) return 0;
+  try {
+    const Args& a = *parsed;
     if (std::getenv("RF_BENCH_CHILD")) return run_rank(a, argc, argv);
     return launch(a, argc, argv);
   } catch (const std::exception& e) {

@@ -49,6 +49,7 @@
 
 #include "base/clock.h"
 #include "bench/ddp/ab_stats.h"
+#include "bench/flags.h"
 #include "base/error.h"
 #include "base/str.h"
 #include "comm/local_launcher.h"
@@ -387,30 +388,38 @@ RunResult run_variant(const Opts& o, const std::string& variant, const std::stri
 int main(int argc, char** argv) {
   Opts o;
   std::string variant, out;
+  rf::bench::Flags flags("ddp_bench", "ddp_bench [flags]   (failure-free cost of fault tolerance, overlap's gain)");
+  flags.text("--model", "mlp|cnn", "the reference model (default mlp)", o.model)
+      .integer("--world", "ranks W (default 2)", o.world, 1, 64)
+      .integer("--steps", "steps of an ft/plain/ft-seq job (default 60)", o.steps, 2)
+      .integer("--warmup", "steps left out of the medians (default 10)", o.warmup, 1)
+      .integer("--batch", "global batch (default 128)", o.batch, 1)
+      .integer("--rounds", "rounds, every variant once per round (default 12)", o.rounds, 1)
+      .integer("--bucket-kib", "bucket cap in KiB (default 0: the reducer's)", o.bucket_kib, 0)
+      .integer("--last-bucket-kib", "last bucket cap in KiB (default -1: the reducer's)", o.last_bucket_kib, -1)
+      .text("--variants", "LIST", "comma-separated ft, plain, ft-seq, ab (default ft,plain,ab)", o.variants)
+      .integer("--ab-period", "overlap on/off block length in an ab job (default 5)", o.ab_period, 1)
+      .integer("--ab-steps", "steps of an ab job in a mixed run (default 300)", o.ab_steps, 2)
+      .text("--child", "VARIANT", "internal: run as a worker of VARIANT", variant)
+      .text("--out", "FILE", "internal: a worker's result file", out);
+  if (const int rc = flags.parse_or_exit_code(argc, argv); rc >= 0) return rc;
   try {
-    for (int i = 1; i < argc; ++i) {
-      const std::string f = argv[i];
-      if (i + 1 >= argc) throw InvalidInput(str(f, " needs a value"));
-      const std::string v = argv[++i];
-      if (f == "--model") o.model = v;
-      else if (f == "--world") o.world = std::stoi(v);
-      else if (f == "--steps") o.steps = std::stoll(v);
-      else if (f == "--warmup") o.warmup = std::stoll(v);
-      else if (f == "--batch") o.batch = std::stoll(v);
-      else if (f == "--rounds") o.rounds = std::stoll(v);
-      else if (f == "--bucket-kib") o.bucket_kib = std::stoll(v);
-      else if (f == "--last-bucket-kib") o.last_bucket_kib = std::stoll(v);
-      else if (f == "--variants") o.variants = v;
-      else if (f == "--ab-period") o.ab_period = std::stoll(v);
-      else if (f == "--ab-steps") o.ab_steps = std::stoll(v);
-      else if (f == "--child") variant = v;
-      else if (f == "--out") out = v;
-      else throw InvalidInput(str("unknown option ", f));
-    }
-    if (o.model != "mlp" && o.model != "cnn") throw InvalidInput("--model: mlp or cnn");
-    if (o.ab_period < 1) throw InvalidInput("--ab-period must be >= 1");
-    if (o.warmup < 1) throw InvalidInput("--warmup must be >= 1 (a step's time needs the previous step's end)");
+    if (o.model != "mlp" && o.model != "cnn") return flags.fail(str("--model: '", o.model, "' is not mlp or cnn"));
+    // A step's time needs the previous step's end: the medians need steps after --warmup.
+    if (o.warmup >= o.steps)
+      return flags.fail(str("--warmup ", o.warmup, " leaves no measured step of --steps ", o.steps));
     if (!variant.empty()) return child(o, variant, out);
+
+    std::vector<std::string> variants;
+    for (size_t a = 0; a <= o.variants.size();) {
+      size_t b = o.variants.find(',', a);
+      if (b == std::string::npos) b = o.variants.size();
+      const std::string v = o.variants.substr(a, b - a);
+      if (v != "ft" && v != "plain" && v != "ft-seq" && v != "ab")
+        return flags.fail(str("--variants ", o.variants, ": unknown variant '", v, "' (ft, plain, ft-seq, ab)"));
+      variants.push_back(v);
+      a = b + 1;
+    }
 
     char tmpl[] = "/tmp/ddp_bench_XXXXXX";
     if (!::mkdtemp(tmpl)) throw Error("mkdtemp failed");
@@ -418,15 +427,6 @@ int main(int argc, char** argv) {
       const int rc = run_ab(o, tmpl);
       if (std::system(str("rm -rf ", tmpl).c_str()) != 0) std::fprintf(stderr, "could not remove %s\n", tmpl);
       return rc;
-    }
-    std::vector<std::string> variants;
-    for (size_t a = 0; a <= o.variants.size();) {
-      size_t b = o.variants.find(',', a);
-      if (b == std::string::npos) b = o.variants.size();
-      const std::string v = o.variants.substr(a, b - a);
-      if (v != "ft" && v != "plain" && v != "ft-seq" && v != "ab") throw InvalidInput(str("--variants: unknown '", v, "'"));
-      variants.push_back(v);
-      a = b + 1;
     }
     std::map<std::string, std::vector<RunResult>> res;
     std::printf("# ddp_bench: %s, W=%d, batch %lld (global), 1 thread per rank, bucket cap %s, last bucket cap %s, "

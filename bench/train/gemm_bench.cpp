@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/flags.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_packed.h"
 #include "kernels/cpu/gemm_small.h"
@@ -73,30 +74,15 @@ double thread_cpu() {
 int main(int argc, char** argv) {
   int rounds = 15, reps = 20;
   std::string kernel = "packed", baseline = "eigen";
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto next = [&]() -> const char* {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "gemm_bench: %s needs a value\n", a.c_str());
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (a == "--rounds") rounds = std::atoi(next());
-    else if (a == "--reps") reps = std::atoi(next());
-    else if (a == "--kernel") kernel = next();
-    else if (a == "--baseline") baseline = next();
-    else {
-      std::fprintf(stderr, "gemm_bench: unknown argument '%s'\n", a.c_str());
-      return 2;
-    }
-  }
-  if (rounds < 1 || reps < 1 || (kernel != "packed" && kernel != "small" && kernel != "routed") ||
-      (baseline != "eigen" && baseline != "small")) {
-    std::fprintf(stderr, "gemm_bench: need --rounds >= 1, --reps >= 1, --kernel packed|small|routed, "
-                 "--baseline eigen|small\n");
-    return 2;
-  }
+  rf::bench::Flags flags("gemm_bench", "gemm_bench [flags]   (our GEMM kernels against a baseline, paired per round)");
+  flags.integer("--rounds", "paired rounds per shape (default 15)", rounds, 1)
+      .integer("--reps", "calls per timing (default 20)", reps, 1)
+      .text("--kernel", "packed|small|routed", "ours (default packed)", kernel)
+      .text("--baseline", "eigen|small", "the baseline (default eigen)", baseline);
+  if (const int rc = flags.parse_or_exit_code(argc, argv); rc >= 0) return rc;
+  if (kernel != "packed" && kernel != "small" && kernel != "routed")
+    return flags.fail("--kernel: '" + kernel + "' is not packed, small or routed");
+  if (baseline != "eigen" && baseline != "small") return flags.fail("--baseline: '" + baseline + "' is not eigen or small");
   if ((kernel != "routed" || baseline != "eigen") && !gemm_packed_available()) {
     std::fprintf(stderr, "gemm_bench: this build has no AVX-512 kernels\n");
     return 2;

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# The benchmarks' flags (bench/flags.h): --help lists the flags (exit 0), and a bad flag
+# or value is a usage error naming it (exit 2) before anything runs.
+#   flags_test.sh DDP_BENCH COMM_BENCH GEMM_BENCH CKPT_BENCH
+# Every case here exits at parsing; `timeout` bounds each call in case one does not.
+set -u
+ddp=$1 comm=$2 gemm=$3 ckpt=$4
+fails=0
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# expect RC PATTERN PROGRAM ARGS...: exit status RC and PATTERN (grep -E) in its output.
+expect() {
+  local want=$1 pattern=$2
+  shift 2
+  timeout 20 "$@" >"$tmp/out" 2>&1
+  local rc=$?
+  if [[ $rc != "$want" ]] || ! grep -qE -- "$pattern" "$tmp/out"; then
+    echo "FAIL: $(basename "$1") ${*:2}: exit $rc (want $want), output: $(head -c 600 "$tmp/out")"
+    fails=$((fails + 1))
+  fi
+}
+
+for b in "$ddp" "$comm" "$gemm" "$ckpt"; do
+  expect 0 '^usage: ' "$b" --help
+  expect 0 '^  --help, -h ' "$b" -h
+  expect 2 "unknown flag '--bogus' \(see --help\)" "$b" --bogus
+done
+expect 0 '^  --rounds N ' "$ddp" --help
+expect 0 '^  --ranks N ' "$comm" --help
+expect 0 '^  --reps N ' "$gemm" --help
+expect 0 '^  --keep N ' "$ckpt" --help
+expect 2 'ckpt_bench: --threads: 2000 must be in 1 .. 1024' "$ckpt" --threads 2000
+
+# ddp_bench: a number that is not one, a count that would run nothing.
+expect 2 "ddp_bench: --rounds: 'abc' is not an integer" "$ddp" --rounds abc
+expect 2 'ddp_bench: --rounds: -1 must be >= 1' "$ddp" --rounds -1
+expect 2 'ddp_bench: --rounds: 0 must be >= 1' "$ddp" --rounds=0
+expect 2 "ddp_bench: --steps: '10x' is not an integer" "$ddp" --steps 10x
+expect 2 'ddp_bench: --rounds: missing value \(see --help\)$' "$ddp" --rounds
+expect 2 "ddp_bench: --rounds: missing value \(the next argument is the flag '--steps'\)" "$ddp" --rounds --steps 5
+expect 2 'ddp_bench: --warmup 10 leaves no measured step of --steps 10' "$ddp" --steps 10
+expect 2 "ddp_bench: --variants ft,nope: unknown variant 'nope'" "$ddp" --variants ft,nope
+expect 2 "ddp_bench: --model: 'resnet' is not mlp or cnn" "$ddp" --model resnet
+
+# comm_bench
+expect 2 "comm_bench: -n: 'x' is not an integer" "$comm" -n x
+expect 2 "comm_bench: -b: '12Q' is not a size" "$comm" -b 12Q
+expect 2 'comm_bench: -f: 1 must be > 1' "$comm" -f 1
+expect 2 'comm_bench: --ranks: 65 must be in 1 .. 64' "$comm" --ranks 65
+expect 2 'comm_bench: --no-shm takes no value' "$comm" --no-shm=1
+expect 2 "comm_bench: --backend: 'nccl' is not ucx, gloo or mpi" "$comm" --backend nccl
+
+# gemm_bench
+expect 2 "gemm_bench: --rounds: 'abc' is not an integer" "$gemm" --rounds abc
+expect 2 'gemm_bench: --reps: 0 must be >= 1' "$gemm" --reps 0
+expect 2 "gemm_bench: --kernel: 'fast' is not packed, small or routed" "$gemm" --kernel fast
+
+# ckpt_bench: the last argument unknown is unknown, not a flag missing its value.
+expect 2 "ckpt_bench: unknown flag '--bogus'" "$ckpt" --batch 4 --bogus
+expect 2 'ckpt_bench: --every: missing value \(see --help\)$' "$ckpt" --every
+# --dir is emptied first, but only of checkpoint files: anything else is refused, kept.
+mkdir "$tmp/mine" && echo keep >"$tmp/mine/notes.txt"
+expect 2 "ckpt_bench: --dir $tmp/mine holds notes.txt, which is no checkpoint" "$ckpt" --dir "$tmp/mine"
+[[ -f "$tmp/mine/notes.txt" ]] || { echo "FAIL: ckpt_bench removed $tmp/mine/notes.txt"; fails=$((fails + 1)); }
+
+if [[ $fails != 0 ]]; then
+  echo "$fails failure(s)"
+  exit 1
+fi
+echo "OK: bench flags"
