@@ -1,7 +1,8 @@
 // `ringfence run` / `ringfence timeline` and bad input: a PROGRAM that cannot be run and an
 // unwritable --summary are refused before anything starts (exit 2, nothing created); a
 // worker that exits before it registered with the coordinator in the first forming ends
-// the job with its exit status instead of being restarted; a worker that exits non-zero
+// the job with its exit status instead of being restarted (one that registered is still
+// restarted); a worker that exits non-zero
 // after the job is DONE is not restarted and fails the launcher; an empty event log says so.
 #include <doctest/doctest.h>
 #include <sys/stat.h>
@@ -107,6 +108,39 @@ TEST_CASE("run: one slot failing to start ends the job with its status; the othe
   CHECK(s["restarts"] == 0);
   REQUIRE(s["workers"][0]["exits"].size() == 1);
   CHECK(s["workers"][0]["exits"][0]["status"] == -9);  // the waiting slot 0, killed by the launcher
+}
+
+// The other side of the rule: a worker that did register and then died while generation 1
+// was still forming is restarted as before (the recovery path). Slot 2 waits on a gate so
+// the world cannot form; slot 1 (incarnation 0) is SIGKILLed once the launcher's status
+// line lists two standby workers (slots 0 and 1 registered, as the launcher saw them), then
+// its wrapper exits 7 and opens the gate. Every wait in the wrapper is bounded (30 s).
+TEST_CASE("run: a worker that registered and died while generation 1 formed is restarted") {
+  Launch l("forming-registered");
+  const std::string wrapper = R"(dir=$1; shift
+wait_for() { i=0; while ! eval "$1"; do i=$((i+1)); [ $i -gt 3000 ] && exit 99; sleep 0.01; done; }
+if [ "$RINGFENCE_SLOT" = 2 ]; then wait_for '[ -e "$dir/gate" ]'; exec "$@"; fi
+if [ "$RINGFENCE_SLOT" = 1 ] && [ "$RINGFENCE_INCARNATION" = 0 ]; then
+  "$@" & pid=$!
+  wait_for 'grep -q "standby 2" "$dir/launcher.log"'
+  kill -9 $pid; wait $pid
+  touch "$dir/gate"
+  exit 7
+fi
+exec "$@")";
+  l.start({"-n", "3", "--summary", l.summary},
+          {"/bin/sh", "-c", wrapper, "wrap", l.dir, RF_TEST_WORKER, "--steps", "30", "--step-ms", "2"});
+  CHECK(l.wait() == 0);
+  const std::string out = slurp(l.out);
+  INFO("output:\n", out);
+  CHECK(out.find("before it registered") == std::string::npos);
+  json s = json::parse(slurp(l.summary), nullptr, false);
+  REQUIRE(!s.is_discarded());
+  CHECK(s["phase"] == "DONE");
+  CHECK(s["restarts"] == 1);
+  REQUIRE(s["workers"][1]["exits"].size() == 2);
+  CHECK(s["workers"][1]["exits"][0]["status"] == 7);
+  CHECK(s["workers"][1]["exits"][1]["status"] == 0);
 }
 
 // A single worker leaves (the job is DONE at once) and its process then exits 3: before,
