@@ -14,7 +14,13 @@ class AdminClient {
  public:
   AdminClient(std::string host, int port, std::string token, Duration timeout = std::chrono::seconds(10));
   nlohmann::json status();
-  void exited(int slot, int64_t incarnation, int status, int64_t exited_wall_us);
+  // What the coordinator knew of the process that exited (its exited_reply).
+  struct ExitedReply {
+    bool registered = false;  // its join was accepted at some point
+    bool left = false;        // it had left the job gracefully (finished or stopped) first
+    std::string phase;        // the job's phase after the exit
+  };
+  ExitedReply exited(int slot, int64_t incarnation, int status, int64_t exited_wall_us);
   void stop();
   nlohmann::json summary();
 

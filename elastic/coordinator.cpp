@@ -338,8 +338,9 @@ struct Coordinator::Impl {
             send(c, status_json());
           } else if constexpr (std::is_same_v<T, Exited>) {
             const TimePoint exited_at = now - std::chrono::microseconds(std::max<int64_t>(0, rf::wall_us() - r.exited_wall_us));
-            membership.process_exited({r.slot, r.incarnation}, r.status, exited_at, now);
-            send(c, {{"type", "exited_reply"}});
+            const Membership::ExitedInfo info = membership.process_exited({r.slot, r.incarnation}, r.status, exited_at, now);
+            send(c, {{"type", "exited_reply"}, {"registered", info.registered}, {"left", info.left},
+                     {"phase", to_string(membership.phase())}});
           } else if constexpr (std::is_same_v<T, StopJob>) {
             membership.request_stop(now);
             send(c, {{"type", "stop_reply"}});

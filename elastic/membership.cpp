@@ -131,6 +131,7 @@ JoinResult Membership::join(WorkerId w, TimePoint now) {
   nw.last_heartbeat = now;
   nw.join_order = join_counter_++;
   workers_[w.slot] = nw;
+  ever_joined_.insert({w.slot, w.incarnation});
   r.generation = generation_;
   r.phase = phase_;
   log({"join", "", w, generation_, -1, now, std::nullopt, ""});
@@ -298,10 +299,14 @@ void Membership::connection_lost(WorkerId w, TimePoint now) {
   fail(*wk, "connection_closed", now, now, "");
 }
 
-void Membership::process_exited(WorkerId w, int status, TimePoint exited_at, TimePoint now) {
+Membership::ExitedInfo Membership::process_exited(WorkerId w, int status, TimePoint exited_at, TimePoint now) {
+  ExitedInfo info;
+  info.registered = ever_joined_.count({w.slot, w.incarnation}) > 0;
+  if (auto it = workers_.find(w.slot); it != workers_.end() && it->second.id == w) info.left = it->second.left;
   Worker* wk = live_worker(w);
-  if (!wk || wk->left) return;  // already handled (its connection closed first) or left
+  if (!wk || wk->left) return info;  // already handled (its connection closed first) or left
   fail(*wk, "process_exited", now, exited_at, rf::str("exit status ", status));
+  return info;
 }
 
 Answer Membership::leave(WorkerId w, TimePoint now) {

@@ -37,7 +37,14 @@ class Membership {
   Answer failure_report(WorkerId reporter, uint64_t generation, int64_t step, std::optional<int> peer_slot,
                         const std::string& cause, TimePoint now);
   void connection_lost(WorkerId w, TimePoint now);                                  // D1
-  void process_exited(WorkerId w, int status, TimePoint exited_at, TimePoint now);  // D1, by the launcher
+  // What the coordinator knew of a process the launcher saw exit (D1): whether it ever
+  // joined (its hello was answered), and whether it had left the job gracefully (finished
+  // its steps, or stopped: R5) before it died. The launcher judges the exit by it.
+  struct ExitedInfo {
+    bool registered = false;
+    bool left = false;
+  };
+  ExitedInfo process_exited(WorkerId w, int status, TimePoint exited_at, TimePoint now);  // D1, by the launcher
   Answer leave(WorkerId w, TimePoint now);
   void phase_timing(WorkerId w, uint64_t generation, const std::string& phase, double ms);
   void request_stop(TimePoint now);
@@ -115,6 +122,7 @@ class Membership {
   bool stop_flag_ = false;
   std::string error_;
   uint64_t join_counter_ = 0;
+  std::set<std::pair<int, int64_t>> ever_joined_;  // (slot, incarnation) whose join was accepted
   std::vector<RecoveryRecord> recoveries_;
   std::vector<Transition> transitions_;
   std::vector<WorkerId> evictions_;

@@ -209,26 +209,39 @@ class Supervisor {
       w->exits.push_back({{"incarnation", w->incarnation}, {"status", code}, {"wall_us", wall}});
       w->pid = -1;
       ::kill(-pid, SIGKILL);  // anything the worker left behind in its group
+      // D1, as seen by the launcher; the reply says what the coordinator knew of it.
+      AdminClient::ExitedReply known;
       try {
-        admin_->exited(w->slot, w->incarnation, code, wall);  // D1, as seen by the launcher
+        known = admin_->exited(w->slot, w->incarnation, code, wall);
       } catch (const rf::Error& e) {
         coord_lost(e.what());
       }
-      if (code != 0 && !job_over_) refresh_phase();  // it may have left a job now DONE, or STOPPED
+      // It may have left a job now DONE, or STOPPED (a digest mismatch): the reply's phase
+      // says so, the status the error.
+      if (code != 0 && !job_over_ && (known.phase == "DONE" || known.phase == "STOPPED")) refresh_phase();
       if (code != 0 && last_status_.value("phase", "") == "DONE") {
         // Every member had left: nothing to restart, but the job's end was not clean.
         late_failures_.push_back(rf::str("slot ", w->slot, " (incarnation ", w->incarnation, ") exited with status ",
                                          code, " after the job was DONE"));
         note(late_failures_.back());
+      } else if (code != 0 && known.left && !job_over_) {
+        // It had left the job (finished its steps, or stopped) and failed afterwards: the
+        // job no longer counts on it, and a restart would join a job it already finished.
+        late_failures_.push_back(rf::str("slot ", w->slot, " (incarnation ", w->incarnation, ") exited with status ",
+                                         code, " after it left the job"));
+        note(late_failures_.back() + ": not restarted");
+        w->done = true;
+        continue;
       }
       if (code == 0 || stopping_ || job_over_) {
         w->done = true;
         continue;
       }
-      if (!snap_.seen && !registered_.count({w->slot, w->incarnation})) {
-        // It never reached the coordinator, before the job first ran: a program that cannot
-        // start (a bad flag, a missing file) fails the same way again, in every slot.
-        // Ending the job here says so once, with the worker's own status.
+      if (!snap_.seen && !known.registered) {
+        // It never reached the coordinator (its join was never accepted, as the coordinator
+        // says), before the job first ran: a program that cannot start (a bad flag, a
+        // missing file) fails the same way again, in every slot. Ending the job here says
+        // so once, with the worker's own status.
         start_failure_ = code > 0 ? code : 128 - code;
         error_ = rf::str("slot ", w->slot, " (incarnation ", w->incarnation, ") exited with status ", code,
                          " before it registered with the coordinator: not restarted, the job ends (its output above "
@@ -376,10 +389,6 @@ class Supervisor {
     standby_.clear();
     for (const auto& w : st.value("standby", json::array()))
       standby_.insert({w.value("slot", -1), w.value("incarnation", int64_t{-1})});
-    if (!snap_.seen) {
-      registered_.insert(standby_.begin(), standby_.end());
-      for (const auto& m : st["members"]) registered_.insert({m.value("slot", -1), m.value("incarnation", int64_t{-1})});
-    }
     if (phase == "RUNNING") {
       snap_.seen = true;
       snap_.members.clear();
@@ -429,22 +438,14 @@ class Supervisor {
   }
 
   // The coordinator's phase now, after a worker's non-zero exit was reported: the job may
-  // be DONE (it left first) or STOPPED (e.g. a digest mismatch in the first round, which
-  // the worker may exit on before the launcher's last poll listed it as registered).
+  // be DONE (it left first) or STOPPED (a digest mismatch in the first round): then
+  // nothing is restarted and the job's error is the coordinator's.
   void refresh_phase() {
     try {
       take_phase(admin_->status());
     } catch (const rf::Error& e) {
       coord_lost(e.what());
     }
-  }
-
-  // Until the job first runs, a worker is judged by whether the coordinator ever listed it
-  // (reap): polled more often then, so one that registered and died at once is seen.
-  bool all_registered() const {
-    for (const auto& w : workers_)
-      if (w.pid > 0 && !registered_.count({w.slot, w.incarnation})) return false;
-    return true;
   }
 
   void loop() {
@@ -474,8 +475,7 @@ class Supervisor {
         stop_deadline.reset();
       }
       inject_due();
-      const auto interval = std::chrono::milliseconds(!snap_.seen && !all_registered() ? 10 : 50);
-      if (rf::Clock::now() - last_status >= interval) {
+      if (rf::Clock::now() - last_status >= std::chrono::milliseconds(50)) {
         last_status = rf::Clock::now();
         poll_status();
       }
@@ -556,9 +556,8 @@ class Supervisor {
   json last_status_ = json::object();
   RunningSnapshot snap_;
   std::set<std::pair<int, int64_t>> standby_;  // (slot, incarnation) the last status listed as standby
-  std::set<std::pair<int, int64_t>> registered_;  // listed (standby or member) before the job first ran
   std::optional<int> start_failure_;  // exit code: a worker ended before it registered
-  std::vector<std::string> late_failures_;  // non-zero exits after the job was DONE
+  std::vector<std::string> late_failures_;  // non-zero exits after the job was DONE, or after leaving it
   StatusLine status_{!opt_.quiet};
 };
 

@@ -1,0 +1,98 @@
+// `ringfence run` judges a worker's non-zero exit by what the coordinator knew of it (its
+// exited_reply), not by what the launcher's status polls happened to see:
+// - a worker that registered and exited at once, while generation 1 formed, is restarted
+//   (the launcher's polls could miss it and ended the job "before it registered");
+// - a worker that had left the job (finished its steps) and then exits non-zero is not
+//   restarted, and the launcher exits 1 naming it.
+#include <doctest/doctest.h>
+#include <signal.h>
+
+#include "base/str.h"
+#include "tests/elastic/proc.h"
+
+using namespace rf::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+struct Launch {
+  std::string dir, out, summary;
+  TempDirGuard cleanup;  // destroyed after proc: the launcher is reaped first
+  Proc proc;
+  explicit Launch(const std::string& name) : dir(temp_dir(name)), cleanup{dir} {
+    out = dir + "/launcher.log";
+    summary = dir + "/summary.json";
+  }
+  void start(const std::vector<std::string>& flags, const std::vector<std::string>& program) {
+    std::vector<std::string> argv = {RF_RINGFENCE, "run", "--summary", summary};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    for (auto f : {"--heartbeat", "50ms", "--lease", "500ms", "--"}) argv.push_back(f);
+    argv.insert(argv.end(), program.begin(), program.end());
+    proc = Proc(argv, {}, out);
+  }
+  int wait(rf::Duration d = 30s) {
+    auto st = proc.wait(d);
+    REQUIRE_MESSAGE(st.has_value(), "launcher still running; output:\n", slurp(out));
+    return *st;
+  }
+  // Waits until the launcher's output holds `what` (or the launcher ended, or the deadline).
+  bool wait_output(const std::string& what, rf::Duration d) {
+    const auto deadline = rf::Clock::now() + capped(d);
+    while (slurp(out).find(what) == std::string::npos) {
+      if (rf::Clock::now() >= deadline || ::kill(proc.pid(), 0) != 0) return slurp(out).find(what) != std::string::npos;
+      ::poll(nullptr, 0, 10);
+    }
+    return true;
+  }
+  json summary_json() const { return json::parse(slurp(summary), nullptr, false); }
+};
+
+}  // namespace
+
+// Slot 1 (incarnation 0) joins and exits 7 at once, faster than any status poll: the
+// coordinator knows it registered, so it is restarted and the job ends DONE. Repeated, as
+// the old poll-based judgement missed it most of the time, not always.
+TEST_CASE("run: a worker that registered and exited at once while generation 1 formed is restarted") {
+  for (int i = 0; i < 5; ++i) {
+    CAPTURE(i);
+    Launch l("join-exit");
+    l.start({"-n", "2"}, {RF_EXIT_WORKER, "join-exit", "1", "7", RF_TEST_WORKER, "--steps", "5", "--step-ms", "1"});
+    const int st = l.wait();
+    const std::string out = slurp(l.out);
+    INFO("output:\n", out);
+    CHECK(st == 0);
+    CHECK(out.find("before it registered") == std::string::npos);
+    json s = l.summary_json();
+    REQUIRE(!s.is_discarded());
+    CHECK(s["phase"] == "DONE");
+    CHECK(s["restarts"] == 1);
+    REQUIRE(s["workers"][1]["exits"].size() == 2);
+    CHECK(s["workers"][1]["exits"][0]["status"] == 7);
+    CHECK(s["workers"][1]["exits"][1]["status"] == 0);
+    if (st != 0) break;
+  }
+}
+
+// Slot 0 finishes its 5 steps, leaves, and its process then exits 3 while slot 1 still
+// trains (1e6 steps): the job is not DONE, but slot 0 has left it, so it is not restarted.
+// The test then stops the job (SIGINT: slot 1 leaves) and the launcher exits 1 naming slot 0.
+TEST_CASE("run: a worker exiting non-zero after it left the job is not restarted and fails the launcher") {
+  Launch l("left-then-fail");
+  const std::string wrapper = R"(if [ "$RINGFENCE_SLOT" = 0 ]; then "$@" --steps 5; exit 3; fi; exec "$@" --steps 1000000)";
+  l.start({"-n", "2"}, {"/bin/sh", "-c", wrapper, "wrap", RF_TEST_WORKER, "--step-ms", "2"});
+  const bool seen = l.wait_output("slot 0 (incarnation 0) exited with status 3 after it left the job", 20s);
+  l.proc.signal(SIGINT);
+  const int st = l.wait();
+  const std::string out = slurp(l.out);
+  INFO("output:\n", out);
+  CHECK(seen);
+  CHECK(st == 1);
+  json s = l.summary_json();
+  REQUIRE(!s.is_discarded());
+  CHECK(s["restarts"] == 0);
+  CHECK(s["workers"][0]["spawns"].size() == 1);
+  REQUIRE(s["workers"][0]["exits"].size() == 1);
+  CHECK(s["workers"][0]["exits"][0]["status"] == 3);
+  CHECK(s["error"].get<std::string>().find("slot 0 (incarnation 0) exited with status 3 after it left the job") !=
+        std::string::npos);
+}
