@@ -1,6 +1,6 @@
 #pragma once
 // populate_pages — makes a large fresh allocation resident before it is used, in bounded
-// slices.
+// slices; populate_pages_read — the same for a read-only mapping of another's memory.
 //
 // Why: a first touch of a 4 KiB page costs ~13 us on these VMs, one trap per page from user
 // space. madvise(MADV_POPULATE_WRITE) (Linux 5.14+) has the kernel fault the pages in a
@@ -42,5 +42,14 @@ struct PopulateStats {
 // may write it meanwhile (it is meant for memory just allocated).
 PopulateStats populate_pages(void* data, size_t bytes, size_t slice = kPopulateSliceBytes,
                              MadviseFn advise = nullptr);
+
+// The same for a range that may only be read (a peer's buffer mapped PROT_READ): the pages
+// are mapped now, for reading, in madvise(MADV_POPULATE_READ) calls of at most `slice`
+// bytes; where a call fails, one byte of each page of that slice is read instead. Nothing
+// is written. For a shared file mapping (a memfd) the pages are the file's own, so a
+// mapping of memory its owner made resident allocates nothing: it only makes the
+// page-table entries. The range must be mapped and readable.
+PopulateStats populate_pages_read(const void* data, size_t bytes, size_t slice = kPopulateSliceBytes,
+                                  MadviseFn advise = nullptr);
 
 }  // namespace rf

@@ -13,6 +13,7 @@
 #include <mutex>
 #include <utility>
 
+#include "base/populate.h"
 #include "base/str.h"
 #include "comm/ucx/single_copy.h"
 
@@ -60,14 +61,17 @@ const void* map_remote_fd(pid_t pid, int fd, size_t bytes, std::string* why) {
     close(local);
     return nullptr;
   }
-  // MAP_POPULATE: the page-table entries are made now, not by faults inside collectives.
-  void* p = mmap(nullptr, bytes, PROT_READ, MAP_SHARED | MAP_POPULATE, local, 0);
+  void* p = mmap(nullptr, bytes, PROT_READ, MAP_SHARED, local, 0);
   const int err = errno;
   close(local);  // the mapping keeps the memfd alive
   if (p == MAP_FAILED) {
     *why = rf::str("mmap(", path, ", ", bytes, " bytes): ", std::strerror(err));
     return nullptr;
   }
+  // The page-table entries are made now, not by faults inside collectives — in bounded
+  // calls (base/populate.h), not by MAP_POPULATE: that is one call over the whole mapping
+  // holding the mmap lock, and another thread's mmap (the heartbeat's) waits for all of it.
+  populate_pages_read(p, bytes);
   return p;
 }
 

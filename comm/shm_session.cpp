@@ -9,6 +9,7 @@
 #include <new>
 
 #include "base/error.h"
+#include "base/populate.h"
 #include "base/str.h"
 #include "comm/ucx/single_copy.h"
 
@@ -28,8 +29,9 @@ ShmSession::ShmSession(int rank, int world, uint64_t generation, size_t slot_byt
   if (fd_ < 0) throw rf::Error(rf::str("memfd_create: ", std::strerror(errno)));
   void* p = MAP_FAILED;
   if (ftruncate(fd_, static_cast<off_t>(segment_bytes_)) == 0) {
-    p = mmap(nullptr, segment_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd_, 0);
+    p = mmap(nullptr, segment_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
   }
+  if (p != MAP_FAILED) populate_pages(p, segment_bytes_);  // bounded calls, not MAP_POPULATE (base/populate.h)
   if (p == MAP_FAILED) {
     const int err = errno;
     close(fd_);

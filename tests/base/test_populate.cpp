@@ -1,4 +1,5 @@
 #include <doctest/doctest.h>
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -166,4 +167,104 @@ TEST_CASE("where madvise fails, the slice's pages are touched instead and keep t
     CHECK(s2.fallback_bytes == 12 * page);
     CHECK(all.resident_pages() == 12);
   }
+}
+
+namespace {
+
+// Whether each page of [p, p + n) has a page-table entry (/proc/self/pagemap, bit 63). Not
+// mincore: for a file mapping that says whether the file's page is in memory, not whether
+// this mapping maps it.
+std::vector<bool> present(const void* p, size_t n) {
+  const size_t page = page_size();
+  const int fd = ::open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+  REQUIRE(fd >= 0);
+  std::vector<uint64_t> e((n + page - 1) / page);
+  const auto off = static_cast<off_t>(reinterpret_cast<uintptr_t>(p) / page * sizeof(uint64_t));
+  const ssize_t got = ::pread(fd, e.data(), e.size() * sizeof(uint64_t), off);
+  ::close(fd);
+  REQUIRE(got == static_cast<ssize_t>(e.size() * sizeof(uint64_t)));
+  std::vector<bool> v;
+  for (uint64_t x : e) v.push_back((x >> 63) & 1);
+  return v;
+}
+size_t count_present(const void* p, size_t n) {
+  size_t k = 0;
+  for (bool b : present(p, n)) k += b;
+  return k;
+}
+
+// From now on failing_madvise records its calls and fails every `fail_every`-th (0: none).
+void record_calls(int fail_every) {
+  g_fail_every = fail_every;
+  g_calls.clear();
+}
+
+// A peer's buffer as comm maps it: a memfd whose pages its owner wrote (resident), mapped
+// here again read-only, shared — no page of this mapping has an entry until populated.
+// With `holes`, the owner wrote the even pages only: the odd ones are not in memory, so a
+// read fault elsewhere cannot map them too (the kernel's fault-around maps a faulting
+// page's resident neighbours), only a read of their own.
+struct PeerView {
+  explicit PeerView(size_t n, bool holes = false) : bytes(n) {
+    const int fd = ::memfd_create("test_populate", MFD_CLOEXEC);
+    REQUIRE(fd >= 0);
+    REQUIRE(::ftruncate(fd, static_cast<off_t>(n)) == 0);
+    owner = static_cast<unsigned char*>(::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+    REQUIRE(owner != MAP_FAILED);
+    for (size_t i = 0; i < n; ++i)
+      if (!holes || (i / page_size()) % 2 == 0) owner[i] = static_cast<unsigned char>(i * 7 + 3);
+    view = static_cast<const unsigned char*>(::mmap(nullptr, n, PROT_READ, MAP_SHARED, fd, 0));
+    REQUIRE(view != MAP_FAILED);
+    ::close(fd);
+  }
+  ~PeerView() {
+    ::munmap(owner, bytes);
+    ::munmap(const_cast<unsigned char*>(view), bytes);
+  }
+  size_t bytes;
+  unsigned char* owner;
+  const unsigned char* view;
+};
+
+}  // namespace
+
+TEST_CASE("populate_pages_read maps every page of a read-only view of another's memory, in slices, reading only") {
+  const size_t page = page_size();
+  PeerView m(40 * page);
+  REQUIRE(count_present(m.view, m.bytes) == 0);
+  record_calls(0);
+  const rf::PopulateStats st = rf::populate_pages_read(m.view, m.bytes, 16 * page, failing_madvise);
+  CHECK(st.calls == 3);
+  CHECK(st.fallback_bytes == 0);
+  REQUIRE(g_calls.size() == 3);
+  for (const Call& c : g_calls) {
+    CHECK(c.advice == MADV_POPULATE_READ);
+    CHECK(c.len <= 16 * page);
+  }
+  CHECK(count_present(m.view, m.bytes) == 40);
+  for (size_t i = 0; i < m.bytes; i += 61) CHECK(m.view[i] == static_cast<unsigned char>(i * 7 + 3));
+  // The system madvise (the default) does the same.
+  PeerView m2(24 * page);
+  CHECK(rf::populate_pages_read(m2.view, m2.bytes).fallback_bytes == 0);
+  CHECK(count_present(m2.view, m2.bytes) == 24);
+}
+
+TEST_CASE("where madvise fails, populate_pages_read reads a byte of each page of the range instead") {
+  const size_t page = page_size();
+  PeerView m(30 * page, true);
+  record_calls(1);  // every call fails: a kernel without MADV_POPULATE_READ
+  const rf::PopulateStats st = rf::populate_pages_read(m.view, m.bytes, 8 * page, failing_madvise);
+  CHECK(st.calls == 4);
+  CHECK(st.fallback_bytes == 30 * page);
+  CHECK(count_present(m.view, m.bytes) == 30);
+  // An unaligned range (pages 1..3 of a fresh view, 1 and 3 holes): its edge pages too.
+  // Not "none beyond": fault-around maps resident neighbours.
+  PeerView m3(8 * page, true);
+  record_calls(1);
+  rf::populate_pages_read(m3.view + page + 100, 3 * page - 200, 2 * page, failing_madvise);
+  record_calls(0);
+  const std::vector<bool> v = present(m3.view, m3.bytes);
+  for (size_t pg = 1; pg <= 3; ++pg) CHECK(v[pg]);
+  for (size_t i = 0; i < m.bytes; i += 97)
+    CHECK(m.view[i] == ((i / page) % 2 == 0 ? static_cast<unsigned char>(i * 7 + 3) : 0));
 }

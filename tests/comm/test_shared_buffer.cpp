@@ -1,14 +1,18 @@
 // SharedBuffer: memfd memory registered by address, found for any range inside it, and
-// gone from the registry when freed or moved from.
+// gone from the registry when freed or moved from; a peer's read-only mapping of it.
 #include <doctest/doctest.h>
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstring>
+#include <string>
 #include <vector>
 #include <utility>
 
 #include "comm/shared_buffer.h"
+#include "comm/shm_mappings.h"
 
 using namespace rf::comm;
 
@@ -65,4 +69,32 @@ TEST_CASE("shared buffer: every page is resident when the constructor returns (n
   CHECK(resident == v.size());
   const char* p = b.as<char>();
   for (size_t i = 0; i < bytes; i += 4093) REQUIRE(p[i] == 0);
+}
+
+TEST_CASE("shared buffer: a peer's mapping (map_remote_fd) has every page mapped when it returns, its bytes the owner's") {
+  const size_t bytes = (size_t{40} << 20) + 5;  // more than two 16 MiB populate calls
+  SharedBuffer b(bytes);
+  REQUIRE(b.shared());
+  auto* w = b.as<unsigned char>();
+  for (size_t i = 0; i < bytes; i += 4093) w[i] = static_cast<unsigned char>(i % 251 + 1);
+  SharedRange r;
+  REQUIRE(find_shared(b.data(), bytes, &r));
+  std::string why;
+  const auto* p = static_cast<const unsigned char*>(map_remote_fd(::getpid(), r.fd, bytes, &why));
+  REQUIRE_MESSAGE(p != nullptr, why);
+  // Page-table entries present (/proc/self/pagemap bit 63): mincore would only say that the
+  // memfd's pages are in memory, which the owner made them.
+  const auto page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  std::vector<uint64_t> e((bytes + page - 1) / page);
+  const int fd = ::open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+  REQUIRE(fd >= 0);
+  const auto off = static_cast<off_t>(reinterpret_cast<uintptr_t>(p) / page * sizeof(uint64_t));
+  const ssize_t got = ::pread(fd, e.data(), e.size() * sizeof(uint64_t), off);
+  ::close(fd);
+  REQUIRE(got == static_cast<ssize_t>(e.size() * sizeof(uint64_t)));
+  size_t present = 0;
+  for (uint64_t x : e) present += (x >> 63) & 1;
+  CHECK(present == e.size());
+  for (size_t i = 0; i < bytes; i += 4093) REQUIRE(p[i] == static_cast<unsigned char>(i % 251 + 1));
+  ::munmap(const_cast<unsigned char*>(p), bytes);
 }
