@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The benchmarks' flags (bench/flags.h): --help lists the flags (exit 0), and a bad flag
 # or value is a usage error naming it (exit 2) before anything runs.
-#   flags_test.sh DDP_BENCH COMM_BENCH GEMM_BENCH CKPT_BENCH
+#   flags_test.sh DDP_BENCH COMM_BENCH GEMM_BENCH CKPT_BENCH TRAIN_BENCH RECOVERY_WORKER MEMORY_PROBE
 # Every case here exits at parsing; `timeout` bounds each call in case one does not.
 set -u
-ddp=$1 comm=$2 gemm=$3 ckpt=$4
+ddp=$1 comm=$2 gemm=$3 ckpt=$4 train=$5 worker=$6 probe=$7
 fails=0
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -21,7 +21,7 @@ expect() {
   fi
 }
 
-for b in "$ddp" "$comm" "$gemm" "$ckpt"; do
+for b in "$ddp" "$comm" "$gemm" "$ckpt" "$train" "$worker" "$probe"; do
   expect 0 '^usage: ' "$b" --help
   expect 0 '^  --help, -h ' "$b" -h
   expect 2 "unknown flag '--bogus' \(see --help\)" "$b" --bogus
@@ -63,6 +63,36 @@ expect 2 'ckpt_bench: --every: missing value \(see --help\)$' "$ckpt" --every
 mkdir "$tmp/mine" && echo keep >"$tmp/mine/notes.txt"
 expect 2 "ckpt_bench: --dir $tmp/mine holds notes.txt, which is no checkpoint" "$ckpt" --dir "$tmp/mine"
 [[ -f "$tmp/mine/notes.txt" ]] || { echo "FAIL: ckpt_bench removed $tmp/mine/notes.txt"; fails=$((fails + 1)); }
+
+# train_bench (compare_torch.py and tests/models/page_faults.sh drive it)
+expect 0 '^  --no-malloc-tuning ' "$train" --help
+expect 2 "train_bench: --batch: 'x' is not an integer \(see --help\)" "$train" --batch x
+expect 2 'train_bench: --steps: 0 must be >= 1' "$train" --steps 0
+expect 2 'train_bench: --threads: missing value \(see --help\)$' "$train" --threads
+expect 2 "train_bench: --model: 'resnet' is not mlp, cnn or both" "$train" --model resnet
+expect 2 'train_bench: --no-malloc-tuning takes no value' "$train" --no-malloc-tuning=1
+
+# recovery_worker (recovery_bench.py drives it under `ringfence run`): every flag that
+# script passes is listed, and a bad one fails before any job work.
+for f in --model --steps --audit-dir --batch --data-dir --ckpt-dir --ckpt-every --resume; do
+  expect 0 "^  $f " "$worker" --help
+done
+expect 2 "recovery_worker: --steps: '4O' is not an integer" "$worker" --model mlp --steps 4O
+expect 2 'recovery_worker: --batch: -5 must be >= 1' "$worker" --batch -5
+expect 2 "recovery_worker: --model: 'resnet' is not mlp, cnn or big" "$worker" --model resnet
+expect 2 "recovery_worker: --audit-dir: missing value \(the next argument is the flag '--steps'\)" \
+  "$worker" --audit-dir --steps 5
+expect 2 "recovery_worker: unknown flag '--fail-step'" "$worker" --fail-step 3
+expect 2 'recovery_worker: --bucket-mib: 0 must be in 1 .. ' "$worker" --bucket-mib 0
+
+# memory_probe: MODE [MB] then flags.
+expect 0 '^usage: memory_probe stall\|peer\|teardown\|overlap ' "$probe" --help
+expect 2 "memory_probe: unknown mode 'stal' \(stall, peer, teardown or overlap\)" "$probe" stal
+expect 2 'memory_probe: no mode given' "$probe"
+expect 2 "memory_probe: MB: '4x' is not an integer" "$probe" stall 4x
+expect 2 'memory_probe: --rounds: 0 must be >= 1' "$probe" stall --rounds 0
+expect 2 'memory_probe: --rounds: missing value \(see --help\)$' "$probe" peer 8 --rounds
+expect 2 "memory_probe: unknown flag '--bogus'" "$probe" teardown --bogus
 
 if [[ $fails != 0 ]]; then
   echo "$fails failure(s)"

@@ -8,16 +8,18 @@
 //                   [--ckpt-dir D --ckpt-every N [--resume]]
 //   recovery_worker --model big --profile    (no job: times the start-up and the state
 //                   operations of one recovery in this process, one line each, ms)
+// Flags: bench/flags.h (--help; a bad value or an unknown flag is a usage error, exit 2).
 #include <sys/mman.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <string>
 
 #include "base/clock.h"
-#include "base/error.h"
 #include "base/str.h"
+#include "bench/flags.h"
 #include "core/data/data.h"
 #include "core/ops.h"
 #include "core/optim/sgd.h"
@@ -136,31 +138,31 @@ int main(int argc, char** argv) {
   int threads = 1;
   int64_t big_params = 100'000'000;
   bool prof = false;
+  int64_t bucket_mib = -1;
+  rf::bench::Flags flags("recovery_worker",
+                         "recovery_worker --model mlp|cnn|big [flags]   (a worker of `ringfence run` for "
+                         "recovery_bench.py; --profile: no job)");
+  flags.text("--model", "mlp|cnn|big", "the reference MLP or CNN, or the MLP plus --big-params (default mlp)", model)
+      .text("--audit-dir", "DIR", "audit and flight-recorder logs, one per slot and incarnation (default none)",
+            audit_dir)
+      .integer("--steps", "train steps (default 200)", cfg.steps, 1)
+      .integer("--batch", "global batch (default 128)", cfg.global_batch, 1)
+      .integer("--samples", "synthetic samples (default 8192)", samples, 1)
+      .integer("--big-params", "parameters of --model big's extra matrix (default 100000000)", big_params, 10)
+      .text("--data-dir", "DIR", "real Fashion-MNIST from DIR instead of synthetic data", data_dir)
+      .integer("--threads", "GEMM threads (default 1)", threads, 1, 1024)
+      .toggle("--no-overlap", "all-reduce after backward instead of overlapping it", [&] { cfg.reducer.overlap = false; })
+      .integer("--bucket-mib", "gradient bucket cap in MiB (default: the reducer's)", bucket_mib, 1, 1 << 20)
+      .text("--ckpt-dir", "DIR", "checkpoints into DIR (with --ckpt-every)", cfg.ckpt_dir)
+      .integer("--ckpt-every", "a checkpoint every N steps (default 0: none)", cfg.ckpt_every, 0)
+      .toggle("--resume", "continue from --ckpt-dir's last checkpoint", [&] { cfg.resume = true; })
+      .toggle("--profile", "no job: time the start-up and one recovery's state operations here, one line each",
+              [&] { prof = true; });
+  if (const int rc = flags.parse_or_exit_code(argc, argv); rc >= 0) return rc;
+  if (model != "mlp" && model != "cnn" && model != "big")
+    return flags.fail("--model: '" + model + "' is not mlp, cnn or big");
+  if (bucket_mib > 0) cfg.reducer.bucket_cap_bytes = static_cast<size_t>(bucket_mib) << 20;
   try {
-    for (int i = 1; i < argc; ++i) {
-      const std::string f = argv[i];
-      auto val = [&]() -> std::string {
-        if (i + 1 >= argc) throw InvalidInput(str(f, " needs a value"));
-        return argv[++i];
-      };
-      if (f == "--model") model = val();
-      else if (f == "--steps") cfg.steps = std::stoll(val());
-      else if (f == "--batch") cfg.global_batch = std::stoll(val());
-      else if (f == "--samples") samples = std::stoll(val());
-      else if (f == "--data-dir") data_dir = val();
-      else if (f == "--big-params") big_params = std::stoll(val());
-      else if (f == "--threads") threads = std::stoi(val());
-      else if (f == "--no-overlap") cfg.reducer.overlap = false;
-      else if (f == "--bucket-mib") cfg.reducer.bucket_cap_bytes = std::stoull(val()) << 20;
-      else if (f == "--audit-dir") audit_dir = val();
-      else if (f == "--ckpt-dir") cfg.ckpt_dir = val();
-      else if (f == "--ckpt-every") cfg.ckpt_every = std::stoll(val());
-      else if (f == "--resume") cfg.resume = true;
-      else if (f == "--profile") prof = true;
-      else throw InvalidInput(str("unknown option ", f));
-    }
-    if (model != "mlp" && model != "cnn" && model != "big")
-      throw InvalidInput(str("--model ", model, ": expected mlp, cnn or big"));
     kernels::cpu::set_num_threads(threads);
     if (prof) return profile(model, big_params, samples);
     const char* slot = std::getenv("RINGFENCE_SLOT");
@@ -170,7 +172,6 @@ int main(int argc, char** argv) {
       cfg.audit_log = audit_dir + "/audit-" + tag + ".jsonl";
       cfg.flight_recorder = audit_dir + "/flight-" + tag + ".jsonl";
     }
-    kernels::cpu::set_num_threads(threads);
     const auto kind = model == "cnn" ? models::ModelKind::CNN : models::ModelKind::MLP;
     cfg.model_name = model == "big" ? "big-state" : models::model_name(kind);
     std::shared_ptr<nn::Module> net = models::make_model(kind, 0);

@@ -3,7 +3,7 @@
 // allocator is warm, as in a real run). Data loading is excluded: this measures the core.
 //
 //   train_bench [--model mlp|cnn|both] [--batch 128] [--threads 1] [--steps N] [--warmup W]
-//               [--no-malloc-tuning]
+//               [--no-malloc-tuning]       (bench/flags.h: --help; a bad value exits 2)
 // Output, one line per model (parsed by compare_torch.py and tests/models/page_faults.sh):
 //   ringfence mlp batch 128 threads 1 steps 200: 37000 samples/s (5.4 ms/step, 5.3 cpu ms/step,
 //   0.00 page faults/step)
@@ -16,11 +16,11 @@
 #include <sys/resource.h>
 
 #include <cstdio>
-#include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "base/clock.h"
+#include "bench/flags.h"
 #include "core/malloc_tuning.h"
 #include "core/ops.h"
 #include "core/optim/sgd.h"
@@ -48,7 +48,7 @@ struct BenchResult {
   long faults;
 };
 
-static BenchResult bench(models::ModelKind kind, int64_t batch, int steps, int warmup) {
+static BenchResult time_steps(models::ModelKind kind, int64_t batch, int steps, int warmup) {
   auto model = models::make_model(kind, 0);
   optim::SGD sgd(model->named_parameters(), {.lr = 0.05f, .momentum = 0.9f});
   Generator g(1);
@@ -76,43 +76,17 @@ int main(int argc, char** argv) {
   int64_t batch = 128;
   int threads = 1, steps = 0, warmup = 5;
   bool tune_malloc = true;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "train_bench: %s needs a value\n", a.c_str());
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    auto num = [&](const std::string& v) {
-      char* end = nullptr;
-      const long n = std::strtol(v.c_str(), &end, 10);
-      if (v.empty() || *end != '\0' || n < 1) {
-        std::fprintf(stderr, "train_bench: %s: '%s' is not a positive integer\n", a.c_str(), v.c_str());
-        std::exit(2);
-      }
-      return n;
-    };
-    if (a == "--model") which = next();
-    else if (a == "--batch") batch = num(next());
-    else if (a == "--threads") threads = static_cast<int>(num(next()));
-    else if (a == "--steps") steps = static_cast<int>(num(next()));
-    else if (a == "--warmup") warmup = static_cast<int>(num(next()));
-    else if (a == "--no-malloc-tuning") tune_malloc = false;
-    else if (a == "--help") {
-      std::printf("usage: train_bench [--model mlp|cnn|both] [--batch 128] [--threads 1] [--steps N] [--warmup 5] "
-                  "[--no-malloc-tuning]\n");
-      return 0;
-    } else {
-      std::fprintf(stderr, "train_bench: unknown flag '%s'\n", a.c_str());
-      return 2;
-    }
-  }
-  if (which != "mlp" && which != "cnn" && which != "both") {
-    std::fprintf(stderr, "train_bench: --model must be mlp, cnn or both, got '%s'\n", which.c_str());
-    return 2;
-  }
+  rf::bench::Flags flags("train_bench", "train_bench [flags]   (samples/s of one training step, single process)");
+  flags.text("--model", "mlp|cnn|both", "the reference model(s) (default both)", which)
+      .integer("--batch", "batch size (default 128)", batch, 1)
+      .integer("--threads", "GEMM threads (default 1)", threads, 1, 1024)
+      .integer("--steps", "timed steps (default 200 for the MLP, 40 for the CNN)", steps, 1)
+      .integer("--warmup", "untimed steps first (default 5)", warmup, 1)
+      .toggle("--no-malloc-tuning", "leave glibc's malloc defaults (see core/malloc_tuning.h)",
+              [&] { tune_malloc = false; });
+  if (const int rc = flags.parse_or_exit_code(argc, argv); rc >= 0) return rc;
+  if (which != "mlp" && which != "cnn" && which != "both")
+    return flags.fail("--model: '" + which + "' is not mlp, cnn or both");
   // Before any training allocation, so the first step's heap is already kept mapped.
   if (tune_malloc && !rf::tune_malloc_for_training())
     std::fprintf(stderr, "train_bench: warning: glibc refused a malloc setting (mallopt)\n");
@@ -120,7 +94,7 @@ int main(int argc, char** argv) {
   for (auto kind : {models::ModelKind::MLP, models::ModelKind::CNN}) {
     if (which != "both" && which != models::model_name(kind)) continue;
     const int n = steps > 0 ? steps : (kind == models::ModelKind::MLP ? 200 : 40);
-    const BenchResult r = bench(kind, batch, n, warmup);
+    const BenchResult r = time_steps(kind, batch, n, warmup);
     std::printf("ringfence %s batch %lld threads %d steps %d: %.0f samples/s (%.2f ms/step, "
                 "%.2f cpu ms/step, %.2f page faults/step)\n",
                 models::model_name(kind), static_cast<long long>(batch), threads, n,
