@@ -136,7 +136,20 @@ struct Trainer::Impl {
     rank = me->rank;
     world = plan.world();
     inj->set_rank(rank);
-    if (plan.fresh_start) refuse_foreign_checkpoints();
+    if (plan.fresh_start) {
+      try {
+        refuse_foreign_checkpoints();
+      } catch (const InvalidInput& e) {
+        // Every worker and every restart would refuse the same way: the coordinator STOPs
+        // the job with this error (the launcher's last line), instead of restarting us.
+        try {
+          client->fatal(e.what());
+        } catch (const Error& fe) {
+          std::fprintf(stderr, "ringfence worker slot %d: could not tell the coordinator: %s\n", copt.slot, fe.what());
+        }
+        throw;
+      }
+    }
     const int64_t redo = plan.target_step + 1;
     inj->on_plan(redo, plan.fresh_start);
     inj->at(FaultPhase::Recovery, redo);

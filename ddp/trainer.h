@@ -70,7 +70,8 @@ struct TrainerConfig {
   // worker first restores the newest valid checkpoint and reports that state, so a job
   // restarted after every worker died continues at its step + 1. Without `resume`, a
   // fresh start into a ckpt_dir that already holds checkpoints throws InvalidInput before
-  // any step (they are another run's; docs/ddp.md).
+  // any step (they are another run's; docs/ddp.md); under the launcher the worker first
+  // reports it to the coordinator as fatal, which stops the job with it (no restarts).
   std::string ckpt_dir;
   int64_t ckpt_every = 0;
   int64_t ckpt_keep = 3;

@@ -1,5 +1,6 @@
 #include "elastic/client.h"
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "base/str.h"
@@ -304,6 +305,13 @@ Answer Client::failure_report(uint64_t g, int64_t step, std::optional<int> peer,
 
 void Client::phase_timing(uint64_t g, const std::string& phase, double ms_) {
   call({{"type", "phase"}, {"generation", g}, {"phase", phase}, {"ms", ms_}}, opt_.call_timeout);
+}
+
+void Client::fatal(const std::string& error) {
+  // The protocol bounds text fields (kMaxTextBytes); cut at a UTF-8 character boundary.
+  size_t n = std::min<size_t>(error.size(), 4000);
+  while (n < error.size() && n > 0 && (static_cast<unsigned char>(error[n]) & 0xC0) == 0x80) --n;
+  call({{"type", "fatal"}, {"error", error.substr(0, n)}}, opt_.call_timeout);
 }
 
 void Client::leave() {

@@ -119,6 +119,10 @@ class Client {
   Answer failure_report(uint64_t generation, int64_t step, std::optional<int> peer_slot, const std::string& cause);
   // The trainer's timings of recovery phases connect/transfer/verify, for the summary.
   void phase_timing(uint64_t generation, const std::string& phase, double ms);
+  // This worker cannot run for a reason every worker and every restart would meet again
+  // (its configuration): the coordinator STOPs the job with `error` (the launcher's final
+  // line says it, nothing is restarted). Call it, then exit non-zero.
+  void fatal(const std::string& error);
   // Graceful exit (after the last step or on stop): the connection closing is then no failure.
   void leave();
   void close();

@@ -346,6 +346,9 @@ struct Coordinator::Impl {
             send(c, {{"type", "stop_reply"}});
           } else if constexpr (std::is_same_v<T, Summary>) {
             send(c, summary_json());
+          } else if constexpr (std::is_same_v<T, Fatal>) {
+            Answer a = membership.worker_fatal(c.worker, r.error, now);
+            send(c, answer_json("fatal_reply", a));
           }
         },
         req);

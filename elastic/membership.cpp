@@ -309,6 +309,15 @@ Membership::ExitedInfo Membership::process_exited(WorkerId w, int status, TimePo
   return info;
 }
 
+Answer Membership::worker_fatal(WorkerId w, const std::string& error, TimePoint now) {
+  Answer a;
+  a.generation = generation_;
+  if (phase_ == Phase::Stopped || phase_ == Phase::Done) return a.kind = Answer::Stopped, a;
+  if (!live_worker(w)) return a.kind = Answer::Fenced, a;
+  stop_job("worker_fatal", rf::str("slot ", w.slot, " (incarnation ", w.incarnation, ") cannot run: ", error), now);
+  return a;
+}
+
 Answer Membership::leave(WorkerId w, TimePoint now) {
   Answer a;
   a.generation = generation_;

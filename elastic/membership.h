@@ -2,8 +2,9 @@
 // Membership — the generation state machine of PROTOCOL.md, as a pure class: no sockets,
 // no threads, no clock of its own (every method takes `now`). The coordinator's server
 // feeds it events (join, heartbeat, report, ready, failure, connection lost, process
-// exited, leave) and timer ticks, and turns its answers into replies; the same calls in a
-// unit test replay any interleaving exactly (STYLE.md, torchft's quorum_compute).
+// exited, leave, a worker's fatal error) and timer ticks, and turns its answers into
+// replies; the same calls in a unit test replay any interleaving exactly (STYLE.md,
+// torchft's quorum_compute).
 //
 // Phases: FORMING (round for generation 1) -> RUNNING -> RECOVERING (round for g+1) ->
 // RUNNING ... and the ends STOPPED (an error) and DONE (every member left after finishing).
@@ -45,6 +46,10 @@ class Membership {
     bool left = false;
   };
   ExitedInfo process_exited(WorkerId w, int status, TimePoint exited_at, TimePoint now);  // D1, by the launcher
+  // A worker cannot run for a reason that is the same on every worker and every restart
+  // (its configuration): the job STOPs with that error (cause worker_fatal), like a digest
+  // mismatch; a restart would only meet it again. Ignored once the job is over.
+  Answer worker_fatal(WorkerId w, const std::string& error, TimePoint now);
   Answer leave(WorkerId w, TimePoint now);
   void phase_timing(WorkerId w, uint64_t generation, const std::string& phase, double ms);
   void request_stop(TimePoint now);

@@ -79,6 +79,11 @@ Request decode(const json& m, const std::string& type) {
                   get_int(m, "exited_wall_us", 0, INT64_MAX)};
   if (type == "stop") return StopJob{};
   if (type == "summary") return Summary{};
+  if (type == "fatal") {
+    Fatal f{get_str(m, "error", kMaxTextBytes)};
+    if (f.error.empty()) throw ProtocolError("field 'error' must not be empty");
+    return f;
+  }
   throw ProtocolError(rf::str("unknown request type '", type, "'"));
 }
 
@@ -95,7 +100,7 @@ Request decode_request(const json& m) {
 
 const char* request_name(const Request& r) {
   static const char* names[] = {"hello", "heartbeat", "report", "plan", "ready", "kv_set", "kv_get", "kv_wait",
-                                "kv_cas", "failure", "phase", "leave", "status", "exited", "stop", "summary"};
+                                "kv_cas", "failure", "phase", "leave", "status", "exited", "stop", "summary", "fatal"};
   return names[r.index()];
 }
 

@@ -34,13 +34,16 @@ struct KvCas { uint64_t generation = 0; std::string key; std::optional<std::stri
 struct FailureReport { uint64_t generation = 0; int64_t step = -1; std::optional<int> peer_slot; std::string cause; };
 struct PhaseTiming { uint64_t generation = 0; std::string phase; double ms = 0; };
 struct Leave {};
+// The worker cannot run for a reason every worker and every restart would meet again (its
+// configuration, e.g. a --ckpt-dir holding another run's checkpoints): STOP the job with it.
+struct Fatal { std::string error; };
 struct Status {};
 struct Exited { int slot = -1; int64_t incarnation = 0; int status = 0; int64_t exited_wall_us = 0; };
 struct StopJob {};
 struct Summary {};
 
 using Request = std::variant<Hello, Heartbeat, Report, PlanRequest, Ready, KvSet, KvGet, KvWait, KvCas,
-                             FailureReport, PhaseTiming, Leave, Status, Exited, StopJob, Summary>;
+                             FailureReport, PhaseTiming, Leave, Status, Exited, StopJob, Summary, Fatal>;
 
 // Decodes a message already checked by parse_message(). Throws ProtocolError naming
 // the request type and the field at fault.

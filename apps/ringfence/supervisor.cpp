@@ -216,8 +216,8 @@ class Supervisor {
       } catch (const rf::Error& e) {
         coord_lost(e.what());
       }
-      // It may have left a job now DONE, or STOPPED (a digest mismatch): the reply's phase
-      // says so, the status the error.
+      // It may have left a job now DONE, or STOPPED it (a fatal error it reported, a digest
+      // mismatch): the reply's phase says so, the status the error.
       if (code != 0 && !job_over_ && (known.phase == "DONE" || known.phase == "STOPPED")) refresh_phase();
       if (code != 0 && last_status_.value("phase", "") == "DONE") {
         // Every member had left: nothing to restart, but the job's end was not clean.
@@ -438,8 +438,9 @@ class Supervisor {
   }
 
   // The coordinator's phase now, after a worker's non-zero exit was reported: the job may
-  // be DONE (it left first) or STOPPED (a digest mismatch in the first round): then
-  // nothing is restarted and the job's error is the coordinator's.
+  // be DONE (it left first) or STOPPED (a digest mismatch in the first round, a fatal
+  // error the worker reported): then nothing is restarted and the job's error is the
+  // coordinator's.
   void refresh_phase() {
     try {
       take_phase(admin_->status());

@@ -3,6 +3,9 @@
 //   launcher_exit_worker join-exit SLOT STATUS PROGRAM...
 //       in SLOT, incarnation 0: join, then _exit(STATUS) at once (no leave, no sleep);
 //       every other slot and incarnation execs PROGRAM...
+//   launcher_exit_worker fatal TEXT
+//       join, report TEXT as a fatal error (Client::fatal), exit 1 — every slot, every
+//       incarnation: a configuration error that a restart would meet again.
 #include <unistd.h>
 
 #include <cstdio>
@@ -27,10 +30,16 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "launcher_exit_worker: cannot run %s\n", argv[4]);
       return 127;
     }
+    if (mode == "fatal" && argc == 3) {
+      Client client(ClientOptions::from_env());
+      client.join();
+      client.fatal(argv[2]);
+      return 1;
+    }
   } catch (const rf::Error& e) {
     std::fprintf(stderr, "launcher_exit_worker: %s\n", e.what());
     return 1;
   }
-  std::fprintf(stderr, "usage: launcher_exit_worker join-exit SLOT STATUS PROGRAM...\n");
+  std::fprintf(stderr, "usage: launcher_exit_worker join-exit SLOT STATUS PROGRAM... | fatal TEXT\n");
   return 2;
 }

@@ -3,7 +3,9 @@
 // - a worker that registered and exited at once, while generation 1 formed, is restarted
 //   (the launcher's polls could miss it and ended the job "before it registered");
 // - a worker that had left the job (finished its steps) and then exits non-zero is not
-//   restarted, and the launcher exits 1 naming it.
+//   restarted, and the launcher exits 1 naming it;
+// - a worker's fatal configuration error (Client::fatal) STOPs the job with that error:
+//   said once by the launcher, nothing restarted.
 #include <doctest/doctest.h>
 #include <signal.h>
 
@@ -46,6 +48,12 @@ struct Launch {
   }
   json summary_json() const { return json::parse(slurp(summary), nullptr, false); }
 };
+
+size_t count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t p = text.find(what); p != std::string::npos; p = text.find(what, p + 1)) ++n;
+  return n;
+}
 
 }  // namespace
 
@@ -95,4 +103,27 @@ TEST_CASE("run: a worker exiting non-zero after it left the job is not restarted
   CHECK(s["workers"][0]["exits"][0]["status"] == 3);
   CHECK(s["error"].get<std::string>().find("slot 0 (incarnation 0) exited with status 3 after it left the job") !=
         std::string::npos);
+}
+
+// Every worker registers and reports the same fatal error: the coordinator STOPs the job
+// with it, the launcher says it once at the end, exits 1, and restarts nobody.
+TEST_CASE("run: a worker's fatal error stops the job with that error, without restarts") {
+  Launch l("fatal");
+  const std::string text = "the configuration cannot work (test)";
+  l.start({"-n", "2", "--quiet"}, {RF_EXIT_WORKER, "fatal", text});
+  const int st = l.wait();
+  const std::string out = slurp(l.out);
+  INFO("output:\n", out);
+  CHECK(st == 1);
+  CHECK(count(out, "ringfence: error: slot 0 (incarnation 0) cannot run: " + text) +
+            count(out, "ringfence: error: slot 1 (incarnation 0) cannot run: " + text) ==
+        1);  // the launcher says it once (a worker that joins after the stop is refused with it)
+  CHECK(out.find("cannot run: " + text) != std::string::npos);
+  CHECK(out.find("before it registered") == std::string::npos);
+  json s = l.summary_json();
+  REQUIRE(!s.is_discarded());
+  CHECK(s["phase"] == "STOPPED");
+  CHECK(s["restarts"] == 0);
+  CHECK(s["error"].get<std::string>().find("cannot run: " + text) != std::string::npos);
+  for (const auto& w : s["workers"]) CHECK(w["spawns"].size() == 1);
 }
