@@ -1,7 +1,8 @@
 #pragma once
 // Communicator — what the rest of ringfence sees of the data plane: collectives on typed
 // buffers of one generation, asynchronous, abortable from any thread. UcxCommunicator
-// (comm/ucx/) is the first implementation; the NCCL backend implements the same class.
+// (comm/ucx/) is the only implementation so far; a GPU backend (NCCL) is to implement the
+// same class.
 //
 // Contract
 // * Every collective is named by an OpId (step, op) which becomes its tag with the

@@ -55,9 +55,9 @@ SharedBuffer::SharedBuffer(size_t bytes) : bytes_(bytes) {
     // Every page is faulted in now (never inside a collective), by populate_pages: the
     // kernel in bounded 16 MiB calls. Not MAP_POPULATE: that populates the whole mapping
     // in one call holding the mmap lock, and another thread's mmap waits for all of it —
-    // the heartbeat's too (base/populate.h). For a 400 MB memfd here: MAP_POPULATE 0.52-
-    // 0.62 s with another thread's mmap + munmap blocked 0.50-0.63 s; slices 0.47-0.49 s
-    // with it blocked at most 20-72 ms (load 7). MADV_HUGEPAGE only helps where shmem THP
+    // the heartbeat's too (base/populate.h). For a 400 MB memfd (bench/RESULTS.md,
+    // "Replacement start-up, session 4"): MAP_POPULATE blocked another thread's mmap for
+    // 295-464 ms, all of its duration; slices blocked it at most 20-28 ms. MADV_HUGEPAGE only helps where shmem THP
     // is in "advise" mode (/sys/kernel/mm/transparent_hugepage/shmem_enabled); it is
     // harmless elsewhere, so it is asked for after the fact and its result ignored.
     void* p = mmap(nullptr, mapped_, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);

@@ -54,7 +54,7 @@ TrainResult train_distributed(const TrainOptions& opt, std::ostream& log) {
   // Every worker checks the outputs now: rank 0 of the last generation writes --metrics,
   // and that may be any of them (before, a bad path failed after training and the job
   // ended DONE); slot 0 writes the step logs, but if it alone failed the others would wait
-  // out --min-world-timeout (90 s) for it.
+  // out --min-world-timeout (30 s by default) for it.
   if (!opt.metrics_file.empty()) check_output_writable(opt.metrics_file, "--metrics");
   if (!opt.loss_log.empty()) check_output_writable(opt.loss_log, "--loss-log");
   if (!opt.batch_log.empty()) check_output_writable(opt.batch_log, "--batch-log");
