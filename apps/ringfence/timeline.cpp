@@ -1,6 +1,8 @@
 #include "apps/ringfence/timeline.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
@@ -39,9 +41,21 @@ int print_timeline(const std::string& path) {
     if (e.contains("detail") && e["detail"].is_string()) extra += " — " + e["detail"].get<std::string>();
     if (e.contains("error") && e["error"].is_string()) extra += " — " + e["error"].get<std::string>();
     const std::string event = e.value("event", "?"), cause = e.value("cause", "");
-    std::printf("%+10.3f s  %-22s %-20s g %-3s s %-6s%s%s\n", (ts - t0) / 1e6, event.c_str(), cause.c_str(),
-                e.value("g", json(nullptr)).dump().c_str(), e.value("s", json(nullptr)).dump().c_str(), who.c_str(),
-                extra.c_str());
+    // Generation and step only where the event has them (the coordinator's "listening"
+    // line has neither): blanks of the same width keep the columns aligned.
+    auto field = [&](const char* key, const char* label, int width) {
+      if (!e.contains(key) || e[key].is_null()) return std::string(std::strlen(label) + 1 + width, ' ');
+      std::string v = e[key].is_string() ? e[key].get<std::string>() : e[key].dump();
+      if (static_cast<int>(v.size()) < width) v.resize(width, ' ');
+      return std::string(label) + " " + v;
+    };
+    std::string out(512, '\0');
+    const int len = std::snprintf(out.data(), out.size(), "%+10.3f s  %-22s %-20s %s %s", (ts - t0) / 1e6,
+                                  event.c_str(), cause.c_str(), field("g", "g", 3).c_str(), field("s", "s", 6).c_str());
+    out.resize(static_cast<size_t>(std::clamp(len, 0, static_cast<int>(out.size()) - 1)));
+    out += who + extra;
+    out.erase(out.find_last_not_of(' ') + 1);  // no trailing blanks where there is no g/s
+    std::printf("%s\n", out.c_str());
     ++n;
   }
   if (bad) std::fprintf(stderr, "ringfence timeline: %d line(s) were not events and were skipped\n", bad);

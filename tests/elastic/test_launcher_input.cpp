@@ -3,11 +3,13 @@
 // worker that exits before it registered with the coordinator in the first forming ends
 // the job with its exit status instead of being restarted (one that registered is still
 // restarted); a worker that exits non-zero
-// after the job is DONE is not restarted and fails the launcher; an empty event log says so.
+// after the job is DONE is not restarted and fails the launcher; an empty event log says so,
+// and the timeline prints an event without a generation or step (listening) without them.
 #include <doctest/doctest.h>
 #include <sys/stat.h>
 
 #include <fstream>
+#include <sstream>
 
 #include "base/str.h"
 #include "tests/elastic/proc.h"
@@ -203,4 +205,31 @@ TEST_CASE("timeline: an empty event log says there are no events in it") {
     CHECK(tl.wait(10s) == 1);
     CHECK(slurp(dir + "/out.txt").find("ringfence timeline: no events in '" + f + "'") != std::string::npos);
   }
+}
+
+TEST_CASE("timeline: an event without a generation or step prints without them") {
+  const std::string dir = temp_dir("timeline-fields");
+  TempDirGuard cleanup{dir};
+  const std::string log = dir + "/events.jsonl";
+  std::ofstream(log) << R"({"ts_us":1000000,"event":"listening","host":"127.0.0.1","port":4000,"target_world":2})"
+                     << "\n"
+                     << R"({"ts_us":1500000,"event":"revoke","cause":"connection_closed","g":1,"s":20,)"
+                     << R"("worker":{"slot":1,"incarnation":0}})" << "\n"
+                     << R"({"ts_us":2000000,"event":"stop_requested","cause":"launcher","g":2,"s":null})" << "\n";
+  Proc tl({RF_RINGFENCE, "timeline", log}, {}, dir + "/out.txt");
+  REQUIRE(tl.wait(10s) == 0);
+  const std::string text = slurp(dir + "/out.txt");
+  CAPTURE(text);
+  CHECK(text.find("null") == std::string::npos);
+  std::istringstream lines(text);
+  std::string listening, revoke, stop;
+  REQUIRE(std::getline(lines, listening));
+  REQUIRE(std::getline(lines, revoke));
+  REQUIRE(std::getline(lines, stop));
+  // After the time column: the event, then nothing (listening); g and s columns as given.
+  REQUIRE(listening.find("listening") != std::string::npos);
+  CHECK(listening.substr(listening.find("listening")) == "listening");
+  CHECK(revoke.find("connection_closed    g 1   s 20     slot 1/0") != std::string::npos);
+  REQUIRE(stop.find("g 2") != std::string::npos);
+  CHECK(stop.substr(stop.find("g 2")) == "g 2");
 }
