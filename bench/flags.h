@@ -15,6 +15,7 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace rf::bench {
@@ -33,7 +34,7 @@ inline int64_t parse_int_flag(const std::string& flag, const std::string& v, int
   const bool digits = !v.empty() && (std::isdigit(static_cast<unsigned char>(v[0])) || v[0] == '-');
   if (!digits || *end != '\0' || errno == ERANGE) throw UsageError(flag + ": '" + v + "' is not an integer");
   if (n < lo || n > hi)
-    throw UsageError(flag + ": " + v + (hi >= std::numeric_limits<int32_t>::max()  // no real upper bound
+    throw UsageError(flag + ": " + v + (n < lo && hi >= std::numeric_limits<int32_t>::max()  // no real upper bound
                                             ? " must be >= " + std::to_string(lo)
                                             : " must be in " + std::to_string(lo) + " .. " + std::to_string(hi)));
   return n;
@@ -73,7 +74,12 @@ class Flags {
   template <class T>
   Flags& integer(std::string name, std::string help, T& out, int64_t lo,
                  int64_t hi = std::numeric_limits<int64_t>::max()) {
-    if (hi > static_cast<int64_t>(std::numeric_limits<T>::max())) hi = static_cast<int64_t>(std::numeric_limits<T>::max());
+    static_assert(std::is_integral_v<T> && sizeof(T) <= sizeof(int64_t));
+    // Compared as unsigned: a size_t's max cast to int64_t is -1, which made every value
+    // of a size_t flag out of range ("--mb: 400 must be in 1 .. -1").
+    if (hi >= 0 && static_cast<uint64_t>(hi) > static_cast<uint64_t>(std::numeric_limits<T>::max()))
+      hi = static_cast<int64_t>(std::numeric_limits<T>::max());
+    if (lo < static_cast<int64_t>(std::numeric_limits<T>::min())) lo = static_cast<int64_t>(std::numeric_limits<T>::min());
     return value(std::move(name), "N", std::move(help),
                  [&out, lo, hi](const std::string& f, const std::string& v) { out = static_cast<T>(parse_int_flag(f, v, lo, hi)); });
   }

@@ -93,6 +93,9 @@ expect 2 "memory_probe: MB: '4x' is not an integer" "$probe" stall 4x
 expect 2 'memory_probe: --rounds: 0 must be >= 1' "$probe" stall --rounds 0
 expect 2 'memory_probe: --rounds: missing value \(see --help\)$' "$probe" peer 8 --rounds
 expect 2 "memory_probe: unknown flag '--bogus'" "$probe" teardown --bogus
+# --mb is a size_t: its range is [1, 1 << 20] (it was [1, -1]: every value refused).
+expect 2 'memory_probe: no mode given' "$probe" --mb 5
+expect 2 'memory_probe: --mb: 0 must be in 1 .. 1048576' "$probe" --mb 0
 
 if [[ $fails != 0 ]]; then
   echo "$fails failure(s)"
