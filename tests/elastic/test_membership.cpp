@@ -695,6 +695,108 @@ TEST_CASE("after the job stopped or finished, joins and reports are answered 'st
   CHECK(s.m.ready_state({0, 0}, 1).kind == ReadyQuery::Done);
 }
 
+TEST_CASE("process_exited answers what the coordinator knew: registered (ever joined), left (gracefully, first)") {
+  Sim s(2);
+  // Never joined: neither, and nothing happens.
+  auto e = s.m.process_exited({0, 0}, 7, s.now, s.now);
+  CHECK_FALSE(e.registered);
+  CHECK_FALSE(e.left);
+  s.form(2);
+  // Joined and crashed (its connection closed first): registered, not left.
+  s.lose({1, 0});
+  e = s.m.process_exited({1, 0}, 9, s.now, s.now);
+  CHECK(e.registered);
+  CHECK_FALSE(e.left);
+  // Its replacement joined: the old incarnation is still one that registered, and the
+  // new one's state does not answer for it (not left), nor does its exit revoke again.
+  s.join_new({1, 1});
+  s.report({0, 0}, 2, 4, "x");
+  s.ready_all();
+  REQUIRE(s.m.phase() == Phase::Running);
+  const uint64_t g = s.m.generation();
+  e = s.m.process_exited({1, 0}, 9, s.now, s.now);
+  CHECK(e.registered);
+  CHECK_FALSE(e.left);
+  CHECK(s.m.generation() == g);
+  // An incarnation that never joined, although its slot did: not registered.
+  CHECK_FALSE(s.m.process_exited({1, 5}, 1, s.now, s.now).registered);
+  // A member that finished and left, then exited non-zero while the other trains: left,
+  // and no revocation (the job no longer counts on it).
+  REQUIRE(s.m.leave({0, 0}, s.now).ok());
+  s.lose({0, 0});
+  e = s.m.process_exited({0, 0}, 3, s.now, s.now);
+  CHECK(e.registered);
+  CHECK(e.left);
+  CHECK_FALSE(s.m.process_exited({0, 5}, 3, s.now, s.now).left);  // another incarnation's
+  CHECK(s.m.generation() == g);
+  CHECK(s.m.phase() == Phase::Running);
+  // A live member's exit: registered, not left, and it revokes (D1).
+  e = s.m.process_exited({1, 1}, 1, s.now, s.now);
+  s.drain();
+  CHECK(e.registered);
+  CHECK_FALSE(e.left);
+  CHECK(s.last("fail").cause == "process_exited");
+}
+
+TEST_CASE("worker_fatal: a live worker's fatal error STOPs the job with it, in any phase; the first one counts") {
+  SUBCASE("while RUNNING") {
+    Sim s(2);
+    s.form(2);
+    CHECK(s.m.worker_fatal({1, 0}, "bad --ckpt-dir", s.now).ok());
+    s.drain();
+    CHECK(s.m.phase() == Phase::Stopped);
+    CHECK(s.m.error() == "slot 1 (incarnation 0) cannot run: bad --ckpt-dir");
+    CHECK(s.count("stop", "worker_fatal") == 1);
+    // Everyone learns it with the error; a second fatal changes nothing.
+    CHECK(s.m.plan_for({0, 0}, 2).kind == PlanQuery::Stopped);
+    CHECK(s.m.plan_for({0, 0}, 2).error == s.m.error());
+    auto a = s.m.join({1, 1}, s.now);
+    CHECK(a.kind == Answer::Stopped);
+    CHECK(a.reason == s.m.error());
+    CHECK(s.m.worker_fatal({0, 0}, "other", s.now).kind == Answer::Stopped);
+    s.drain();
+    CHECK(s.m.error() == "slot 1 (incarnation 0) cannot run: bad --ckpt-dir");
+    CHECK(s.count("stop") == 1);
+  }
+  SUBCASE("while a recovery waits for its plan, and from a joiner while forming") {
+    Sim s(2);
+    s.form(2);
+    s.lose({1, 0});
+    s.report({0, 0}, 2, 4, "x");
+    REQUIRE(s.m.phase() == Phase::Recovering);
+    s.join({1, 1});
+    CHECK(s.m.worker_fatal({1, 1}, "e", s.now).ok());
+    CHECK(s.m.phase() == Phase::Stopped);
+    auto q = s.m.ready_state({0, 0}, 2);
+    CHECK(q.kind == ReadyQuery::Stopped);
+    CHECK(q.error == "slot 1 (incarnation 1) cannot run: e");
+    Sim f(2);
+    f.join({0, 0});
+    CHECK(f.m.worker_fatal({0, 0}, "e", f.now).ok());
+    CHECK(f.m.phase() == Phase::Stopped);
+  }
+  SUBCASE("not from an unknown, evicted or replaced incarnation; not once the job is over") {
+    Sim s(2, 1);
+    s.form(2);
+    CHECK(s.m.worker_fatal({5, 0}, "e", s.now).kind == Answer::Fenced);  // never joined
+    s.join({1, 1});                                                       // replaces (1, 0)
+    CHECK(s.m.worker_fatal({1, 0}, "e", s.now).kind == Answer::Fenced);
+    s.run_for(1200ms, {{0, 0}}, 3);                                        // (1, 1) evicted (D2)
+    CHECK(s.m.heartbeat({1, 1}, 2, 3, s.now).fenced);
+    CHECK(s.m.worker_fatal({1, 1}, "e", s.now).kind == Answer::Fenced);
+    CHECK(s.m.phase() != Phase::Stopped);
+    CHECK(s.m.error().empty());
+    Sim d(2);
+    d.form(2);
+    d.m.leave({0, 0}, d.now);
+    d.m.leave({1, 0}, d.now);
+    REQUIRE(d.m.phase() == Phase::Done);
+    CHECK(d.m.worker_fatal({0, 0}, "e", d.now).kind == Answer::Stopped);
+    CHECK(d.m.phase() == Phase::Done);
+    CHECK(d.m.error().empty());
+  }
+}
+
 TEST_CASE("generations only grow, whatever the sequence of events (random replay)") {
   Sim s(3, 2);
   s.form(3);
