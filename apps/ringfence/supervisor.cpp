@@ -7,10 +7,12 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -411,6 +413,7 @@ class Supervisor {
       WorkerProc* w = by_slot(f.rank);
       if (!w || w->pid <= 0) {
         note(rf::str("inject ", f.to_string(), ": slot ", f.rank, " is not running on this node, skipped"));
+        if (w) skipped_[i] = rf::str("slot ", f.rank, " was not running at ", *f.at_seconds, " s");
         continue;
       }
       const int sig = f.kind == FaultKind::Kill ? SIGKILL : SIGSTOP;
@@ -428,6 +431,7 @@ class Supervisor {
   // A status's phase: the job is over when DONE, or STOPPED by the coordinator (its error).
   void take_phase(const json& st) {
     last_status_ = st;
+    last_step_ = std::max(last_step_, st.value("step", int64_t{-1}));
     const std::string phase = st.value("phase", "");
     if (phase == "STOPPED" && !job_over_) {
       job_over_ = true;
@@ -495,6 +499,41 @@ class Supervisor {
     }
   }
 
+  // The --inject specs that did not fire, with why. certain: an at= spec for a slot of this
+  // node that the launcher did not execute (the job ended first, or the slot was not
+  // running then). Not certain: a
+  // step= spec (the worker fires it, unseen by the launcher) whose step is beyond the last
+  // step the coordinator's statuses showed; that step comes with the heartbeats, so it can
+  // be one heartbeat behind the job's real last step (a leave does not carry the step).
+  // A step= spec whose step was reached is not judged.
+  json not_fired() {
+    json out = json::array();
+    for (size_t i = 0; i < opt_.inject.size(); ++i) {
+      const FaultSpec& f = opt_.inject[i];
+      std::string why;
+      bool certain = true;
+      if (f.launcher_side()) {
+        if (!by_slot(f.rank)) continue;  // another node's launcher executes it
+        if (auto it = skipped_.find(i); it != skipped_.end()) why = it->second;
+        else if (fired_.count(i)) continue;
+        else if (!running_since_) why = "the job never ran";
+        else {
+          char ran[32];
+          std::snprintf(ran, sizeof ran, "%.1f", rf::seconds_since(*running_since_));
+          why = rf::str("the job ended ", ran, " s after it first ran (at=", *f.at_seconds, ")");
+        }
+      } else if (f.step && *f.step > last_step_) {
+        certain = false;
+        why = last_step_ < 0 ? std::string("no step was reported") : rf::str("the last step reported was ", last_step_);
+        why += " (the workers report their step by heartbeat, so the job may have gone a little further)";
+      } else {
+        continue;
+      }
+      out.push_back({{"spec", f.to_string()}, {"certain", certain}, {"reason", why}});
+    }
+    return out;
+  }
+
   int finish() {
     const std::string phase = last_status_.value("phase", "");
     bool all_zero = true;
@@ -527,9 +566,17 @@ class Supervisor {
                 {"wall_s", rf::seconds_since(start_)},
                 {"start_wall_us", start_wall_us_},
                 {"injected", injected_},
+                {"not_fired", not_fired()},
+                {"last_step", last_step_},
                 {"workers", workers},
                 {"recoveries", summary.value("recoveries", json::array())}};
     status_.finish(out);
+    // A fault asked for and never injected: the run did not test what it was meant to. The
+    // training itself succeeded, so the exit status is unchanged; the summary lists them.
+    for (const auto& nf : out["not_fired"])
+      std::fprintf(stderr, "ringfence: --inject %s %s: %s\n", nf["spec"].get<std::string>().c_str(),
+                   nf["certain"].get<bool>() ? "never fired" : "probably never fired",
+                   nf["reason"].get<std::string>().c_str());
     if (!opt_.summary_path.empty()) {
       std::ofstream f(opt_.summary_path);
       f << out.dump(2) << "\n";
@@ -552,7 +599,9 @@ class Supervisor {
   bool stopping_ = false, job_over_ = false;
   std::string error_;
   int total_restarts_ = 0;
-  std::set<size_t> fired_;
+  std::set<size_t> fired_;                  // at= specs whose time came (executed, or skipped_)
+  std::map<size_t, std::string> skipped_;   // at= specs not executed: why
+  int64_t last_step_ = -1;                  // the highest step the coordinator's statuses showed (heartbeats')
   json injected_ = json::array();
   json last_status_ = json::object();
   RunningSnapshot snap_;

@@ -64,6 +64,7 @@ TEST_CASE("run: a worker SIGKILLed by --inject at= is restarted, W is kept, the 
   CHECK(s["restarts"] == 1);
   CHECK(s["generations"].get<int>() >= 2);
   REQUIRE(s["injected"].size() == 1);
+  CHECK(s["not_fired"].empty());  // it fired: nothing to warn about
   REQUIRE(s["recoveries"].size() >= 1);
   json rec = s["recoveries"][0];
   CHECK(rec["worker"]["slot"] == 1);
@@ -101,11 +102,45 @@ TEST_CASE("run: a worker SIGSTOPped is evicted as hung, SIGKILLed and replaced")
   REQUIRE(s["recoveries"].size() >= 1);
   CHECK(s["recoveries"][0]["cause"] == "lease_expired");
   CHECK(s["restarts"] == 1);
+  CHECK(s["not_fired"].empty());  // the step= spec's step was reached (it fired: the eviction)
   json slot2 = s["workers"][2];
   REQUIRE(slot2["exits"].size() == 2);
   CHECK(slot2["exits"][0]["status"] == -9);  // SIGKILLed by the launcher after the eviction
   CHECK(slot2["exits"][1]["status"] == 0);
   CHECK(slurp(r.out).find("evicted as hung: SIGKILL") != std::string::npos);
+}
+
+// A fault asked for that never came: the job succeeds (exit 0: the training did), but the
+// end of the output and the summary say which specs never fired and why. The test worker's
+// last step is 29 (--steps 30), so step=500 cannot be reached; at=60 s cannot come in a
+// job of 30 steps of 5 ms.
+TEST_CASE("run: an --inject that never fired is reported at the end and in the summary") {
+  Run r("run-not-fired");
+  r.start({"-n", "2", "--inject", "kill:rank=1:step=500", "--inject", "stop:rank=0:at=60"},
+          {"--steps", "30", "--step-ms", "5"});
+  const int code = r.wait();
+  const std::string out = slurp(r.out);
+  CAPTURE(out);
+  CHECK(code == 0);
+  json s = r.summary_json();
+  CHECK(s["exit_status"] == 0);
+  CHECK(s["injected"].empty());
+  CHECK(s["last_step"].get<int64_t>() <= 29);
+  REQUIRE(s["not_fired"].size() == 2);
+  CHECK(s["not_fired"][0]["spec"] == "kill:rank=1:step=500");
+  CHECK(s["not_fired"][0]["certain"] == false);  // judged from heartbeats' steps
+  const std::string step_reason = s["not_fired"][0]["reason"];
+  CHECK((step_reason.rfind("the last step reported was ", 0) == 0 ||
+         step_reason.rfind("no step was reported", 0) == 0));
+  CHECK(s["not_fired"][1]["spec"] == "stop:rank=0:at=60");
+  CHECK(s["not_fired"][1]["certain"] == true);  // the launcher's own
+  const std::string at_reason = s["not_fired"][1]["reason"];
+  CHECK(at_reason.rfind("the job ended ", 0) == 0);
+  CHECK(at_reason.find(" s after it first ran (at=60)") != std::string::npos);
+  CHECK(out.find("ringfence: --inject kill:rank=1:step=500 probably never fired: " + step_reason + "\n") !=
+        std::string::npos);
+  CHECK(out.find("ringfence: --inject stop:rank=0:at=60 never fired: " + at_reason + "\n") != std::string::npos);
+  CHECK(out.find("ringfence: job DONE (exit 0)") != std::string::npos);
 }
 
 TEST_CASE("run: a malformed --inject is refused before anything starts") {
