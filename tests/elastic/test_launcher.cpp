@@ -2,7 +2,8 @@
 // SIGKILL, SIGKILL + restart of a worker evicted as hung (SIGSTOP), refusal of a malformed
 // --inject before anything starts, graceful stop on SIGTERM, a digest mismatch failing the
 // job with the workers named, and two "nodes" joining one standalone coordinator; with
-// --spares, a dead slot's restart held until the recovery the spare served completed.
+// --spares, a dead slot's restart held until the recovery the spare served completed; an
+// --inject spec that never fired is said at the end and listed in the summary.
 #include <doctest/doctest.h>
 
 #include <fstream>
