@@ -539,6 +539,7 @@ struct Trainer::Impl {
       abort_comm(str("generation revoked (", r.cause, "), now ", r.generation));
     });
     client->on_fenced([this](const std::string& why) { abort_comm(str("self-fenced (D4): ", why), true); });
+    client->on_stopped([this] { abort_comm("the coordinator stopped the job"); });
     if (cfg.resume) {
       if (cfg.ckpt_dir.empty()) throw InvalidInput("resume needs a checkpoint directory (ckpt_dir)");
       restore_from_disk();

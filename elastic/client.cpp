@@ -100,6 +100,10 @@ void Client::on_fenced(std::function<void(const std::string&)> cb) {
   std::lock_guard<std::mutex> l(cb_mu_);
   on_fenced_ = std::move(cb);
 }
+void Client::on_stopped(std::function<void()> cb) {
+  std::lock_guard<std::mutex> l(cb_mu_);
+  on_stopped_ = std::move(cb);
+}
 
 std::string Client::fence_reason() const {
   std::lock_guard<std::mutex> l(cb_mu_);
@@ -169,6 +173,10 @@ void Client::heartbeat_loop() {
     reconfigure_ = reply.value("reconfigure", false) && reply.value("phase", "") == "RUNNING" &&
                    g == active_.load();
     stop_ = reply.value("stop", false);
+    if (reply.value("phase", "") == "STOPPED" && !stopped_.exchange(true)) {
+      std::lock_guard<std::mutex> l(cb_mu_);
+      if (on_stopped_) on_stopped_();
+    }
     const uint64_t active = active_.load();
     if (active != 0 && g > active && g > notified_.load()) {
       notified_ = g;

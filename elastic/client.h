@@ -12,6 +12,9 @@
 // When it cannot renew for one `lease`, or the coordinator says this worker was evicted,
 // it self-fences (D4): calls on_fenced, stops heartbeating, and the worker must stop
 // applying steps and join() again (it comes back as a new member).
+// When a reply says the job is STOPPED (a digest mismatch, a worker's fatal report), it
+// calls on_stopped once: a worker training or connecting must not go on until its
+// collective or connect deadline; its next coordinator call answers with the error.
 // Callbacks run on the heartbeat thread and must not call back into the Client.
 #include <atomic>
 #include <condition_variable>
@@ -72,6 +75,7 @@ class Client {
 
   void on_revoked(std::function<void(const Revocation&)> cb);
   void on_fenced(std::function<void(const std::string& why)> cb);
+  void on_stopped(std::function<void()> cb);
 
   // Connects both connections, joins (slot, incarnation), starts the heartbeat thread.
   // Throws Refused (wrong token, stale incarnation, job over) or ConnectionLost.
@@ -144,11 +148,12 @@ class Client {
   std::atomic<int64_t> step_{-1};
   std::atomic<Duration::rep> last_renewal_{0};  // TimePoint since the clock's epoch
   std::atomic<uint64_t> active_{0}, seen_{0}, notified_{0};
-  std::atomic<bool> reconfigure_{false}, stop_{false}, fenced_{false}, withhold_{false};
+  std::atomic<bool> reconfigure_{false}, stop_{false}, fenced_{false}, withhold_{false}, stopped_{false};
   std::string fence_reason_;
   mutable std::mutex cb_mu_;
   std::function<void(const Revocation&)> on_revoked_;
   std::function<void(const std::string&)> on_fenced_;
+  std::function<void()> on_stopped_;
 };
 
 }  // namespace rf::elastic

@@ -101,6 +101,40 @@ std::string error_text(const std::string& wire) {
 
 }  // namespace
 
+// A member's fatal report stops the job; the other member, in the middle of a step, must
+// hear it from its heartbeat (on_stopped, to abort its collective) rather than only at
+// its next call to the coordinator — without a launcher to kill it, it would otherwise
+// wait out its collective's deadline for a peer that has exited.
+TEST_CASE("a fatal report stops the job, and a running member hears it by heartbeat") {
+  const std::string token = random_token();
+  Coordinator coord(opts(2, token));
+  coord.start();
+  Client a(copts(coord, token, 0)), b(copts(coord, token, 1));
+  Signal stopped, revoked;
+  a.on_stopped([&] { stopped.fire(); });
+  a.on_revoked([&](const Revocation& r) { revoked.fire(r.cause); });
+  a.join();
+  b.join();
+  auto fb = std::async(std::launch::async, [&] { return b.next_plan([] { return at(-1); }, 5s); });
+  a.next_plan([] { return at(-1); }, 5s);
+  fb.get();
+  auto rb = std::async(std::launch::async, [&] { return b.ready(1, 5s); });
+  REQUIRE(a.ready(1, 5s).kind == ReadyQuery::Running);
+  REQUIRE(rb.get().kind == ReadyQuery::Running);
+  a.set_step(0);
+  b.fatal("--ckpt-dir D already holds checkpoints");
+  REQUIRE(stopped.wait(5s));
+  CHECK(coord.phase() == Phase::Stopped);
+  CHECK_FALSE(revoked.set);  // a stop is not a new generation
+  // a's next call names the error.
+  try {
+    a.next_plan([] { return at(0); }, 5s);
+    FAIL("next_plan after a stop must throw");
+  } catch (const JobStopped& e) {
+    CHECK(std::string(e.what()).find("already holds checkpoints") != std::string::npos);
+  }
+}
+
 TEST_CASE("two workers form, run, exchange addresses, and one failure revokes the other by heartbeat") {
   const std::string token = random_token();
   Coordinator coord(opts(2, token));
