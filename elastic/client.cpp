@@ -323,7 +323,9 @@ void Client::fatal(const std::string& error) {
 }
 
 void Client::leave() {
-  call({{"type", "leave"}}, opt_.call_timeout);
+  // The step goes with it: heartbeats carry it up to one heartbeat late, and the job's
+  // last step (the launcher's report of --inject specs that never fired) must be exact.
+  call({{"type", "leave"}, {"step", step_.load()}}, opt_.call_timeout);
   close();
 }
 

@@ -332,7 +332,7 @@ struct Coordinator::Impl {
             membership.phase_timing(c.worker, r.generation, r.phase, r.ms);
             send(c, {{"type", "phase_reply"}});
           } else if constexpr (std::is_same_v<T, Leave>) {
-            Answer a = membership.leave(c.worker, now);
+            Answer a = membership.leave(c.worker, now, r.step);
             send(c, answer_json("leave_reply", a));
           } else if constexpr (std::is_same_v<T, Status>) {
             send(c, status_json());

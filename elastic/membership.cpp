@@ -318,11 +318,12 @@ Answer Membership::worker_fatal(WorkerId w, const std::string& error, TimePoint 
   return a;
 }
 
-Answer Membership::leave(WorkerId w, TimePoint now) {
+Answer Membership::leave(WorkerId w, TimePoint now, std::optional<int64_t> step) {
   Answer a;
   a.generation = generation_;
   Worker* wk = live_worker(w);
   if (!wk) return a.kind = Answer::Fenced, a;
+  if (step) wk->step = std::max(wk->step, *step);
   if (!stop_flag_ && phase_ != Phase::Running && in_round(w.slot)) {
     // Leaving in the middle of a round is a failure of that round.
     fail(*wk, "left_during_recovery", now, now, "");

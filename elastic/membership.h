@@ -50,7 +50,7 @@ class Membership {
   // (its configuration): the job STOPs with that error (cause worker_fatal), like a digest
   // mismatch; a restart would only meet it again. Ignored once the job is over.
   Answer worker_fatal(WorkerId w, const std::string& error, TimePoint now);
-  Answer leave(WorkerId w, TimePoint now);
+  Answer leave(WorkerId w, TimePoint now, std::optional<int64_t> step = std::nullopt);
   void phase_timing(WorkerId w, uint64_t generation, const std::string& phase, double ms);
   void request_stop(TimePoint now);
   // Leases (D2), round closing, the minimum-world deadline and the ready timeout.

@@ -71,7 +71,7 @@ Request decode(const json& m, const std::string& type) {
     if (!(p.ms >= 0 && p.ms < 1e9)) throw ProtocolError("field 'ms' is outside [0, 1e9)");
     return p;
   }
-  if (type == "leave") return Leave{};
+  if (type == "leave") return Leave{get_opt_int(m, "step", -1, kMaxStep)};
   if (type == "status") return Status{};
   if (type == "exited")
     return Exited{static_cast<int>(get_int(m, "slot", 0, kMaxSlot)), get_int(m, "incarnation", 0, kMaxGen),

@@ -501,11 +501,11 @@ class Supervisor {
 
   // The --inject specs that did not fire, with why. certain: an at= spec for a slot of this
   // node that the launcher did not execute (the job ended first, or the slot was not
-  // running then). Not certain: a
-  // step= spec (the worker fires it, unseen by the launcher) whose step is beyond the last
-  // step the coordinator's statuses showed; that step comes with the heartbeats, so it can
-  // be one heartbeat behind the job's real last step (a leave does not carry the step).
-  // A step= spec whose step was reached is not judged.
+  // running then). A step= spec (the worker fires it, unseen by the launcher) whose step is
+  // beyond the last step the coordinator's statuses showed: certain when the job ended
+  // DONE (every member left, and a leave carries the step it ended at), else not — a
+  // worker's step comes with its heartbeats, so it can be one heartbeat behind the real
+  // one. A step= spec whose step was reached is not judged.
   json not_fired() {
     json out = json::array();
     for (size_t i = 0; i < opt_.inject.size(); ++i) {
@@ -523,9 +523,13 @@ class Supervisor {
           why = rf::str("the job ended ", ran, " s after it first ran (at=", *f.at_seconds, ")");
         }
       } else if (f.step && *f.step > last_step_) {
-        certain = false;
-        why = last_step_ < 0 ? std::string("no step was reported") : rf::str("the last step reported was ", last_step_);
-        why += " (the workers report their step by heartbeat, so the job may have gone a little further)";
+        if (last_status_.value("phase", "") == "DONE") {
+          why = last_step_ < 0 ? std::string("the job ended before any step") : rf::str("the job ended at step ", last_step_);
+        } else {
+          certain = false;
+          why = last_step_ < 0 ? std::string("no step was reported") : rf::str("the last step reported was ", last_step_);
+          why += " (the workers report their step by heartbeat, so the job may have gone a little further)";
+        }
       } else {
         continue;
       }

@@ -38,7 +38,9 @@ TEST_CASE("round trip, byte by byte") {
   auto req = decode_request(parse_message(got[0]));
   REQUIRE(std::holds_alternative<Heartbeat>(req));
   CHECK(std::get<Heartbeat>(req).step == 41);
-  CHECK(std::holds_alternative<Leave>(decode_request(parse_message(got[1]))));
+  REQUIRE(std::holds_alternative<Leave>(decode_request(parse_message(got[1]))));
+  CHECK_FALSE(std::get<Leave>(decode_request(parse_message(got[1]))).step);  // an older worker's leave
+  CHECK(std::get<Leave>(decode_request(parse_message(R"({"v":1,"type":"leave","step":14})"))).step == 14);
 }
 
 TEST_CASE("encoding never throws on invalid UTF-8 (it is replaced)") {
@@ -97,6 +99,8 @@ TEST_CASE("every field is typed and bounded") {
   CHECK(what_of(R"({"v":1,"type":"hello","token":"t","role":"admin"})").find("role") != std::string::npos);
   CHECK(what_of(R"({"v":1,"type":"hello","token":"t","role":"member","slot":-4,"incarnation":0})")
             .find("'slot'") != std::string::npos);
+  CHECK(what_of(R"({"v":1,"type":"leave","step":"14"})").find("'step' must be an integer") != std::string::npos);
+  CHECK(what_of(R"({"v":1,"type":"leave","step":-2})").find("outside") != std::string::npos);
   CHECK(what_of(R"({"v":1,"type":"phase","generation":1,"phase":"nap","ms":1})").find("phase") != std::string::npos);
   CHECK(what_of(R"({"v":1,"type":"phase","generation":1,"phase":"verify","ms":-1})").find("ms") != std::string::npos);
   json long_key = {{"v", 1}, {"type", "kv_get"}, {"generation", 1}, {"key", std::string(300, 'k')}};

@@ -126,19 +126,18 @@ TEST_CASE("run: an --inject that never fired is reported at the end and in the s
   json s = r.summary_json();
   CHECK(s["exit_status"] == 0);
   CHECK(s["injected"].empty());
-  CHECK(s["last_step"].get<int64_t>() <= 29);
+  CHECK(s["last_step"] == 29);  // exact: every member's leave carried the step it ended at
   REQUIRE(s["not_fired"].size() == 2);
   CHECK(s["not_fired"][0]["spec"] == "kill:rank=1:step=500");
-  CHECK(s["not_fired"][0]["certain"] == false);  // judged from heartbeats' steps
+  CHECK(s["not_fired"][0]["certain"] == true);  // the job ended DONE at a known step
   const std::string step_reason = s["not_fired"][0]["reason"];
-  CHECK((step_reason.rfind("the last step reported was ", 0) == 0 ||
-         step_reason.rfind("no step was reported", 0) == 0));
+  CHECK(step_reason == "the job ended at step 29");
   CHECK(s["not_fired"][1]["spec"] == "stop:rank=0:at=60");
   CHECK(s["not_fired"][1]["certain"] == true);  // the launcher's own
   const std::string at_reason = s["not_fired"][1]["reason"];
   CHECK(at_reason.rfind("the job ended ", 0) == 0);
   CHECK(at_reason.find(" s after it first ran (at=60)") != std::string::npos);
-  CHECK(out.find("ringfence: --inject kill:rank=1:step=500 probably never fired: " + step_reason + "\n") !=
+  CHECK(out.find("ringfence: --inject kill:rank=1:step=500 never fired: " + step_reason + "\n") !=
         std::string::npos);
   CHECK(out.find("ringfence: --inject stop:rank=0:at=60 never fired: " + at_reason + "\n") != std::string::npos);
   CHECK(out.find("ringfence: job DONE (exit 0)") != std::string::npos);

@@ -613,10 +613,12 @@ TEST_CASE("graceful stop: the flag reaches every member, then everybody leaves -
   s.lose({0, 0});  // closing after leave is no failure
   CHECK(s.m.phase() == Phase::Running);
   CHECK(s.count("revoke") == 0);
-  s.m.leave({1, 0}, s.now);
+  CHECK(s.m.max_member_step() == 3);
+  s.m.leave({1, 0}, s.now, 5);  // its last heartbeat said 3; the leave carries the step it ended at
   s.drain();
   CHECK(s.m.phase() == Phase::Done);
   CHECK(s.count("done") == 1);
+  CHECK(s.m.max_member_step() == 5);
   CHECK(s.m.plan_for({1, 0}, 1).kind == PlanQuery::Done);
 }
 
