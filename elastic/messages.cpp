@@ -1,5 +1,7 @@
 #include "elastic/messages.h"
 
+#include <iterator>
+
 #include "base/str.h"
 #include "elastic/frame.h"
 
@@ -101,6 +103,7 @@ Request decode_request(const json& m) {
 const char* request_name(const Request& r) {
   static const char* names[] = {"hello", "heartbeat", "report", "plan", "ready", "kv_set", "kv_get", "kv_wait",
                                 "kv_cas", "failure", "phase", "leave", "status", "exited", "stop", "summary", "fatal"};
+  static_assert(std::size(names) == std::variant_size_v<Request>, "one name per Request alternative, in order");
   return names[r.index()];
 }
 
