@@ -119,6 +119,13 @@ inline std::string slurp(const std::string& path) {
   return ss.str();
 }
 
+// How many times `what` occurs in `text` (a launcher's output: said once, not per spawn).
+inline size_t occurrences(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t p = text.find(what); p != std::string::npos; p = text.find(what, p + 1)) ++n;
+  return n;
+}
+
 inline std::vector<json> read_events(const std::string& path) {
   std::vector<json> out;
   std::ifstream f(path);

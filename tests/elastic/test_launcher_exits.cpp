@@ -49,12 +49,6 @@ struct Launch {
   json summary_json() const { return json::parse(slurp(summary), nullptr, false); }
 };
 
-size_t count(const std::string& text, const std::string& what) {
-  size_t n = 0;
-  for (size_t p = text.find(what); p != std::string::npos; p = text.find(what, p + 1)) ++n;
-  return n;
-}
-
 }  // namespace
 
 // Slot 1 (incarnation 0) joins and exits 7 at once, faster than any status poll: the
@@ -115,8 +109,8 @@ TEST_CASE("run: a worker's fatal error stops the job with that error, without re
   const std::string out = slurp(l.out);
   INFO("output:\n", out);
   CHECK(st == 1);
-  CHECK(count(out, "ringfence: error: slot 0 (incarnation 0) cannot run: " + text) +
-            count(out, "ringfence: error: slot 1 (incarnation 0) cannot run: " + text) ==
+  CHECK(occurrences(out, "ringfence: error: slot 0 (incarnation 0) cannot run: " + text) +
+            occurrences(out, "ringfence: error: slot 1 (incarnation 0) cannot run: " + text) ==
         1);  // the launcher says it once (a worker that joins after the stop is refused with it)
   CHECK(out.find("cannot run: " + text) != std::string::npos);
   CHECK(out.find("before it registered") == std::string::npos);

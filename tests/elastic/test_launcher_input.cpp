@@ -44,12 +44,6 @@ struct Launch {
   bool log_exists() const { return std::ifstream(log).good(); }
 };
 
-size_t count(const std::string& text, const std::string& what) {
-  size_t n = 0;
-  for (size_t p = text.find(what); p != std::string::npos; p = text.find(what, p + 1)) ++n;
-  return n;
-}
-
 }  // namespace
 
 TEST_CASE("run: a PROGRAM that cannot be run is refused before anything starts, naming it") {
@@ -72,7 +66,7 @@ TEST_CASE("run: a PROGRAM that cannot be run is refused before anything starts, 
     INFO("output:\n", out);
     CHECK(out.find("ringfence run: cannot run '" + c.program + "'") != std::string::npos);
     CHECK(out.find(c.why) != std::string::npos);
-    CHECK(count(out, "cannot run") == 1);  // said once, by the launcher, not once per spawn
+    CHECK(occurrences(out, "cannot run") == 1);  // said once, by the launcher, not once per spawn
     CHECK_FALSE(l.log_exists());           // no coordinator was started
   }
 }
@@ -83,7 +77,7 @@ TEST_CASE("run: a worker that fails before it registered ends the job with its e
   CHECK(l.wait() == 2);  // the worker's own exit status (a usage error)
   const std::string out = slurp(l.out);
   INFO("output:\n", out);
-  CHECK(count(out, "unknown option --bogus") <= 2);  // each slot started once at most
+  CHECK(occurrences(out, "unknown option --bogus") <= 2);  // each slot started once at most
   CHECK(out.find("before it registered with the coordinator") != std::string::npos);
   CHECK(out.find("exited with status 2") != std::string::npos);
   json s = json::parse(slurp(l.summary), nullptr, false);
@@ -103,7 +97,7 @@ TEST_CASE("run: one slot failing to start ends the job with its status; the othe
   CHECK(l.wait() == 5);
   const std::string out = slurp(l.out);
   INFO("output:\n", out);
-  CHECK(count(out, "slot 1 cannot start") == 1);
+  CHECK(occurrences(out, "slot 1 cannot start") == 1);
   CHECK(out.find("slot 1 (incarnation 0) exited with status 5 before it registered") != std::string::npos);
   json s = json::parse(slurp(l.summary), nullptr, false);
   REQUIRE(!s.is_discarded());

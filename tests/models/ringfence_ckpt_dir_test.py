@@ -16,45 +16,21 @@
 Every run has a deadline; on expiry the launcher's process group is SIGKILLed (its workers
 die with it by PDEATHSIG) and the test fails.
 """
-import glob
-import hashlib
 import os
 import re
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import rf_testlib  # noqa: E402
+from rf_testlib import check, digests, failures  # noqa: E402
+
 DEADLINE_S = 60
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what, flush=True)
 
 
 def run(cmd, log):
-    with open(log, "w") as out:
-        p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            rc = p.wait(timeout=DEADLINE_S)
-        except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
-            rc = None
-    with open(log) as f:
-        return rc, f.read()
-
-
-def digests(d):
-    out = {}
-    for path in sorted(glob.glob(os.path.join(d, "*"))):
-        with open(path, "rb") as f:
-            out[os.path.basename(path)] = hashlib.md5(f.read()).hexdigest()
-    return out
+    return rf_testlib.run(cmd, log, DEADLINE_S)
 
 
 def main():

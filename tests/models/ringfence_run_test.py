@@ -24,24 +24,16 @@ import json
 import os
 import re
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from rf_testlib import check, failures, run  # noqa: E402
 
 W, STEPS = 3, 40
 KILL = "kill:rank=1:step=20:phase=allreduce:after_chunks=1"
 FINAL = re.compile(r"^== train_mlp slot (\d+) incarnation (\d+): step (-?\d+), generation (\d+), world (\d+), "
                    r"recoveries (\d+), state ([0-9a-f]{32})$", re.M)
-
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what, flush=True)
-
 
 def run_job(ringfence, train_mlp, work, launcher_flags, timeout=120):
     os.makedirs(work)
@@ -49,22 +41,14 @@ def run_job(ringfence, train_mlp, work, launcher_flags, timeout=120):
            train_mlp, "--synthetic", "2048", "--batch", "96", "--epochs", "3", "--max-steps", str(STEPS), "--lr", "0.01", "--log-interval", "10",
            "--verify-every", "10", "--metrics", f"{work}/metrics.json", "--loss-log", f"{work}/loss.jsonl",
            "--audit-log", f"{work}/audit.jsonl", "--flight-dir", f"{work}/flight"]
-    with open(f"{work}/output.txt", "w") as out:
-        p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            rc = p.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
-            rc = None
+    rc, output = run(cmd, f"{work}/output.txt", timeout)
+
     def load(name):
         try:
             with open(f"{work}/{name}") as f:
                 return json.load(f)
         except (OSError, ValueError):
             return None
-    with open(f"{work}/output.txt") as f:
-        output = f.read()
     return rc, output, load("summary.json"), load("metrics.json")
 
 
