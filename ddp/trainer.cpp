@@ -545,13 +545,24 @@ struct Trainer::Impl {
       restore_from_disk();
       audit_->record("resume", 0, state.step(), state.current_digest(), -1, 0);
     }
-    client->join();
-    start_staging_pretouch();
-    if (cfg.hang_timeout.count() > 0) watchdog = std::thread([this] { watchdog_main(); });
+    // A worker that joins after the job finished (a spare, or a restart that started up
+    // while the last members left) has nothing to do: it ends as a standby, not an error.
+    const auto join_unless_finished = [this] {
+      try {
+        client->join();
+        return true;
+      } catch (const elastic::JobFinished&) {
+        result.standby = true;
+        return false;
+      }
+    };
+    const bool joined = join_unless_finished();
+    if (joined) start_staging_pretouch();
+    if (joined && cfg.hang_timeout.count() > 0) watchdog = std::thread([this] { watchdog_main(); });
     const TimePoint t0 = Clock::now();
     bool first = true;
-    while (true) {
-      if (client->fenced()) client->join();  // D4: come back as a new member
+    while (joined) {
+      if (client->fenced() && !join_unless_finished()) break;  // D4: come back as a new member
       try {
         plan = client->next_plan([this] { return report(); }, cfg.plan_timeout);
       } catch (const elastic::JobFinished&) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <string_view>
 
 #include "base/str.h"
 #include "elastic/frame.h"
@@ -120,7 +121,16 @@ JoinInfo Client::join() {
   member_.connect(opt_.host, opt_.port, deadline);
   json hello = {{"type", "hello"}, {"token", opt_.token}, {"role", "member"}, {"slot", opt_.slot},
                 {"incarnation", opt_.incarnation}};
-  json w = member_.call(hello, deadline);
+  json w;
+  try {
+    w = member_.call(hello, deadline);
+  } catch (const Refused& e) {
+    // A spare or a restart that arrives after every member left: nothing to do, not an
+    // error (the same end as a standby's plan answering done).
+    if (std::string_view(e.what()).ends_with("join refused: the job has finished"))
+      throw JobFinished("the job has finished");
+    throw;
+  }
   JoinInfo info;
   info.generation = static_cast<uint64_t>(get_int(w, "generation", 0, int64_t{1} << 53));
   info.phase = get_str(w, "phase", 32);

@@ -78,7 +78,8 @@ class Client {
   void on_stopped(std::function<void()> cb);
 
   // Connects both connections, joins (slot, incarnation), starts the heartbeat thread.
-  // Throws Refused (wrong token, stale incarnation, job over) or ConnectionLost.
+  // Throws JobFinished when every member had already left (DONE), Refused (wrong token,
+  // stale incarnation, job stopped) or ConnectionLost.
   // After a self-fence, join() again to come back as a new member.
   JoinInfo join();
 

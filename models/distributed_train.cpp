@@ -130,7 +130,7 @@ TrainResult train_distributed(const TrainOptions& opt, std::ostream& log) {
   if (loss_log.is_open()) loss_log.flush();
   if (batch_log.is_open()) batch_log.flush();
   if (tr.standby) {
-    log << "== " << prog << " slot " << slot << ": a spare that was never needed\n" << std::flush;
+    log << "== " << prog << " slot " << slot << ": the job ended without needing it (a spare, or a restart that arrived after the end)\n" << std::flush;
     return r;
   }
   log << "== " << prog << " slot " << slot << " incarnation " << incarnation << ": step " << tr.step

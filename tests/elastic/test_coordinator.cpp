@@ -192,6 +192,10 @@ TEST_CASE("two workers form, run, exchange addresses, and one failure revokes th
   const auto deadline = rf::Clock::now() + 2s;
   while (!coord.finished() && rf::Clock::now() < deadline) admin.status();  // each call is a loop turn
   CHECK(coord.phase() == Phase::Done);
+  // A restart of b that starts up only now finds the job over: JobFinished (its program
+  // ends cleanly, as a spare's plan answering done does), not Refused (an error exit).
+  Client late(copts(coord, token, 1, 1));
+  CHECK_THROWS_AS(late.join(), JobFinished);
 }
 
 TEST_CASE("wrong token is refused with an error reply") {
