@@ -100,10 +100,7 @@ def one_run(args, model, fault, trial=0):
         raise SystemExit(f"{model}/{fault}: ringfence run failed (exit {p.returncode}); files in {work}")
     with open(summary) as f:
         summ = json.load(f)
-    lines = []
-    for fn in glob.glob(os.path.join(aud, "audit-*.jsonl")):
-        with open(fn) as f:
-            lines += [json.loads(x) for x in f if x.strip()]
+    lines = audit_lines(aud)
     inject = [x for x in lines if x["event"] == "inject"]
     rec = summ["recoveries"][0]
     g = rec["generation"]
@@ -130,10 +127,12 @@ def one_run(args, model, fault, trial=0):
 
 
 def audit_lines(aud):
+    """Every complete record of the workers' audit logs. They may be read while a worker
+    appends (restart_run polls them): a last line without its newline is not a record yet."""
     lines = []
     for fn in glob.glob(os.path.join(aud, "audit-*.jsonl")):
         with open(fn) as f:
-            lines += [json.loads(x) for x in f if x.strip()]
+            lines += [json.loads(x) for x in f if x.endswith("\n") and x.strip()]
     return lines
 
 
