@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "base/str.h"
+#include "tests/elastic/launch.h"
 #include "tests/elastic/proc.h"
 
 using namespace rf::test;
@@ -16,31 +17,16 @@ using namespace std::chrono_literals;
 
 namespace {
 
-struct Run {
-  std::string dir, out, summary, log;
-  TempDirGuard cleanup;  // destroyed after proc: the launcher is reaped first
-  Proc proc;
-  explicit Run(const std::string& name) : dir(temp_dir(name)), cleanup{dir} {
-    out = dir + "/launcher.log";
-    summary = dir + "/summary.json";
-    log = dir + "/events.jsonl";
+// A Launch of the test worker, always with --summary.
+struct Run : Launch {
+  using Launch::Launch;
+  void start(std::vector<std::string> flags, const std::vector<std::string>& worker_args) {
+    flags.insert(flags.end(), {"--summary", summary});
+    std::vector<std::string> program = {RF_TEST_WORKER};
+    program.insert(program.end(), worker_args.begin(), worker_args.end());
+    Launch::start(flags, program);
   }
-  void start(std::vector<std::string> flags, std::vector<std::string> worker_args) {
-    std::vector<std::string> argv = {RF_RINGFENCE, "run"};
-    for (auto& f : flags) argv.push_back(f);
-    for (auto f : {"--summary", summary.c_str(), "--event-log", log.c_str(), "--heartbeat", "50ms", "--lease",
-                   "500ms"})
-      argv.push_back(f);
-    argv.push_back("--");
-    argv.push_back(RF_TEST_WORKER);
-    for (auto& a : worker_args) argv.push_back(a);
-    proc = Proc(argv, {}, out);
-  }
-  int wait(rf::Duration d = 60s) {
-    auto st = proc.wait(d);
-    REQUIRE_MESSAGE(st.has_value(), "launcher still running; output:\n", slurp(out));
-    return *st;
-  }
+  int wait(rf::Duration d = 60s) { return Launch::wait(d); }
   json summary_json() {
     auto j = json::parse(slurp(summary), nullptr, false);
     REQUIRE_MESSAGE(!j.is_discarded(), "no summary; output:\n", slurp(out));

@@ -10,46 +10,11 @@
 #include <signal.h>
 
 #include "base/str.h"
+#include "tests/elastic/launch.h"
 #include "tests/elastic/proc.h"
 
 using namespace rf::test;
 using namespace std::chrono_literals;
-
-namespace {
-
-struct Launch {
-  std::string dir, out, summary;
-  TempDirGuard cleanup;  // destroyed after proc: the launcher is reaped first
-  Proc proc;
-  explicit Launch(const std::string& name) : dir(temp_dir(name)), cleanup{dir} {
-    out = dir + "/launcher.log";
-    summary = dir + "/summary.json";
-  }
-  void start(const std::vector<std::string>& flags, const std::vector<std::string>& program) {
-    std::vector<std::string> argv = {RF_RINGFENCE, "run", "--summary", summary};
-    argv.insert(argv.end(), flags.begin(), flags.end());
-    for (auto f : {"--heartbeat", "50ms", "--lease", "500ms", "--"}) argv.push_back(f);
-    argv.insert(argv.end(), program.begin(), program.end());
-    proc = Proc(argv, {}, out);
-  }
-  int wait(rf::Duration d = 30s) {
-    auto st = proc.wait(d);
-    REQUIRE_MESSAGE(st.has_value(), "launcher still running; output:\n", slurp(out));
-    return *st;
-  }
-  // Waits until the launcher's output holds `what` (or the launcher ended, or the deadline).
-  bool wait_output(const std::string& what, rf::Duration d) {
-    const auto deadline = rf::Clock::now() + capped(d);
-    while (slurp(out).find(what) == std::string::npos) {
-      if (rf::Clock::now() >= deadline || ::kill(proc.pid(), 0) != 0) return slurp(out).find(what) != std::string::npos;
-      ::poll(nullptr, 0, 10);
-    }
-    return true;
-  }
-  json summary_json() const { return json::parse(slurp(summary), nullptr, false); }
-};
-
-}  // namespace
 
 // Slot 1 (incarnation 0) joins and exits 7 at once, faster than any status poll: the
 // coordinator knows it registered, so it is restarted and the job ends DONE. Repeated, as
@@ -58,19 +23,13 @@ TEST_CASE("run: a worker that registered and exited at once while generation 1 f
   for (int i = 0; i < 5; ++i) {
     CAPTURE(i);
     Launch l("join-exit");
-    l.start({"-n", "2"}, {RF_EXIT_WORKER, "join-exit", "1", "7", RF_TEST_WORKER, "--steps", "5", "--step-ms", "1"});
+    l.start({"-n", "2", "--summary", l.summary}, {RF_EXIT_WORKER, "join-exit", "1", "7", RF_TEST_WORKER, "--steps", "5", "--step-ms", "1"});
     const int st = l.wait();
     const std::string out = slurp(l.out);
     INFO("output:\n", out);
     CHECK(st == 0);
     CHECK(out.find("before it registered") == std::string::npos);
-    json s = l.summary_json();
-    REQUIRE(!s.is_discarded());
-    CHECK(s["phase"] == "DONE");
-    CHECK(s["restarts"] == 1);
-    REQUIRE(s["workers"][1]["exits"].size() == 2);
-    CHECK(s["workers"][1]["exits"][0]["status"] == 7);
-    CHECK(s["workers"][1]["exits"][1]["status"] == 0);
+    check_restarted_once(l.summary_json(), 1, 7);
     if (st != 0) break;
   }
 }
@@ -81,7 +40,7 @@ TEST_CASE("run: a worker that registered and exited at once while generation 1 f
 TEST_CASE("run: a worker exiting non-zero after it left the job is not restarted and fails the launcher") {
   Launch l("left-then-fail");
   const std::string wrapper = R"(if [ "$RINGFENCE_SLOT" = 0 ]; then "$@" --steps 5; exit 3; fi; exec "$@" --steps 1000000)";
-  l.start({"-n", "2"}, {"/bin/sh", "-c", wrapper, "wrap", RF_TEST_WORKER, "--step-ms", "2"});
+  l.start({"-n", "2", "--summary", l.summary}, {"/bin/sh", "-c", wrapper, "wrap", RF_TEST_WORKER, "--step-ms", "2"});
   const bool seen = l.wait_output("slot 0 (incarnation 0) exited with status 3 after it left the job", 20s);
   l.proc.signal(SIGINT);
   const int st = l.wait();
@@ -104,7 +63,7 @@ TEST_CASE("run: a worker exiting non-zero after it left the job is not restarted
 TEST_CASE("run: a worker's fatal error stops the job with that error, without restarts") {
   Launch l("fatal");
   const std::string text = "the configuration cannot work (test)";
-  l.start({"-n", "2", "--quiet"}, {RF_EXIT_WORKER, "fatal", text});
+  l.start({"-n", "2", "--quiet", "--summary", l.summary}, {RF_EXIT_WORKER, "fatal", text});
   const int st = l.wait();
   const std::string out = slurp(l.out);
   INFO("output:\n", out);

@@ -12,39 +12,11 @@
 #include <sstream>
 
 #include "base/str.h"
+#include "tests/elastic/launch.h"
 #include "tests/elastic/proc.h"
 
 using namespace rf::test;
 using namespace std::chrono_literals;
-
-namespace {
-
-struct Launch {
-  std::string dir, out, log, summary;
-  TempDirGuard cleanup;  // destroyed after proc: the launcher is reaped first
-  Proc proc;
-  explicit Launch(const std::string& name) : dir(temp_dir(name)), cleanup{dir} {
-    out = dir + "/launcher.log";
-    log = dir + "/events.jsonl";
-    summary = dir + "/summary.json";
-  }
-  // ringfence run FLAGS --event-log LOG --heartbeat 50ms --lease 500ms -- PROGRAM...
-  void start(const std::vector<std::string>& flags, const std::vector<std::string>& program) {
-    std::vector<std::string> argv = {RF_RINGFENCE, "run"};
-    argv.insert(argv.end(), flags.begin(), flags.end());
-    for (auto f : {"--event-log", log.c_str(), "--heartbeat", "50ms", "--lease", "500ms", "--"}) argv.push_back(f);
-    argv.insert(argv.end(), program.begin(), program.end());
-    proc = Proc(argv, {}, out);
-  }
-  int wait(rf::Duration d = 30s) {
-    auto st = proc.wait(d);
-    REQUIRE_MESSAGE(st.has_value(), "launcher still running; output:\n", slurp(out));
-    return *st;
-  }
-  bool log_exists() const { return std::ifstream(log).good(); }
-};
-
-}  // namespace
 
 TEST_CASE("run: a PROGRAM that cannot be run is refused before anything starts, naming it") {
   const std::string dir = temp_dir("prog-bad");
@@ -130,13 +102,7 @@ exec "$@")";
   const std::string out = slurp(l.out);
   INFO("output:\n", out);
   CHECK(out.find("before it registered") == std::string::npos);
-  json s = json::parse(slurp(l.summary), nullptr, false);
-  REQUIRE(!s.is_discarded());
-  CHECK(s["phase"] == "DONE");
-  CHECK(s["restarts"] == 1);
-  REQUIRE(s["workers"][1]["exits"].size() == 2);
-  CHECK(s["workers"][1]["exits"][0]["status"] == 7);
-  CHECK(s["workers"][1]["exits"][1]["status"] == 0);
+  check_restarted_once(l.summary_json(), 1, 7);
 }
 
 // A single worker leaves (the job is DONE at once) and its process then exits 3: before,
