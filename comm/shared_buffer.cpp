@@ -57,9 +57,10 @@ SharedBuffer::SharedBuffer(size_t bytes) : bytes_(bytes) {
     // in one call holding the mmap lock, and another thread's mmap waits for all of it —
     // the heartbeat's too (base/populate.h). For a 400 MB memfd (bench/RESULTS.md,
     // "Replacement start-up, session 4"): MAP_POPULATE blocked another thread's mmap for
-    // 295-464 ms, all of its duration; slices blocked it at most 20-28 ms. MADV_HUGEPAGE only helps where shmem THP
-    // is in "advise" mode (/sys/kernel/mm/transparent_hugepage/shmem_enabled); it is
-    // harmless elsewhere, so it is asked for after the fact and its result ignored.
+    // 295-464 ms, all of its duration; slices blocked it at most 20-28 ms. MADV_HUGEPAGE
+    // only helps where shmem THP is in "advise" mode
+    // (/sys/kernel/mm/transparent_hugepage/shmem_enabled); it is harmless elsewhere, so it
+    // is asked for after the fact and its result ignored.
     void* p = mmap(nullptr, mapped_, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
     if (p == MAP_FAILED) {
       close(fd_);

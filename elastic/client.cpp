@@ -6,6 +6,7 @@
 
 #include "base/str.h"
 #include "elastic/frame.h"
+#include "elastic/messages.h"
 
 namespace rf::elastic {
 
@@ -127,8 +128,7 @@ JoinInfo Client::join() {
   } catch (const Refused& e) {
     // A spare or a restart that arrives after every member left: nothing to do, not an
     // error (the same end as a standby's plan answering done).
-    if (std::string_view(e.what()).ends_with("join refused: the job has finished"))
-      throw JobFinished("the job has finished");
+    if (std::string_view(e.what()).ends_with(kJobFinishedReason)) throw JobFinished(kJobFinishedReason);
     throw;
   }
   JoinInfo info;
@@ -252,7 +252,7 @@ Plan Client::next_plan(const std::function<StateReport()>& state, Duration timeo
     Answer a = report(round, state());
     if (a.kind == Answer::Fenced) throw Refused(rf::str("slot ", opt_.slot, " is fenced: join again"));
     if (a.kind == Answer::Stopped) {
-      if (a.reason == "the job has finished") throw JobFinished(a.reason);
+      if (a.reason == kJobFinishedReason) throw JobFinished(a.reason);
       throw JobStopped(rf::str("the coordinator stopped the job: ", a.reason));
     }
     if (a.kind != Answer::Accepted) {  // stale or not open: follow the coordinator's number
@@ -269,7 +269,7 @@ Plan Client::next_plan(const std::function<StateReport()>& state, Duration timeo
         case PlanQuery::Revoked: round = q.generation; break;
         case PlanQuery::Fenced: throw Refused(rf::str("slot ", opt_.slot, " is fenced: join again"));
         case PlanQuery::Stopped: throw JobStopped(rf::str("the coordinator stopped the job: ", q.error));
-        case PlanQuery::Done: throw JobFinished("the job has finished");
+        case PlanQuery::Done: throw JobFinished(kJobFinishedReason);
         case PlanQuery::Pending: continue;  // still forming (or standby): keep waiting
       }
       break;  // revoked: report again for the new round
@@ -326,8 +326,8 @@ void Client::phase_timing(uint64_t g, const std::string& phase, double ms_) {
 }
 
 void Client::fatal(const std::string& error) {
-  // The protocol bounds text fields (kMaxTextBytes); cut at a UTF-8 character boundary.
-  size_t n = std::min<size_t>(error.size(), 4000);
+  // The protocol bounds text fields; cut at a UTF-8 character boundary.
+  size_t n = std::min(error.size(), kMaxTextBytes);
   while (n < error.size() && n > 0 && (static_cast<unsigned char>(error[n]) & 0xC0) == 0x80) --n;
   call({{"type", "fatal"}, {"error", error.substr(0, n)}}, opt_.call_timeout);
 }

@@ -96,7 +96,7 @@ JoinResult Membership::join(WorkerId w, TimePoint now) {
   r.phase = phase_;
   if (phase_ == Phase::Stopped || phase_ == Phase::Done) {
     r.kind = Answer::Stopped;
-    r.reason = phase_ == Phase::Done ? "the job has finished" : error_;
+    r.reason = phase_ == Phase::Done ? kJobFinishedReason : error_;
     return r;
   }
   if (w.slot < 0 || w.incarnation < 0) {
@@ -164,7 +164,7 @@ ReportResult Membership::report(WorkerId w, uint64_t round, const StateReport& s
   r.generation = generation_;
   if (phase_ == Phase::Stopped || phase_ == Phase::Done) {
     r.kind = Answer::Stopped;
-    r.reason = phase_ == Phase::Done ? "the job has finished" : error_;
+    r.reason = phase_ == Phase::Done ? kJobFinishedReason : error_;
     return r;
   }
   Worker* wk = live_worker(w);

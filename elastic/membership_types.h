@@ -32,6 +32,10 @@ struct MembershipOptions {
   Duration report_timeout = 60s;
 };
 
+// The reason of a Stopped answer once every member has left (DONE): a worker that meets it
+// (a spare, a late restart) ends cleanly (Client's JobFinished), not as an error.
+inline constexpr const char* kJobFinishedReason = "the job has finished";
+
 // The generic answer of an event: accepted, or why not.
 struct Answer {
   enum Kind { Accepted, Stale, Fenced, Refused, Stopped } kind = Accepted;
