@@ -46,6 +46,7 @@ void write_snapshot_meta(SafetensorsWriter& w, const SnapshotMeta& m) {
       throw rf::InvalidInput(rf::str("snapshot data_order is not a JSON object: ", m.data_order));
     w.set_metadata("data_order", m.data_order);
   }
+  if (!m.job_id.empty()) w.set_metadata("job_id", m.job_id);
 }
 
 SnapshotMeta read_snapshot_meta(const SafetensorsReader& r) {
@@ -74,6 +75,7 @@ SnapshotMeta read_snapshot_meta(const SafetensorsReader& r) {
     if (!nlohmann::json::parse(m.data_order, nullptr, /*allow_exceptions=*/false).is_object())
       throw FormatError(r.source(), "", rf::str("metadata 'data_order' is not a JSON object: ", m.data_order));
   }
+  if (auto it = r.metadata().find("job_id"); it != r.metadata().end()) m.job_id = it->second;
   return m;
 }
 

@@ -13,6 +13,8 @@
 //   optimizer_hparams  e.g. {"lr":0.05,"momentum":0.9}
 //   data_order      optional: what decides which samples step s sees, as a JSON object,
 //                   e.g. {"batch":128,"samples":60000,"seed":0} (train_mlp / train_cnn)
+//   job_id          optional: the coordinator's id of the job that wrote it (under
+//                   `ringfence run`), so a whole-job restart restores only its own files
 //   crc32c, state_digest, metadata_crc32c   filled in by the writer, verified by the reader
 #include <cstdint>
 #include <string>
@@ -36,6 +38,7 @@ struct SnapshotMeta {
   // A JSON object, or "" (not recorded: the key is absent). Resuming with another one is
   // resuming on other batches: the programs warn, as for other hyper-parameters.
   std::string data_order = "";
+  std::string job_id = "";  // "" = not recorded (the key is absent)
 };
 
 // Throws rf::InvalidInput when optimizer_hparams (or a non-empty data_order) is not a JSON

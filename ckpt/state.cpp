@@ -134,6 +134,10 @@ SnapshotMeta restore_state(std::span<const std::byte> image, nn::Module& model, 
   if (!expect.optimizer.empty() && meta.optimizer != expect.optimizer)
     throw ForeignStateError(source, "",
                             str("holds optimizer '", meta.optimizer, "' state, expected '", expect.optimizer, "'"));
+  if (!expect.job_id.empty() && meta.job_id != expect.job_id)
+    throw ForeignStateError(source, "",
+                            meta.job_id.empty() ? str("records no job id, expected job ", expect.job_id, "'s")
+                                                : str("was written by job ", meta.job_id, ", expected job ", expect.job_id));
   if (expect.step && meta.step != *expect.step)
     throw MismatchError(source, "", str("is the state of step ", meta.step, ", expected step ", *expect.step));
   if (!expect.digest.empty() && rf_digest != expect.digest)

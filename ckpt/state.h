@@ -51,6 +51,7 @@ struct RestoreExpect {
   std::string optimizer = {};        // metadata "optimizer"
   std::optional<int64_t> step = {};  // metadata "step" (recovery: T of the plan)
   std::string digest = {};           // rf_state_digest (recovery: the digest reported for T)
+  std::string job_id = {};           // metadata "job_id" (a whole-job restart: its own job's)
 };
 
 // R6: validates the WHOLE image first — header, every tensor's CRC32C, the metadata CRC,

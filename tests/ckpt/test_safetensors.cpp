@@ -199,6 +199,15 @@ TEST_CASE("snapshot metadata round trips and is validated") {
   CHECK(back.optimizer == "sgd");
   CHECK(nlohmann::json::parse(back.optimizer_hparams)["momentum"] == 0.9);
   CHECK(back.data_order.empty());  // optional: not written, not read
+  CHECK(back.job_id.empty());      // likewise
+  {
+    auto w3 = s.writer();
+    SnapshotMeta j = m;
+    j.job_id = "4f2c9e";
+    write_snapshot_meta(w3, j);
+    auto r3 = SafetensorsReader::from_bytes(w3.to_bytes(), "snap");
+    CHECK(read_snapshot_meta(r3).job_id == "4f2c9e");
+  }
 
   {
     auto w2 = s.writer();

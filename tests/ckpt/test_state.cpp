@@ -212,6 +212,19 @@ TEST_CASE("R6: a cut-short, corrupted or mismatched image leaves the old state b
     CHECK(error_of(image, *b, sb, {.step = 2, .digest = rf::ckpt::state_digest_of(*a, sa)}).empty());
     CHECK(rf::ckpt::state_digest_of(*b, sb) == rf::ckpt::state_digest_of(*a, sa));
   }
+  SUBCASE("expectation: the job that wrote it (a whole-job restart restores only its own)") {
+    CHECK(error_of(image, *b, sb, {.job_id = "job-b"}).find("records no job id, expected job job-b's") !=
+          std::string::npos);
+    rf::ckpt::SnapshotMeta m = meta(2);
+    m.job_id = "job-a";
+    Bytes stamped;
+    rf::ckpt::serialize_state(*a, sa, m, stamped);
+    CHECK(error_of(stamped, *b, sb, {.job_id = "job-b"}).find("written by job job-a, expected job job-b") !=
+          std::string::npos);
+    CHECK(intact());
+    CHECK(error_of(stamped, *b, sb, {.job_id = "job-a"}).empty());
+    CHECK(rf::ckpt::state_digest_of(*b, sb) == rf::ckpt::state_digest_of(*a, sa));  // the id is not state
+  }
 }
 
 TEST_CASE("restore_state: the digest it reports is the restored state's, fused pass or not") {
