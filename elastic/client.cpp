@@ -37,6 +37,8 @@ Plan parse_plan(const json& j) {
   p.target_step = get_int(j, "target_step", -1, int64_t{1} << 53);
   p.target_digest = get_str(j, "target_digest", 128);
   p.fresh_start = get_bool(j, "fresh_start");
+  p.whole_job_restart = get_bool(j, "whole_job_restart");
+  p.job_id = get_str(j, "job_id", 64);
   if (!j.contains("ranks") || !j["ranks"].is_array()) throw ProtocolError("plan has no 'ranks' array");
   for (const auto& r : j["ranks"]) {
     PlanRank pr;

@@ -64,6 +64,8 @@ json plan_json(const Plan& p) {
           {"target_step", p.target_step},
           {"target_digest", p.target_digest},
           {"fresh_start", p.fresh_start},
+          {"whole_job_restart", p.whole_job_restart},
+          {"job_id", p.job_id},
           {"ranks", ranks}};
 }
 
@@ -103,8 +105,13 @@ struct Coordinator::Impl {
   std::vector<json> evictions;  // history, for launchers
   Coordinator* owner;
 
+  static CoordinatorOptions with_job_id(CoordinatorOptions o) {
+    if (o.membership.job_id.empty()) o.membership.job_id = random_token();
+    return o;
+  }
+
   Impl(CoordinatorOptions o, Coordinator* self)
-      : opt(std::move(o)), membership(opt.membership, Clock::now()), log(opt.event_log), owner(self) {
+      : opt(with_job_id(std::move(o))), membership(opt.membership, Clock::now()), log(opt.event_log), owner(self) {
     wall_offset_us = rf::wall_us() - std::chrono::duration_cast<std::chrono::microseconds>(
                                          Clock::now().time_since_epoch()).count();
     if (opt.token.empty()) throw rf::InvalidInput("the coordinator needs a job token");
@@ -129,7 +136,8 @@ struct Coordinator::Impl {
     if (::pipe2(wake, O_CLOEXEC | O_NONBLOCK) != 0) throw rf::Error("pipe2 failed");
     last_generation = membership.generation();
     log.write({{"ts_us", rf::wall_us()}, {"event", "listening"}, {"host", opt.host}, {"port", bound_port},
-               {"target_world", opt.membership.target_world}, {"min_world", opt.membership.min_world}});
+               {"target_world", opt.membership.target_world}, {"min_world", opt.membership.min_world},
+               {"job_id", opt.membership.job_id}});
   }
 
   ~Impl() {
@@ -494,6 +502,7 @@ struct Coordinator::Impl {
                       {"from_generation", r.from_generation},
                       {"generation", r.finished ? json(r.generation) : json(nullptr)},
                       {"rounds", r.rounds},
+                      {"whole_job_restart", r.whole_job_restart},
                       {"target_step", r.target_step},
                       {"world", r.world},
                       {"finished", r.finished},

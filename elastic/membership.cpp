@@ -492,16 +492,23 @@ void Membership::try_close_round(TimePoint now) {
     return;
   }
   round_plan_ = std::move(out.plan);
+  round_plan_->job_id = opt_.job_id;
+  round_plan_->whole_job_restart = round_plan_->fresh_start && ran_;
   round_.planned_at = now;
   for (auto& [slot, w] : workers_)  // reporters left out stay standby for the next round
     if (w.report_round == generation_ && !round_plan_->find(slot)) w.report_round = 0;
-  if (in_episode_) recoveries_.back().planned_at = now;
+  if (in_episode_) {
+    recoveries_.back().planned_at = now;
+    recoveries_.back().whole_job_restart |= round_plan_->whole_job_restart;
+  }
   log({"plan", round_.forming ? "forming" : "recovery", {}, generation_, round_plan_->target_step, now, std::nullopt,
-       rf::str("world ", round_plan_->world(), ", T ", round_plan_->target_step)});
+       rf::str("world ", round_plan_->world(), ", T ", round_plan_->target_step,
+               round_plan_->whole_job_restart ? ", whole-job restart (every worker that held state is gone)" : "")});
 }
 
 void Membership::become_running(TimePoint now) {
   phase_ = Phase::Running;
+  ran_ = true;
   members_.clear();
   prev_slots_.clear();
   for (const auto& pr : round_plan_->ranks) {

@@ -30,6 +30,9 @@ struct MembershipOptions {
   // (heartbeating) but does not report this long after the round opened is evicted
   // (cause report_timeout), or it would block the round for ever.
   Duration report_timeout = 60s;
+  // Names this job in every plan (Plan::job_id); the Coordinator draws a random one when
+  // empty. Checkpoints record it, so a whole-job restart restores only its own.
+  std::string job_id;
 };
 
 // The reason of a Stopped answer once every member has left (DONE): a worker that meets it
@@ -93,6 +96,7 @@ struct RecoveryRecord {
   uint64_t from_generation = 0;
   uint64_t generation = 0;  // the round being formed, then the generation that ran
   int rounds = 0;           // >1 when a failure during recovery revoked g+1 into g+2
+  bool whole_job_restart = false;  // a round found nobody holding state: T came from disk
   TimePoint first_seen, revoked, planned_at, running_at;
   bool finished = false;
   int64_t target_step = -1;

@@ -39,6 +39,11 @@ struct Plan {
   int64_t target_step = -1;  // T
   std::string target_digest;  // the digest every holder of T agreed on ("" when fresh)
   bool fresh_start = false;   // nobody holds state: initialise (or restore from disk)
+  // A fresh start after a generation of this job already ran: every worker that held
+  // state is gone (PROTOCOL.md "Whole-job failure"). Each worker restores this job's
+  // newest valid checkpoint, if it finds one, and reports it in a new round.
+  bool whole_job_restart = false;
+  std::string job_id;  // the coordinator's, one per job; checkpoints record it
   std::vector<PlanRank> ranks;
   int world() const { return static_cast<int>(ranks.size()); }
   const PlanRank* find(int slot) const;

@@ -63,11 +63,12 @@ void StatusLine::finish(const json& s) {
       const json& v = r["phases"][p];
       phases += rf::str(" ", p, " ", v.is_number() ? rf::str(v.get<double>(), " ms") : std::string("-"));
     }
-    std::fprintf(stderr, "  recovery %d: %s%s of slot %s -> generation %s (world %d, T %lld), total %s ms;%s\n", ++i,
+    std::fprintf(stderr, "  recovery %d: %s%s of slot %s -> generation %s (world %d, T %lld%s), total %s ms;%s\n", ++i,
                  r.value("planned", false) ? "planned " : "", r.value("cause", "?").c_str(),
                  w.is_object() ? w["slot"].dump().c_str() : "-", r["generation"].dump().c_str(), r.value("world", 0),
-                 static_cast<long long>(r.value("target_step", int64_t{-1})), r["total_ms"].dump().c_str(),
-                 phases.c_str());
+                 static_cast<long long>(r.value("target_step", int64_t{-1})),
+                 r.value("whole_job_restart", false) ? ", restored from disk: every worker holding state had died" : "",
+                 r["total_ms"].dump().c_str(), phases.c_str());
   }
 }
 

@@ -303,6 +303,7 @@ TEST_CASE("recovery: a replacement joining within the join window keeps W and th
   CHECK(p.generation == 2);
   CHECK(p.target_step == 10);
   CHECK(p.target_digest == "d10");
+  CHECK_FALSE(p.whole_job_restart);  // survivors hold state
   CHECK(slots_of(p) == std::vector<int>{0, 1, 2});
   CHECK(p.ranks[1].worker == WorkerId{1, 1});
   CHECK_FALSE(p.ranks[0].source_rank);
@@ -318,6 +319,59 @@ TEST_CASE("recovery: a replacement joining within the join window keeps W and th
   CHECK(rec.world == 3);
   CHECK(rec.rounds == 1);
   CHECK(rec.target_step == 10);
+  CHECK_FALSE(rec.whole_job_restart);
+}
+
+TEST_CASE("whole-job failure: a fresh start after a generation ran is a whole-job restart; every plan names the job") {
+  Sim s(2);
+  s.opt.job_id = "job-7";
+  Membership m(s.opt, s.now);  // (the Sim's own Membership has no job id)
+  auto drain = [&] { return m.take_transitions(); };
+  for (int slot : {0, 1}) {
+    REQUIRE(m.join({slot, 0}, s.now).ok());
+    REQUIRE(m.report({slot, 0}, 0, StateReport{}, s.now).ok());
+  }
+  REQUIRE(m.plan());
+  CHECK(m.plan()->fresh_start);
+  CHECK_FALSE(m.plan()->whole_job_restart);  // the job's first generation
+  CHECK(m.plan()->job_id == "job-7");
+  for (const auto& r : m.plan()->ranks) REQUIRE(m.ready(r.worker, 1, s.now).ok());
+  REQUIRE(m.phase() == Phase::Running);
+  drain();
+  // Every worker dies; their restarts hold nothing.
+  m.connection_lost({0, 0}, s.now);
+  m.connection_lost({1, 0}, s.now);
+  const uint64_t g = m.generation();  // (the second loss revoked the round the first opened)
+  REQUIRE(g >= 2);
+  for (int slot : {0, 1}) {
+    REQUIRE(m.join({slot, 1}, s.now).ok());
+    REQUIRE(m.report({slot, 1}, g, StateReport{}, s.now).ok());
+  }
+  REQUIRE(m.plan());
+  CHECK(m.plan()->fresh_start);
+  CHECK(m.plan()->whole_job_restart);
+  CHECK(m.plan()->job_id == "job-7");
+  bool said = false;
+  for (const auto& t : drain())
+    if (t.event == "plan") said = t.detail.find("whole-job restart") != std::string::npos;
+  CHECK(said);
+  // A worker restored the job's checkpoint of step 19 and revokes the generation; the next
+  // round plans from what everyone reports (the other found no file: it receives S_T).
+  REQUIRE(m.failure_report({0, 1}, g, 19, std::nullopt, "restored step 19 from disk", s.now).ok());
+  REQUIRE(m.generation() == g + 1);
+  REQUIRE(m.report({0, 1}, g + 1, StateReport{true, 19, "d19"}, s.now).ok());
+  REQUIRE(m.report({1, 1}, g + 1, StateReport{}, s.now).ok());
+  REQUIRE(m.plan());
+  CHECK_FALSE(m.plan()->fresh_start);
+  CHECK_FALSE(m.plan()->whole_job_restart);
+  CHECK(m.plan()->target_step == 19);
+  CHECK(m.plan()->ranks[1].source_rank == 0);
+  for (const auto& r : m.plan()->ranks) REQUIRE(m.ready(r.worker, g + 1, s.now).ok());
+  CHECK(m.phase() == Phase::Running);
+  REQUIRE(m.recoveries().size() == 1);  // one episode, from the first loss to RUNNING again
+  CHECK(m.recoveries()[0].whole_job_restart);
+  CHECK(m.recoveries()[0].finished);
+  CHECK(m.recoveries()[0].target_step == 19);
 }
 
 TEST_CASE("recovery: no replacement -> the group shrinks after the join window, order kept") {
