@@ -138,7 +138,11 @@ struct Trainer::Impl {
     inj->set_rank(rank);
     if (plan.fresh_start) {
       try {
-        refuse_foreign_checkpoints();
+        if (!plan.whole_job_restart) {
+          refuse_foreign_checkpoints();
+        } else if (restore_own_checkpoint()) {
+          return false;  // holds this job's newest checkpoint now: a new round plans from it
+        }
       } catch (const InvalidInput& e) {
         // Every worker and every restart would refuse the same way: the coordinator STOPs
         // the job with this error (the launcher's last line), instead of restarting us.
@@ -327,6 +331,7 @@ struct Trainer::Impl {
     meta.generation = static_cast<int64_t>(plan.generation);
     meta.world_size = world;
     meta.optimizer = optimizer.kind();
+    meta.job_id = plan.job_id;
     checkpointer->save(model, optimizer, meta);
     saved_step = state.step();
   }
@@ -338,8 +343,7 @@ struct Trainer::Impl {
   // Every worker sees the same plan and checks its own directory (any of them may be rank 0
   // later). A replacement never gets here: it joins a job whose members hold state, so its
   // plan is no fresh start, and with `resume` the files are this lineage's.
-  // (A job whose every worker died without `resume` also restarts fresh and is refused: its
-  // checkpoints are ahead of a restart from step 0; --resume continues from them.)
+  // (A job whose every worker died is no first generation: see restore_own_checkpoint.)
   void refuse_foreign_checkpoints() const {
     if (cfg.resume || cfg.ckpt_dir.empty()) return;
     const auto existing = ckpt::list_checkpoints(cfg.ckpt_dir);
@@ -349,17 +353,40 @@ struct Trainer::Impl {
                            "directory"));
   }
 
-  void restore_from_disk() {
+  // `resume`: the newest valid checkpoint in ckpt_dir, of this model and optimizer; with a
+  // job id, also written by that job. Returns false when there is none (start fresh).
+  bool restore_from_disk(const std::string& job_id = "") {
     ckpt::RestoreExpect expect;
     expect.model = cfg.model_name;
     expect.optimizer = optimizer.kind();
+    expect.job_id = job_id;
     auto point = ckpt::resume_newest(cfg.ckpt_dir, model, optimizer, expect, std::cerr);
-    if (!point) return;
+    if (!point) return false;
     state.set_step(point->meta.step);
     saved_step = point->meta.step;
     result.resumed_step = point->meta.step;
     std::fprintf(stderr, "ringfence worker slot %d: resumed from %s (step %lld)\n", copt.slot, point->path.c_str(),
                  static_cast<long long>(point->meta.step));
+    audit_->record("resume", plan.generation, state.step(), state.current_digest(), -1, 0);
+    return true;
+  }
+
+  // PROTOCOL.md "Whole-job failure" without `resume`: the plan is a fresh start, but a
+  // generation of this job ran before (Plan::whole_job_restart), so every worker that held
+  // state is gone and the only committed state left is on disk. Each worker restores the
+  // newest valid checkpoint its ckpt_dir holds *of this job* (the job id every checkpoint
+  // records; a file of another job is refused, as at the first fresh start) and revokes
+  // this generation, so the next round plans from what everyone now reports: T = the newest
+  // restored step, its holders' digests must agree (step 4), and a worker that found none
+  // (another node's directory) receives S_T from a holder. Returns false when there is
+  // nothing to restore: the job starts again from step 0, as its first generation did.
+  bool restore_own_checkpoint() {
+    if (cfg.ckpt_dir.empty() || !restore_from_disk(plan.job_id)) return false;
+    const std::string why = str("restored step ", state.step(), " from disk after a whole-job failure; re-planning");
+    std::fprintf(stderr, "ringfence worker slot %d: generation %llu: %s\n", copt.slot,
+                 static_cast<unsigned long long>(plan.generation), why.c_str());
+    if (!generation_over()) client->failure_report(plan.generation, state.step(), std::nullopt, why);
+    return true;
   }
 
   Leave train_generation() {
@@ -542,8 +569,8 @@ struct Trainer::Impl {
     client->on_stopped([this] { abort_comm("the coordinator stopped the job"); });
     if (cfg.resume) {
       if (cfg.ckpt_dir.empty()) throw InvalidInput("resume needs a checkpoint directory (ckpt_dir)");
-      restore_from_disk();
-      audit_->record("resume", 0, state.step(), state.current_digest(), -1, 0);
+      // (the audit line marks where this run's lineage begins, also when nothing was restored)
+      if (!restore_from_disk()) audit_->record("resume", 0, state.step(), state.current_digest(), -1, 0);
     }
     // A worker that joins after the job finished (a spare, or a restart that started up
     // while the last members left) has nothing to do: it ends as a standby, not an error.

@@ -66,9 +66,12 @@ struct TrainerConfig {
   std::function<void(int64_t step, double loss)> on_step;
   // Disk checkpoints (PROTOCOL.md "Whole-job failure"): rank 0 of the generation writes
   // ckpt_dir/ckpt-<step>.safetensors in the background every ckpt_every steps, when the
-  // control block asks for one (R5), at a graceful stop and at the end. With `resume`, the
-  // worker first restores the newest valid checkpoint and reports that state, so a job
-  // restarted after every worker died continues at its step + 1. Without `resume`, a
+  // control block asks for one (R5), at a graceful stop and at the end; each records the
+  // coordinator's job id. When every worker died and the launcher restarted them, the plan
+  // says whole_job_restart: each restores this job's newest valid checkpoint and the next
+  // round plans from it (no flag needed). With `resume`, the worker first restores the
+  // newest valid checkpoint (any job's) and reports that state, so a job run again after
+  // its launcher died too continues at its step + 1. Without `resume`, the job's first
   // fresh start into a ckpt_dir that already holds checkpoints throws InvalidInput before
   // any step (they are another run's; docs/ddp.md); under the launcher the worker first
   // reports it to the coordinator as fatal, which stops the job with it (no restarts).

@@ -99,6 +99,12 @@ SCENARIOS = {
     # continues from the newest checkpoint on disk (every 5 steps) and ends bitwise equal
     # to the uninterrupted run.
     "whole_job_resume": ([], [], {"whole_job": True}),
+    # The same failure under a launcher that lives on, and without --resume: rank 0 freezes
+    # before step 23, then every worker is SIGKILLed (the launcher is not). The launcher
+    # restarts them all; their plan is a fresh start in a job that already ran, so each
+    # restores the job's newest checkpoint (its job id in the metadata) and a new round
+    # plans from it: the job ends DONE, bitwise equal to the uninterrupted run.
+    "whole_job_restart": ([], [], {"whole_job": "restart"}),
     "kill_optimizer_rank0": (["--inject", "kill:rank=0:step=17:phase=optimizer"], [], {"recoveries": 1}),
     # The demo's failure at W = 4: rank 2 SIGKILLed mid-all-reduce. Whichever survivor
     # hears of it first (its endpoint error, or the coordinator's revocation — then it
@@ -178,6 +184,25 @@ def kill_whole_job(work, ringfence, worker, launcher_flags, worker_flags, at_ste
         time.sleep(0.002)
     check(not procs_mentioning(work), "whole-job kill: processes survived")
     check(frozen, f"whole-job kill: rank 0 never froze before step {at_step + 1}")
+
+
+def kill_every_worker_at_freeze(p, aud):
+    """(run_job's `during`) Once rank 0 froze (its inject line), SIGKILLs every worker but
+    not the launcher. All are SIGSTOPped first, so none can act on another's death (report
+    its state to a new round) between the kills. Returns how many workers were killed."""
+    work = os.path.dirname(aud)
+    while p.poll() is None and time.monotonic() < T_END:
+        if any('"inject"' in l for f in glob.glob(os.path.join(aud, "audit-*.jsonl")) for l in open(f)):
+            break
+        time.sleep(0.002)  # polling a file for a condition, not a timed wait for one
+    victims = [pid for pid in procs_mentioning(work) if pid != p.pid]
+    for sig in (signal.SIGSTOP, signal.SIGKILL):
+        for pid in victims:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+    return len(victims)
 
 
 def run_job(ringfence, worker, work, launcher_flags, worker_flags, during=None):
@@ -389,14 +414,41 @@ def main():
             job = os.path.join(tmp, "job")
             os.makedirs(job)
             ck = ["--ckpt-dir", os.path.join(job, "ckpt"), "--ckpt-every", "5"]
-            kill_whole_job(job, ringfence, worker, launcher_flags, worker_flags + ck, 22)
-            rc, results, audits, summ = run_job(ringfence, worker, job, launcher_flags, worker_flags + ck + ["--resume"])
-            finals = check_job(scenario, rc, results, audits, summ, job)
-            # the steps applied before the whole job died (lines before each "resume")
-            reached = max([-1] + [ln["s"] for lines in audits.values() for ln in
-                                       lines[:next((i for i, x in enumerate(lines) if x["event"] == "resume"), 0)]
-                                       if ln["event"] == "apply"])
-            resumed = {r["resumed_step"] for r in finals}
+            if expect["whole_job"] == "restart":
+                killed = []
+                rc, results, audits, summ = run_job(
+                    ringfence, worker, job, ["--inject", "stop:rank=0:step=23:phase=forward"], worker_flags + ck,
+                    during=lambda p, aud: killed.append(kill_every_worker_at_freeze(p, aud)))
+                check(killed == [W], f"{scenario}: killed {killed} workers at the freeze, expected {W}")
+                finals = check_job(scenario, rc, results, audits, summ, job)
+                first = {f: l for f, l in audits.items() if "-inc0" in f}
+                later = {f: l for f, l in audits.items() if "-inc0" not in f}
+                reached = max([-1] + [ln["s"] for lines in first.values() for ln in lines if ln["event"] == "apply"])
+                restored = [ln["s"] for lines in later.values() for ln in lines if ln["event"] == "resume"]
+                check(bool(restored) and len(set(restored)) == 1,
+                      f"{scenario}: restarted workers restored {restored}, expected one step")
+                check(not any(ln["event"] == "start" for lines in later.values() for ln in lines),
+                      f"{scenario}: a restarted worker started fresh (step -1) instead of from the checkpoint")
+                with open(os.path.join(job, "events.jsonl")) as fh:
+                    plans = [json.loads(x) for x in fh if '"plan"' in x]
+                check(any("whole-job restart" in e.get("detail", "") for e in plans),
+                      f"{scenario}: no plan says whole-job restart: {[e.get('detail') for e in plans]}")
+                recs = (summ or {}).get("recoveries", [])
+                check(len(recs) == 1 and recs[0].get("whole_job_restart") and recs[0].get("finished")
+                      and recs[0].get("target_step") in set(restored),
+                      f"{scenario}: the summary's recovery is not one finished whole-job restart to T = the "
+                      f"restored step {sorted(set(restored))}: {recs}")
+                resumed = set(restored)
+            else:
+                kill_whole_job(job, ringfence, worker, launcher_flags, worker_flags + ck, 22)
+                rc, results, audits, summ = run_job(ringfence, worker, job, launcher_flags,
+                                                    worker_flags + ck + ["--resume"])
+                finals = check_job(scenario, rc, results, audits, summ, job)
+                # the steps applied before the whole job died (lines before each "resume")
+                reached = max([-1] + [ln["s"] for lines in audits.values() for ln in
+                                           lines[:next((i for i, x in enumerate(lines) if x["event"] == "resume"), 0)]
+                                           if ln["event"] == "apply"])
+                resumed = {r["resumed_step"] for r in finals}
             # 19 unless its background write had not finished when everything died
             check(len(resumed) == 1 and next(iter(resumed)) >= 14 and next(iter(resumed)) % 5 == 4,
                   f"{scenario}: resumed from {resumed}, expected one checkpoint step (a multiple of 5, minus 1) >= 14")
