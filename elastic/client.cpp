@@ -334,6 +334,10 @@ void Client::fatal(const std::string& error) {
   call({{"type", "fatal"}, {"error", error.substr(0, n)}}, opt_.call_timeout);
 }
 
+void Client::injected(uint64_t g, int64_t step, const std::string& spec) {
+  call({{"type", "injected"}, {"generation", g}, {"step", step}, {"spec", spec}}, opt_.call_timeout);
+}
+
 void Client::leave() {
   // The step goes with it: heartbeats carry it up to one heartbeat late, and the job's
   // last step (the launcher's report of --inject specs that never fired) must be exact.

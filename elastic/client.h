@@ -128,6 +128,11 @@ class Client {
   // (its configuration): the coordinator STOPs the job with `error` (the launcher's final
   // line says it, nothing is restarted). Call it, then exit non-zero.
   void fatal(const std::string& error);
+  // An --inject `step=` spec is about to fire in this worker (generation, step): recorded by
+  // the coordinator (event `injected`, the summary's `fired`), so the launcher can tell a
+  // spec whose step came but that never fired. Best effort: a coordinator that cannot be
+  // reached does not stop the fault.
+  void injected(uint64_t generation, int64_t step, const std::string& spec);
   // Graceful exit (after the last step or on stop): the connection closing is then no failure.
   void leave();
   void close();

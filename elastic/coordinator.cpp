@@ -357,6 +357,9 @@ struct Coordinator::Impl {
           } else if constexpr (std::is_same_v<T, Fatal>) {
             Answer a = membership.worker_fatal(c.worker, r.error, now);
             send(c, answer_json("fatal_reply", a));
+          } else if constexpr (std::is_same_v<T, Injected>) {
+            membership.worker_injected(c.worker, r.generation, r.step, r.spec, now);
+            send(c, {{"type", "injected_reply"}});
           }
         },
         req);
@@ -511,11 +514,16 @@ struct Coordinator::Impl {
                       {"total_ms", r.finished ? json(ms(r.first_seen, r.running_at)) : json(nullptr)},
                       {"phases", phases}});
     }
+    json fired = json::array();
+    for (const auto& f : membership.fired())
+      fired.push_back({{"spec", f.spec}, {"slot", f.worker.slot}, {"incarnation", f.worker.incarnation},
+                       {"generation", f.generation}, {"step", f.step}, {"wall_us", wall(f.at)}});
     return {{"type", "summary_reply"},
             {"phase", to_string(membership.phase())},
             {"generation", membership.generation()},
             {"error", membership.error()},
-            {"recoveries", recs}};
+            {"recoveries", recs},
+            {"fired", fired}};
   }
 };
 

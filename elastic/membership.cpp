@@ -345,6 +345,14 @@ void Membership::phase_timing(WorkerId w, uint64_t generation, const std::string
     }
 }
 
+void Membership::worker_injected(WorkerId w, uint64_t generation, int64_t step, const std::string& spec,
+                                 TimePoint now) {
+  // Recorded whoever says it: a fault that fires is a fact for the launcher's report, even
+  // from a worker the coordinator no longer counts.
+  fired_.push_back({spec, w, generation, step, now});
+  log({"injected", "", w, generation, step, now, std::nullopt, spec});
+}
+
 void Membership::request_stop(TimePoint now) {
   if (stop_flag_) return;
   stop_flag_ = true;

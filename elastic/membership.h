@@ -52,6 +52,16 @@ class Membership {
   Answer worker_fatal(WorkerId w, const std::string& error, TimePoint now);
   Answer leave(WorkerId w, TimePoint now, std::optional<int64_t> step = std::nullopt);
   void phase_timing(WorkerId w, uint64_t generation, const std::string& phase, double ms);
+  // A worker fires an --inject step= spec (logged as `injected`, listed by fired()).
+  void worker_injected(WorkerId w, uint64_t generation, int64_t step, const std::string& spec, TimePoint now);
+  struct Fired {
+    std::string spec;
+    WorkerId worker;
+    uint64_t generation = 0;
+    int64_t step = -1;
+    TimePoint at;
+  };
+  const std::vector<Fired>& fired() const { return fired_; }
   void request_stop(TimePoint now);
   // Leases (D2), round closing, the minimum-world deadline and the ready timeout.
   void tick(TimePoint now);
@@ -130,6 +140,7 @@ class Membership {
   uint64_t join_counter_ = 0;
   std::set<std::pair<int, int64_t>> ever_joined_;  // (slot, incarnation) whose join was accepted
   std::vector<RecoveryRecord> recoveries_;
+  std::vector<Fired> fired_;
   std::vector<Transition> transitions_;
   std::vector<WorkerId> evictions_;
 };

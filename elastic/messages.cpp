@@ -86,6 +86,11 @@ Request decode(const json& m, const std::string& type) {
     if (f.error.empty()) throw ProtocolError("field 'error' must not be empty");
     return f;
   }
+  if (type == "injected") {
+    Injected i{gen(m), get_int(m, "step", -1, kMaxStep), get_str(m, "spec", kMaxKeyBytes)};
+    if (i.spec.empty()) throw ProtocolError("field 'spec' must not be empty");
+    return i;
+  }
   throw ProtocolError(rf::str("unknown request type '", type, "'"));
 }
 
@@ -102,7 +107,8 @@ Request decode_request(const json& m) {
 
 const char* request_name(const Request& r) {
   static const char* names[] = {"hello", "heartbeat", "report", "plan", "ready", "kv_set", "kv_get", "kv_wait",
-                                "kv_cas", "failure", "phase", "leave", "status", "exited", "stop", "summary", "fatal"};
+                                "kv_cas", "failure", "phase", "leave", "status", "exited", "stop", "summary", "fatal",
+                                "injected"};
   static_assert(std::size(names) == std::variant_size_v<Request>, "one name per Request alternative, in order");
   return names[r.index()];
 }

@@ -37,13 +37,16 @@ struct Leave { std::optional<int64_t> step; };  // the last step it applied (abs
 // The worker cannot run for a reason every worker and every restart would meet again (its
 // configuration, e.g. a --ckpt-dir holding another run's checkpoints): STOP the job with it.
 struct Fatal { std::string error; };
+// A worker is about to fire an --inject `step=` spec (it tells the coordinator first, so
+// the launcher can say which specs never fired even when their step was reached).
+struct Injected { uint64_t generation = 0; int64_t step = -1; std::string spec; };
 struct Status {};
 struct Exited { int slot = -1; int64_t incarnation = 0; int status = 0; int64_t exited_wall_us = 0; };
 struct StopJob {};
 struct Summary {};
 
 using Request = std::variant<Hello, Heartbeat, Report, PlanRequest, Ready, KvSet, KvGet, KvWait, KvCas,
-                             FailureReport, PhaseTiming, Leave, Status, Exited, StopJob, Summary, Fatal>;
+                             FailureReport, PhaseTiming, Leave, Status, Exited, StopJob, Summary, Fatal, Injected>;
 
 // Decodes a message already checked by parse_message(). Throws ProtocolError naming
 // the request type and the field at fault.

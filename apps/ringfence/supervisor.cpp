@@ -419,7 +419,7 @@ class Supervisor {
       const int sig = f.kind == FaultKind::Kill ? SIGKILL : SIGSTOP;
       const int64_t wall = rf::wall_us();
       ::kill(-w->pid, sig);
-      injected_.push_back({{"spec", f.to_string()}, {"slot", w->slot}, {"incarnation", w->incarnation},
+      injected_.push_back({{"spec", f.to_string()}, {"by", "launcher"}, {"slot", w->slot}, {"incarnation", w->incarnation},
                            {"pid", w->pid}, {"signal", sig == SIGKILL ? "SIGKILL" : "SIGSTOP"}, {"wall_us", wall}});
       note(rf::str("inject ", f.to_string(), ": ", sig == SIGKILL ? "SIGKILL" : "SIGSTOP", " to slot ", w->slot,
                    " (pid ", w->pid, ")"));
@@ -501,12 +501,14 @@ class Supervisor {
 
   // The --inject specs that did not fire, with why. certain: an at= spec for a slot of this
   // node that the launcher did not execute (the job ended first, or the slot was not
-  // running then). A step= spec (the worker fires it, unseen by the launcher) whose step is
-  // beyond the last step the coordinator's statuses showed: certain when the job ended
-  // DONE (every member left, and a leave carries the step it ended at), else not — a
-  // worker's step comes with its heartbeats, so it can be one heartbeat behind the real
-  // one. A step= spec whose step was reached is not judged.
-  json not_fired() {
+  // running then). A step= spec is fired by a worker, which tells the coordinator first
+  // (`fired`, any node's worker): one not in that list whose step is beyond the last step
+  // the coordinator's statuses showed — certain when the job ended DONE (every member
+  // left, and a leave carries the step it ended at), else not: a worker's step comes with
+  // its heartbeats, so it can be one heartbeat behind the real one. One whose step was
+  // reached: certain when DONE (no worker had it fire), else not (the job may have ended
+  // between the step and the fault).
+  json not_fired(const json& fired) {
     json out = json::array();
     for (size_t i = 0; i < opt_.inject.size(); ++i) {
       const FaultSpec& f = opt_.inject[i];
@@ -522,13 +524,24 @@ class Supervisor {
           std::snprintf(ran, sizeof ran, "%.1f", rf::seconds_since(*running_since_));
           why = rf::str("the job ended ", ran, " s after it first ran (at=", *f.at_seconds, ")");
         }
-      } else if (f.step && *f.step > last_step_) {
-        if (last_status_.value("phase", "") == "DONE") {
+      } else if (f.step) {
+        const std::string spec = f.to_string();
+        if (std::any_of(fired.begin(), fired.end(), [&](const json& x) { return x.value("spec", "") == spec; }))
+          continue;
+        const bool done = last_status_.value("phase", "") == "DONE";
+        certain = done;
+        if (*f.step > last_step_ && done) {
           why = last_step_ < 0 ? std::string("the job ended before any step") : rf::str("the job ended at step ", last_step_);
-        } else {
-          certain = false;
+        } else if (*f.step > last_step_) {
           why = last_step_ < 0 ? std::string("no step was reported") : rf::str("the last step reported was ", last_step_);
           why += " (the workers report their step by heartbeat, so the job may have gone a little further)";
+        } else {
+          why = rf::str("step ", *f.step, " was reached, but no worker fired it");
+          if (f.phase && (*f.phase == FaultPhase::Transfer || *f.phase == FaultPhase::Recovery))
+            why += rf::str(" (phase=", to_string(*f.phase), " fires only in a recovery that redoes step ", *f.step, ")");
+          else
+            why += rf::str(" (it fires in the worker of rank ", f.rank, " at that step, in its first incarnation only)");
+          if (!done) why += "; the job did not end DONE";
         }
       } else {
         continue;
@@ -557,6 +570,17 @@ class Supervisor {
     } catch (const rf::Error&) {
       summary = json::object();
     }
+    // Every fault that fired: the launcher's own (at=), then the workers' (step=, as they
+    // told the coordinator), in time order.
+    const json fired = summary.value("fired", json::array());
+    json injected = injected_;
+    for (json x : fired) {
+      x["by"] = "worker";
+      injected.push_back(std::move(x));
+    }
+    std::stable_sort(injected.begin(), injected.end(), [](const json& a, const json& b) {
+      return a.value("wall_us", int64_t{0}) < b.value("wall_us", int64_t{0});
+    });
     json workers = json::array();
     for (auto& w : workers_)
       workers.push_back({{"slot", w.slot}, {"spare", w.spare}, {"restarts", w.restarts}, {"exits", w.exits},
@@ -569,8 +593,8 @@ class Supervisor {
                 {"restarts", total_restarts_},
                 {"wall_s", rf::seconds_since(start_)},
                 {"start_wall_us", start_wall_us_},
-                {"injected", injected_},
-                {"not_fired", not_fired()},
+                {"injected", injected},
+                {"not_fired", not_fired(fired)},
                 {"last_step", last_step_},
                 {"workers", workers},
                 {"recoveries", summary.value("recoveries", json::array())}};

@@ -181,7 +181,14 @@ TEST_CASE("two workers form, run, exchange addresses, and one failure revokes th
   CHECK(st["phase"] == "RUNNING");
   CHECK(st["generation"] == 2);
   CHECK(st["recoveries"] == 1);
+  CHECK(admin.summary()["fired"].empty());
+  a.injected(2, 4, "slow:rank=0:step=4");  // a worker about to fire a step= spec says so first
   auto sum = admin.summary();
+  REQUIRE(sum["fired"].size() == 1);
+  CHECK(sum["fired"][0]["spec"] == "slow:rank=0:step=4");
+  CHECK(sum["fired"][0]["slot"] == 0);
+  CHECK(sum["fired"][0]["step"] == 4);
+  CHECK(sum["fired"][0]["generation"] == 2);
   REQUIRE(sum["recoveries"].size() == 1);
   CHECK(sum["recoveries"][0]["cause"] == "connection_closed");
   CHECK(sum["recoveries"][0]["total_ms"].is_number());

@@ -103,6 +103,15 @@ TEST_CASE("every field is typed and bounded") {
   CHECK(what_of(R"({"v":1,"type":"leave","step":-2})").find("outside") != std::string::npos);
   CHECK(what_of(R"({"v":1,"type":"phase","generation":1,"phase":"nap","ms":1})").find("phase") != std::string::npos);
   CHECK(what_of(R"({"v":1,"type":"phase","generation":1,"phase":"verify","ms":-1})").find("ms") != std::string::npos);
+  CHECK(what_of(R"({"v":1,"type":"injected","generation":1,"step":3,"spec":""})").find("'spec' must not be empty") !=
+        std::string::npos);
+  CHECK(what_of(R"({"v":1,"type":"injected","generation":1,"spec":"kill:rank=0:step=3"})").find("missing field 'step'") !=
+        std::string::npos);
+  const auto inj = decode_request(parse_message(R"({"v":1,"type":"injected","generation":2,"step":3,"spec":"hang:rank=1:step=3"})"));
+  REQUIRE(std::holds_alternative<Injected>(inj));
+  CHECK(std::get<Injected>(inj).spec == "hang:rank=1:step=3");
+  CHECK(std::get<Injected>(inj).step == 3);
+  CHECK(std::get<Injected>(inj).generation == 2);
   json long_key = {{"v", 1}, {"type", "kv_get"}, {"generation", 1}, {"key", std::string(300, 'k')}};
   CHECK(what_of(long_key.dump()).find("more than 256") != std::string::npos);
   // Errors say which request they belong to.

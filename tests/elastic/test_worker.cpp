@@ -122,6 +122,7 @@ int main(int argc, char** argv) {
         for (const auto& f : faults) {
           if (f.launcher_side() || f.step != step || f.rank != me->rank || opt.incarnation != 0) continue;
           std::fprintf(stderr, "test_worker slot %d: inject %s\n", opt.slot, f.to_string().c_str());
+          client.injected(client.generation(), step, f.to_string());
           if (f.kind == FaultKind::Kill) raise(SIGKILL);
           if (f.kind == FaultKind::Stop) raise(SIGSTOP);
           if (f.kind == FaultKind::Exit) _exit(3);

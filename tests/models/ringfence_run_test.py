@@ -15,7 +15,10 @@ rank 1 SIGKILLed after the first chunk of step 20's all-reduce. Checks:
   * slot 0's --metrics: steps, world size, recoveries; its --loss-log has every step;
   * the survivors' flight records of the failed all-reduce are in --flight-dir;
   * the shared --audit-log shows the injected kill, and every step applied exactly once
-    per lineage with one digest per step wherever it was applied.
+    per lineage with one digest per step wherever it was applied;
+  * the summary lists the kill as fired by the worker (slot 1, step 20), and a second spec
+    whose step was reached but that cannot fire (phase=transfer at a step no recovery
+    redoes) as never fired, with why, also in the launcher's last lines.
 Every run has a deadline; on expiry the launcher's process group is SIGKILLed (its
 workers die with it by PDEATHSIG) and the test fails.
 """
@@ -32,6 +35,7 @@ from rf_testlib import check, failures, run  # noqa: E402
 
 W, STEPS = 3, 40
 KILL = "kill:rank=1:step=20:phase=allreduce:after_chunks=1"
+NEVER = "kill:rank=0:step=30:phase=transfer"  # step 30 is reached, but no recovery redoes it
 FINAL = re.compile(r"^== train_mlp slot (\d+) incarnation (\d+): step (-?\d+), generation (\d+), world (\d+), "
                    r"recoveries (\d+), state ([0-9a-f]{32})$", re.M)
 
@@ -105,7 +109,7 @@ def main():
         check(met is None or met.get("recoveries") == 0, "clean: metrics report recoveries")
         ref_acc = met and met["test_accuracy"]
 
-        rc, out, summ, met = run_job(ringfence, train_mlp, f"{tmp}/kill", ["--inject", KILL])
+        rc, out, summ, met = run_job(ringfence, train_mlp, f"{tmp}/kill", ["--inject", KILL, "--inject", NEVER])
         got, audit = check_run("kill", f"{tmp}/kill", rc, out, summ, met)
         check(ref is not None and got == ref, f"kill: final state {got} differs from the failure-free run's {ref}")
         check(met is None or met["test_accuracy"] == ref_acc, "kill: test accuracy differs from the failure-free run")
@@ -128,6 +132,13 @@ def main():
         check(len(fired) == 1 and fired[0]["slot"] == 1 and fired[0]["s"] == 20, f"kill: inject events {fired}")
         check(any(l["event"] == "apply" and l["slot"] == 1 and l["inc"] == 1 for l in audit),
               "kill: the replacement of slot 1 never trained")
+        by_worker = [(x.get("spec"), x.get("slot"), x.get("step")) for x in (summ or {}).get("injected", [])
+                     if x.get("by") == "worker"]
+        check(by_worker == [(KILL, 1, 20)], f"kill: the summary's faults fired by workers: {by_worker}")
+        why = f"step 30 was reached, but no worker fired it (phase=transfer fires only in a recovery that redoes step 30)"
+        check((summ or {}).get("not_fired") == [{"spec": NEVER, "certain": True, "reason": why}],
+              f"kill: not_fired {(summ or {}).get('not_fired')}, want only {NEVER}: {why}")
+        check(f"ringfence: --inject {NEVER} never fired: {why}" in out, "kill: the launcher did not say it never fired")
     finally:
         if failures:
             print(f"(work dir kept: {tmp})")
