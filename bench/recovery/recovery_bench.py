@@ -128,11 +128,14 @@ def one_run(args, model, fault, trial=0):
 
 def audit_lines(aud):
     """Every complete record of the workers' audit logs. They may be read while a worker
-    appends (restart_run polls them): a last line without its newline is not a record yet."""
+    appends (restart_run polls them): what follows the last newline of one read is not a
+    record yet. (Iterating the file's lines instead can return a record's head at one end
+    of the file and, the writer having appended meanwhile, its tail as the next line.)"""
     lines = []
     for fn in glob.glob(os.path.join(aud, "audit-*.jsonl")):
         with open(fn) as f:
-            lines += [json.loads(x) for x in f if x.endswith("\n") and x.strip()]
+            text = f.read()
+        lines += [json.loads(x) for x in text[:text.rfind("\n") + 1].split("\n") if x.strip()]
     return lines
 
 
