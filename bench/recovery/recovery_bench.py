@@ -3,7 +3,8 @@
 the new generation, by phase, for the reference MLP and CNN (W ranks, one thread each).
 
     recovery_bench.py [--build build] [--world 2] [--steps 120] [--fail-step 60] [--trials 3]
-                      [--models mlp,cnn] [--faults kill,stop] [--spares N] [--json OUT]
+                      [--models mlp,cnn] [--faults kill,stop,restart,wholejob] [--spares N]
+                      [--ckpt-every 100] [--json OUT] [--keep DIR]
 
 For every (model, fault, trial) it runs `ringfence run -n W --inject FAULT` with
 bench/recovery's worker and reads
@@ -18,6 +19,13 @@ bench/recovery's worker and reads
     the failed step, the launcher and every worker are SIGKILLed, and the same job is
     started again with --resume from its last disk checkpoint (every --ckpt-every steps):
     time from the kill to the first completed step, and the steps redone.
+  wholejob = the same freeze and --ckpt-every, but only the workers are SIGKILLed (all
+    SIGSTOPped first), as in tests/ddp/fault_test.py whole_job_restart: the living launcher
+    restarts them and they continue from this job's newest checkpoint without --resume
+    (docs/ddp.md "Whole-job failure"). The same times from the kill, and the launcher's
+    --summary: its one recovery, whose whole_job_restart must be true (the run fails
+    otherwise), total_ms and phases. With both faults each model gets a line
+    wholejob/restart (medians of its trials, same run). Neither uses --spares.
   --spares N starts N standby workers with the job (`ringfence run --spares N`): a spare
   has built its model and faulted its buffers in before any failure, so it takes the dead
   rank's place without a start-up inside the recovery.
@@ -44,7 +52,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "ddp"))
-from jobprocs import kill_job, procs_mentioning  # noqa: E402  (shared with tests/ddp/fault_test.py)
+from jobprocs import kill_job, kill_workers, procs_mentioning  # noqa: E402  (shared with tests/ddp/fault_test.py)
 
 FAULTS = {
     "kill": "kill:rank=1:step={s}:phase=allreduce:after_chunks=1",
@@ -126,51 +134,114 @@ def one_run(args, model, fault, trial=0):
             "steps_redone": args.fail_step - rec["target_step"], "step_ms": step_ms, "cause": rec["cause"]}
 
 
-def audit_lines(aud):
-    """Every complete record of the workers' audit logs. They may be read while a worker
-    appends (restart_run polls them): what follows the last newline of one read is not a
+def audit_lines(aud, files="audit-*.jsonl"):
+    """Every complete record of the workers' audit logs (those whose names match files:
+    audit-slotS-incI.jsonl, one per slot and incarnation). They may be read while a worker
+    appends (whole_job_run polls them): what follows the last newline of one read is not a
     record yet. (Iterating the file's lines instead can return a record's head at one end
     of the file and, the writer having appended meanwhile, its tail as the next line.)"""
     lines = []
-    for fn in glob.glob(os.path.join(aud, "audit-*.jsonl")):
+    for fn in glob.glob(os.path.join(aud, files)):
         with open(fn) as f:
             text = f.read()
         lines += [json.loads(x) for x in text[:text.rfind("\n") + 1].split("\n") if x.strip()]
     return lines
 
 
-def restart_run(args, model):
+def whole_job_run(args, model, fault, trial=0):
+    """Faults restart and wholejob (module doc): rank 0 freezes before --fail-step, then
+    restart SIGKILLs every process and runs the job again with --resume; wholejob SIGKILLs
+    only the workers, and the living launcher restarts them. Times run from the kill."""
     work = tempfile.mkdtemp(prefix="recovery_bench_")
     ck = ["--ckpt-dir", os.path.join(work, "ckpt"), "--ckpt-every", str(args.ckpt_every)]
     worker = [os.path.join(args.build, "bin", "recovery_worker"), "--model", model, "--steps", str(args.steps),
               "--batch", str(args.batch)] + ck + (["--data-dir", args.data_dir] if args.data_dir else [])
-    ringfence = [os.path.join(args.build, "bin", "ringfence"), "run", "-n", str(args.world), "--quiet"]
+    summary = os.path.join(work, "summary.json")
+    ringfence = [os.path.join(args.build, "bin", "ringfence"), "run", "-n", str(args.world), "--quiet",
+                 "--summary", summary, "--event-log", os.path.join(work, "events.jsonl")]
     aud1, aud2 = os.path.join(work, "aud1"), os.path.join(work, "aud2")
     os.makedirs(aud1)
     os.makedirs(aud2)
     freeze = f"stop:rank=0:step={args.fail_step}:phase=forward"
     p = subprocess.Popen(ringfence + ["--inject", freeze, "--"] + worker + ["--audit-dir", aud1],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     t_end = time.monotonic() + 300
     while time.monotonic() < t_end and not any(x["event"] == "inject" for x in audit_lines(aud1)):
         time.sleep(0.002)  # polling the audit file for a condition
-    t_kill = kill_job(p, work)
-    while procs_mentioning(work) and time.monotonic() < t_end:
-        time.sleep(0.002)
-    before = max(x["s"] for x in audit_lines(aud1) if x["event"] == "apply")
-    q = subprocess.run(ringfence + ["--"] + worker + ["--audit-dir", aud2, "--resume"], stdout=subprocess.PIPE,
-                       stderr=subprocess.STDOUT, text=True, timeout=600)
-    if q.returncode != 0:
-        raise SystemExit(f"{model}/restart: the resumed job failed:\n{q.stdout[-2000:]}")
-    lines = audit_lines(aud2)
-    resumed = min(x["s"] for x in lines if x["event"] == "resume")
+    if fault == "restart":
+        t_kill = kill_job(p, work)
+        while procs_mentioning(work) and time.monotonic() < t_end:
+            time.sleep(0.002)
+        p.communicate()
+        q = subprocess.run(ringfence + ["--"] + worker + ["--audit-dir", aud2, "--resume"], stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True, timeout=600)
+        rc, out, lines = q.returncode, q.stdout, audit_lines(aud2)
+    else:
+        t_kill, killed = kill_workers(p, work)
+        if killed != args.world:
+            kill_job(p, work)
+            raise SystemExit(f"{model}/{fault}: killed {killed} workers at the freeze, expected {args.world}; "
+                             f"files in {work}")
+        try:
+            out, _ = p.communicate(timeout=600)
+        except subprocess.TimeoutExpired:
+            kill_job(p, work)
+            raise SystemExit(f"{model}/{fault}: the job was still running 600 s after the kill; files in {work}")
+        rc, lines = p.returncode, audit_lines(aud1, "audit-*-inc[1-9]*.jsonl")  # the restarted workers'
+    if rc != 0:
+        raise SystemExit(f"{model}/{fault}: the job after the kill failed (exit {rc}); files in {work}:\n{out[-2000:]}")
+    # the last step applied before the kill (every first incarnation's log)
+    before = max(x["s"] for x in audit_lines(aud1, "audit-*-inc0.jsonl") if x["event"] == "apply")
+    resumed = min((x["s"] for x in lines if x["event"] == "resume"), default=None)
+    if resumed is None:
+        raise SystemExit(f"{model}/{fault}: no worker restored a checkpoint after the kill at step {before} "
+                         f"(--ckpt-every {args.ckpt_every}); files in {work}")
     first = min(x["ts_us"] for x in lines if x["event"] == "apply")
     # back where it was: step `before` applied again (the work lost, restart included)
     caught_up = min(x["ts_us"] for x in lines if x["event"] == "apply" and x["s"] == before)
+    row = {"model": model, "fault": fault, "to_first_step_ms": (first - t_kill * 1e6) / 1000,
+           "time_lost_ms": (caught_up - t_kill * 1e6) / 1000,
+           "resumed_step": resumed, "steps_redone": before - resumed, "last_applied": before}
+    if fault == "wholejob":  # the launcher's account: one recovery, T restored from disk
+        with open(summary) as f:
+            recs = json.load(f)["recoveries"]
+        if len(recs) != 1 or recs[0]["whole_job_restart"] is not True or not recs[0]["finished"] \
+                or recs[0]["target_step"] != resumed:
+            raise SystemExit(f"{model}/{fault}: the launcher's summary is not one finished whole_job_restart "
+                             f"recovery to T = {resumed} (the restored step): {recs}; files in {work}")
+        nan = float("nan")
+        row.update({k: nan if v is None else v for k, v in recs[0]["phases"].items()})
+        row.update({"coordinator_total_ms": recs[0]["total_ms"], "rounds": recs[0]["rounds"],
+                    "whole_job_restart": True, "T": recs[0]["target_step"]})
+    if args.keep:
+        shutil.copytree(work, os.path.join(args.keep, f"{model}-{fault}-{trial}"), dirs_exist_ok=True)
     shutil.rmtree(work, ignore_errors=True)
-    return {"model": model, "fault": "restart", "to_first_step_ms": (first - t_kill * 1e6) / 1000,
-            "time_lost_ms": (caught_up - t_kill * 1e6) / 1000,
-            "resumed_step": resumed, "steps_redone": before - resumed, "last_applied": before}
+    return row
+
+
+def whole_job_row(r, t):
+    """A restart or wholejob row of the table: restart has no phases (two jobs, no recovery)."""
+    how = (f"launcher alive, {r['rounds']} round(s), coordinator total {r['coordinator_total_ms']:.0f} ms"
+           if r["fault"] == "wholejob" else "launcher too, --resume")
+    cols = (f" {r['detect']:8.1f} {r['agree']:8.1f} {r['connect']:8.1f} {r['transfer']:8.2f} {r['verify']:8.2f} "
+            f"{r['steps_redone']:6d}" if r["fault"] == "wholejob" else "")
+    return (f"{r['model']:5} {r['fault']:8} {t:2d} {r['to_first_step_ms']:11.1f}{cols}   (workers SIGKILLed after step "
+            f"{r['last_applied']} ({how}), resumed from the checkpoint of step {r['resumed_step']}: "
+            f"{r['steps_redone']} steps redone, back at step {r['last_applied']} after {r['time_lost_ms']:.0f} ms)")
+
+
+def whole_job_ratio(rows):
+    """One model's wholejob/restart line (medians over its trials), or None without both."""
+    med = {f: [x for x in rows if x["fault"] == f] for f in ("wholejob", "restart")}
+    if not all(med.values()):
+        return None
+    m = {f: {k: statistics.median(x[k] for x in v) for k in ("to_first_step_ms", "time_lost_ms")}
+         for f, v in med.items()}
+    return (f"{rows[0]['model']:5} wholejob/restart (medians): to 1st step "
+            f"{m['wholejob']['to_first_step_ms']:.0f}/{m['restart']['to_first_step_ms']:.0f} ms = "
+            f"{m['wholejob']['to_first_step_ms'] / m['restart']['to_first_step_ms']:.2f}, back at the step killed "
+            f"{m['wholejob']['time_lost_ms']:.0f}/{m['restart']['time_lost_ms']:.0f} ms = "
+            f"{m['wholejob']['time_lost_ms'] / m['restart']['time_lost_ms']:.2f}")
 
 
 def main():
@@ -200,13 +271,10 @@ def main():
     for model in args.models.split(","):
         for fault in args.faults.split(","):
             for t in range(args.trials):
-                if fault == "restart":
-                    r = restart_run(args, model)
+                if fault in ("restart", "wholejob"):
+                    r = whole_job_run(args, model, fault, t)
                     rows.append(r)
-                    print(f"{model:5} {fault:7} {t:5d} {r['to_first_step_ms']:11.1f}   (whole job killed after step "
-                          f"{r['last_applied']}, resumed from the checkpoint of step {r['resumed_step']}: "
-                          f"{r['steps_redone']} steps redone, back at step {r['last_applied']} after "
-                          f"{r['time_lost_ms']:.0f} ms)", flush=True)
+                    print(whole_job_row(r, t), flush=True)
                     continue
                 r = one_run(args, model, fault, t)
                 rows.append(r)
@@ -216,6 +284,9 @@ def main():
                       f"{r['image_ms']:.0f} / {r['restore_ms']:.0f} | {r['gone_ms']:.0f}, {r['spawn_ms']:.0f}, "
                       f"{r['startup_ms']:.0f}, "
                       f"{r['join_plan_ms']:.0f} ({r['inject_reap_ms']:.0f})", flush=True)
+        ratio = whole_job_ratio([r for r in rows if r["model"] == model])
+        if ratio:
+            print(ratio, flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

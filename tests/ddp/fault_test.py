@@ -32,7 +32,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from jobprocs import kill_job, procs_mentioning  # noqa: E402  (shared with bench/recovery)
+from jobprocs import kill_job, kill_workers, procs_mentioning  # noqa: E402  (shared with bench/recovery)
 
 STEPS = 40
 W = 3
@@ -188,21 +188,13 @@ def kill_whole_job(work, ringfence, worker, launcher_flags, worker_flags, at_ste
 
 def kill_every_worker_at_freeze(p, aud):
     """(run_job's `during`) Once rank 0 froze (its inject line), SIGKILLs every worker but
-    not the launcher. All are SIGSTOPped first, so none can act on another's death (report
-    its state to a new round) between the kills. Returns how many workers were killed."""
+    not the launcher (jobprocs.kill_workers). Returns how many workers were killed."""
     work = os.path.dirname(aud)
     while p.poll() is None and time.monotonic() < T_END:
         if any('"inject"' in l for f in glob.glob(os.path.join(aud, "audit-*.jsonl")) for l in open(f)):
             break
         time.sleep(0.002)  # polling a file for a condition, not a timed wait for one
-    victims = [pid for pid in procs_mentioning(work) if pid != p.pid]
-    for sig in (signal.SIGSTOP, signal.SIGKILL):
-        for pid in victims:
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
-    return len(victims)
+    return kill_workers(p, work)[1]
 
 
 def run_job(ringfence, worker, work, launcher_flags, worker_flags, during=None):

@@ -28,10 +28,27 @@ def kill_job(launcher, text):
     victims = procs_mentioning(text)
     t_kill = time.time()
     os.killpg(launcher.pid, signal.SIGKILL)
-    for pid in victims:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    signal_each(victims, signal.SIGKILL)
     launcher.wait()
     return t_kill
+
+
+def kill_workers(launcher, text):
+    """SIGKILLs every worker of a job (every process whose command line mentions text) but
+    not its launcher. All are SIGSTOPped first, so none can act on another's death (report
+    its state to a new round) between the kills. Returns (time of the kill: time.time()
+    before the first SIGSTOP, how many workers were killed)."""
+    victims = [pid for pid in procs_mentioning(text) if pid != launcher.pid]
+    t_kill = time.time()
+    signal_each(victims, signal.SIGSTOP, signal.SIGKILL)
+    return t_kill, len(victims)
+
+
+def signal_each(pids, *sigs):
+    """Sends each signal to every pid, one signal at a time; a pid already gone is skipped."""
+    for sig in sigs:
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
