@@ -6,7 +6,7 @@ the new generation, by phase, for the reference MLP and CNN (W ranks, one thread
                       [--models mlp,cnn] [--faults kill,stop,restart,wholejob] [--spares N]
                       [--ckpt-every 100] [--json OUT] [--keep DIR]
 
-For every (model, fault, trial) it runs `ringfence run -n W --inject FAULT` with
+For every model, trial and fault (in that order: the faults alternate) it runs `ringfence run -n W --inject FAULT` with
 bench/recovery's worker and reads
   * the fault's moment: the worker's audit log line written just before it fires;
   * the launcher's --summary: detect, agree, connect, transfer, verify (ms) and T;
@@ -269,8 +269,8 @@ def main():
           f"{'transfer':>8} {'verify':>8} {'redone':>6} {'step':>6}   receiver's transfer: staging wait, source "
           f"serialising, image, R6 restore | agree: gone, spawn, startup, join->plan (inject->reap)")
     for model in args.models.split(","):
-        for fault in args.faults.split(","):
-            for t in range(args.trials):
+        for t in range(args.trials):  # the faults alternate within a trial: a ratio between two is paired
+            for fault in args.faults.split(","):
                 if fault in ("restart", "wholejob"):
                     r = whole_job_run(args, model, fault, t)
                     rows.append(r)
