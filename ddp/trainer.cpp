@@ -379,9 +379,11 @@ struct Trainer::Impl {
   // this generation, so the next round plans from what everyone now reports: T = the newest
   // restored step, its holders' digests must agree (step 4), and a worker that found none
   // (another node's directory) receives S_T from a holder. Returns false when there is
-  // nothing to restore: the job starts again from step 0, as its first generation did.
+  // nothing to restore: the job starts again from step 0, as its first generation did
+  // (quietly when the directory holds no checkpoint at all: nothing was lost).
   bool restore_own_checkpoint() {
-    if (cfg.ckpt_dir.empty() || !restore_from_disk(plan.job_id)) return false;
+    if (cfg.ckpt_dir.empty() || ckpt::list_checkpoints(cfg.ckpt_dir).empty()) return false;
+    if (!restore_from_disk(plan.job_id)) return false;
     const std::string why = str("restored step ", state.step(), " from disk after a whole-job failure; re-planning");
     std::fprintf(stderr, "ringfence worker slot %d: generation %llu: %s\n", copt.slot,
                  static_cast<unsigned long long>(plan.generation), why.c_str());
@@ -493,7 +495,10 @@ struct Trainer::Impl {
     inj = std::make_unique<FaultInjector>();
     audit_ = std::make_unique<AuditLog>(cfg.audit_log, env.rank, 0);
     ctx = comm::UcxContext::create();
-    refuse_foreign_checkpoints();  // one generation, always a fresh start
+    // One generation, always a fresh start: without a coordinator the ranks could not agree
+    // on which checkpoint to continue from.
+    if (cfg.resume) throw InvalidInput("resume needs fault tolerance (fault_tolerance = true, under ringfence run)");
+    refuse_foreign_checkpoints();
     comm::FileStore store(env.store_dir);
     comm::UcxOptions uo;
     uo.stall_timeout = cfg.stall_timeout;

@@ -41,6 +41,7 @@ struct TrainerConfig {
   // false: plain data-parallel training for comparison (the failure-free overhead of all
   // of this): no coordinator, no heartbeats, no recovery — ranks from comm's local
   // launcher (RF_RANK, RF_WORLD, RF_STORE: a FileStore), and any failure is fatal.
+  // `resume` with it off is refused (InvalidInput): nothing would agree on the checkpoint.
   bool fault_tolerance = true;
   std::string model_name = "model";  // recorded in state images; a receiver checks it
   int64_t global_batch = 128;

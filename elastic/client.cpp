@@ -38,7 +38,7 @@ Plan parse_plan(const json& j) {
   p.target_digest = get_str(j, "target_digest", 128);
   p.fresh_start = get_bool(j, "fresh_start");
   p.whole_job_restart = get_bool(j, "whole_job_restart");
-  p.job_id = get_str(j, "job_id", 64);
+  p.job_id = get_str(j, "job_id", kMaxJobIdBytes);
   if (!j.contains("ranks") || !j["ranks"].is_array()) throw ProtocolError("plan has no 'ranks' array");
   for (const auto& r : j["ranks"]) {
     PlanRank pr;

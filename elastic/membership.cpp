@@ -40,6 +40,8 @@ Membership::Membership(MembershipOptions options, TimePoint now) : opt_(options)
     throw rf::InvalidInput(rf::str("minimum world size ", opt_.min_world, " must be in [1, ", opt_.target_world, "]"));
   if (opt_.lease <= Duration::zero() || opt_.heartbeat <= Duration::zero() || opt_.heartbeat >= opt_.lease)
     throw rf::InvalidInput("the heartbeat must be positive and shorter than the lease");
+  if (opt_.job_id.size() > kMaxJobIdBytes)
+    throw rf::InvalidInput(rf::str("the job id is ", opt_.job_id.size(), " bytes, more than ", kMaxJobIdBytes));
   round_.started = now;
   round_.forming = true;
   episode_started_ = now;

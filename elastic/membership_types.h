@@ -17,6 +17,8 @@ using namespace std::chrono_literals;
 enum class Phase { Forming, Running, Recovering, Stopped, Done };
 const char* to_string(Phase p);  // FORMING, RUNNING, ...
 
+inline constexpr size_t kMaxJobIdBytes = 64;  // Plan::job_id is bounded on the wire
+
 struct MembershipOptions {
   int target_world = 1;  // W
   int min_world = 1;
@@ -32,7 +34,7 @@ struct MembershipOptions {
   Duration report_timeout = 60s;
   // Names this job in every plan (Plan::job_id); the Coordinator draws a random one when
   // empty. Checkpoints record it, so a whole-job restart restores only its own.
-  std::string job_id;
+  std::string job_id;  // at most kMaxJobIdBytes
 };
 
 // The reason of a Stopped answer once every member has left (DONE): a worker that meets it

@@ -49,6 +49,19 @@ void StatusLine::note(const std::string& text) {
   std::fflush(stderr);
 }
 
+namespace {
+
+// A recovery whose round found nobody holding state after the job had run: T came from
+// this job's checkpoints, or (T -1: no checkpoint, or no step had been applied yet) the
+// job began again at step 0.
+std::string whole_job_note(const json& r) {
+  if (!r.value("whole_job_restart", false)) return "";
+  return r.value("target_step", int64_t{-1}) >= 0 ? ", restored from disk: no worker held state"
+                                                 : ", started again at step 0: no worker held state, none on disk";
+}
+
+}  // namespace
+
 void StatusLine::finish(const json& s) {
   clear();
   std::fprintf(stderr, "ringfence: job %s (exit %d): generation %s, %d restart(s), %zu recovery(ies), %.1f s\n",
@@ -67,7 +80,7 @@ void StatusLine::finish(const json& s) {
                  r.value("planned", false) ? "planned " : "", r.value("cause", "?").c_str(),
                  w.is_object() ? w["slot"].dump().c_str() : "-", r["generation"].dump().c_str(), r.value("world", 0),
                  static_cast<long long>(r.value("target_step", int64_t{-1})),
-                 r.value("whole_job_restart", false) ? ", restored from disk: every worker holding state had died" : "",
+                 whole_job_note(r).c_str(),
                  r["total_ms"].dump().c_str(), phases.c_str());
   }
 }

@@ -430,6 +430,9 @@ def main():
                       and recs[0].get("target_step") in set(restored),
                       f"{scenario}: the summary's recovery is not one finished whole-job restart to T = the "
                       f"restored step {sorted(set(restored))}: {recs}")
+                with open(os.path.join(job, "output.txt"), errors="replace") as fh:
+                    check(", restored from disk: no worker held state)" in fh.read(),
+                          f"{scenario}: the launcher's recovery line does not say the state came from disk")
                 resumed = set(restored)
             else:
                 kill_whole_job(job, ringfence, worker, launcher_flags, worker_flags + ck, 22)

@@ -917,4 +917,9 @@ TEST_CASE("options are validated") {
   o.min_world = 1;
   o.heartbeat = 2s;
   CHECK_THROWS_AS(Membership(o, rf::TimePoint{}), rf::InvalidInput);
+  o.heartbeat = 100ms;
+  o.job_id = std::string(kMaxJobIdBytes, 'j');
+  CHECK_NOTHROW(Membership(o, rf::TimePoint{}));
+  o.job_id += "j";  // a plan could not carry it
+  CHECK_THROWS_AS(Membership(o, rf::TimePoint{}), rf::InvalidInput);
 }
