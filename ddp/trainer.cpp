@@ -563,7 +563,6 @@ struct Trainer::Impl {
     });
     audit_ = std::make_unique<AuditLog>(cfg.audit_log, copt.slot, copt.incarnation);
     inj->set_before_fire([this](const elastic::FaultSpec& f, int64_t s) {
-      audit_->record("inject", plan.generation, s, "", rank, world, str("\"spec\":\"", f.to_string(), "\""));
       // The launcher's report of specs that never fired hears it from the coordinator. Best
       // effort: a coordinator out of reach must not stop the fault from firing.
       try {
@@ -572,6 +571,9 @@ struct Trainer::Impl {
         std::fprintf(stderr, "ringfence worker slot %d: could not tell the coordinator about %s: %s\n", copt.slot,
                      f.to_string().c_str(), e.what());
       }
+      // Last, just before the fault: bench/recovery measures recovery from this record, so
+      // the call above must not be inside what it measures.
+      audit_->record("inject", plan.generation, s, "", rank, world, str("\"spec\":\"", f.to_string(), "\""));
     });
     ctx = comm::UcxContext::create();
     client = std::make_unique<elastic::Client>(copt);

@@ -16,7 +16,8 @@ rank 1 SIGKILLed after the first chunk of step 20's all-reduce. Checks:
   * the survivors' flight records of the failed all-reduce are in --flight-dir;
   * the shared --audit-log shows the injected kill, and every step applied exactly once
     per lineage with one digest per step wherever it was applied;
-  * the summary lists the kill as fired by the worker (slot 1, step 20), and a second spec
+  * the summary lists the kill as fired by the worker (slot 1, step 20), told to the
+    coordinator before the audit's inject (recovery is measured from the latter), and a second spec
     whose step was reached but that cannot fire (phase=transfer at a step no recovery
     redoes) as never fired, with why, also in the launcher's last lines.
 Every run has a deadline; on expiry the launcher's process group is SIGKILLed (its
@@ -135,6 +136,12 @@ def main():
         by_worker = [(x.get("spec"), x.get("slot"), x.get("step")) for x in (summ or {}).get("injected", [])
                      if x.get("by") == "worker"]
         check(by_worker == [(KILL, 1, 20)], f"kill: the summary's faults fired by workers: {by_worker}")
+        # The audit's inject is the moment recovery is measured from (bench/recovery): it
+        # must come after the worker told the coordinator, not before that round trip.
+        told = [x["wall_us"] for x in (summ or {}).get("injected", []) if x.get("by") == "worker"]
+        check(len(fired) == 1 and len(told) == 1 and told[0] <= fired[0]["ts_us"],
+              f"kill: the audit's inject ({fired and fired[0]['ts_us']}) precedes the coordinator's record of it "
+              f"({told}): a recovery measured from the audit includes the worker's call to the coordinator")
         why = f"step 30 was reached, but no worker fired it (phase=transfer fires only in a recovery that redoes step 30)"
         check((summ or {}).get("not_fired") == [{"spec": NEVER, "certain": True, "reason": why}],
               f"kill: not_fired {(summ or {}).get('not_fired')}, want only {NEVER}: {why}")
