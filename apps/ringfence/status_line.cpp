@@ -53,9 +53,11 @@ namespace {
 
 // A recovery whose round found nobody holding state after the job had run: T came from
 // this job's checkpoints, or (T -1: no checkpoint, or no step had been applied yet) the
-// job began again at step 0.
+// job began again at step 0. T is known only once the recovery finished (an unfinished
+// record's T is -1 whatever was on disk).
 std::string whole_job_note(const json& r) {
   if (!r.value("whole_job_restart", false)) return "";
+  if (!r.value("finished", false)) return ", whole-job restart, unfinished";
   return r.value("target_step", int64_t{-1}) >= 0 ? ", restored from disk: no worker held state"
                                                  : ", started again at step 0: no worker held state, none on disk";
 }
