@@ -165,9 +165,22 @@ def whole_job_run(args, model, fault, trial=0):
     freeze = f"stop:rank=0:step={args.fail_step}:phase=forward"
     p = subprocess.Popen(ringfence + ["--inject", freeze, "--"] + worker + ["--audit-dir", aud1],
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    t_end = time.monotonic() + 300
-    while time.monotonic() < t_end and not any(x["event"] == "inject" for x in audit_lines(aud1)):
-        time.sleep(0.002)  # polling the audit file for a condition
+    try:
+        t_end = time.monotonic() + 300
+        while not any(x["event"] == "inject" for x in audit_lines(aud1)):
+            # polling the audit file for a condition; a launcher that ended (its workers
+            # could not start, the job failed) or no freeze by the deadline fails the run
+            if p.poll() is not None:
+                raise SystemExit(f"{model}/{fault}: the job ended (exit {p.returncode}) before rank 0 froze at "
+                                 f"step {args.fail_step}; files in {work}:\n{p.communicate()[0][-2000:]}")
+            if time.monotonic() > t_end:
+                raise SystemExit(f"{model}/{fault}: rank 0 did not freeze at step {args.fail_step} within 300 s; "
+                                 f"files in {work}")
+            time.sleep(0.002)
+    except BaseException:
+        if p.poll() is None:
+            kill_job(p, work)  # nothing of this job outlives the run (an error, ^C)
+        raise
     if fault == "restart":
         t_kill = kill_job(p, work)
         while procs_mentioning(work) and time.monotonic() < t_end:
