@@ -335,7 +335,10 @@ void Client::fatal(const std::string& error) {
 }
 
 void Client::injected(uint64_t g, int64_t step, const std::string& spec) {
-  call({{"type", "injected"}, {"generation", g}, {"step", step}, {"spec", spec}}, opt_.call_timeout);
+  // One lease at most: the fault waits on this call (for after_chunks, inside comm's hook),
+  // and a coordinator that does not answer must not hold it longer than a failure takes to
+  // be noticed.
+  call({{"type", "injected"}, {"generation", g}, {"step", step}, {"spec", spec}}, opt_.lease);
 }
 
 void Client::leave() {

@@ -131,7 +131,8 @@ class Client {
   // An --inject `step=` spec is about to fire in this worker (generation, step): recorded by
   // the coordinator (event `injected`, the summary's `fired`), so the launcher can tell a
   // spec whose step came but that never fired. Best effort: a coordinator that cannot be
-  // reached does not stop the fault.
+  // reached does not stop the fault, and one that does not answer holds it one lease at
+  // most (CallTimeout).
   void injected(uint64_t generation, int64_t step, const std::string& spec);
   // Graceful exit (after the last step or on stop): the connection closing is then no failure.
   void leave();

@@ -350,8 +350,9 @@ void Membership::phase_timing(WorkerId w, uint64_t generation, const std::string
 void Membership::worker_injected(WorkerId w, uint64_t generation, int64_t step, const std::string& spec,
                                  TimePoint now) {
   // Recorded whoever says it: a fault that fires is a fact for the launcher's report, even
-  // from a worker the coordinator no longer counts.
-  fired_.push_back({spec, w, generation, step, now});
+  // from a worker the coordinator no longer counts. The list is bounded (the summary must
+  // fit in one frame); every one is logged.
+  if (fired_.size() < kMaxFired) fired_.push_back({spec, w, generation, step, now});
   log({"injected", "", w, generation, step, now, std::nullopt, spec});
 }
 

@@ -61,7 +61,8 @@ class Membership {
     int64_t step = -1;
     TimePoint at;
   };
-  const std::vector<Fired>& fired() const { return fired_; }
+  const std::vector<Fired>& fired() const { return fired_; }  // the first kMaxFired
+  static constexpr size_t kMaxFired = 1024;  // x (a spec <= 256 bytes + ~100): one frame
   void request_stop(TimePoint now);
   // Leases (D2), round closing, the minimum-world deadline and the ready timeout.
   void tick(TimePoint now);

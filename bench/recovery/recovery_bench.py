@@ -244,17 +244,23 @@ def whole_job_row(r, t):
 
 
 def whole_job_ratio(rows):
-    """One model's wholejob/restart line (medians over its trials), or None without both."""
-    med = {f: [x for x in rows if x["fault"] == f] for f in ("wholejob", "restart")}
-    if not all(med.values()):
+    """One model's wholejob/restart line, or None without a pair: each trial runs the two
+    back to back, so the ratio is taken per trial and the median of those is printed (with
+    the medians of the times themselves for scale)."""
+    by = {(x["fault"], x["trial"]): x for x in rows if x["fault"] in ("wholejob", "restart")}
+    trials = sorted(t for f, t in by if f == "wholejob" and ("restart", t) in by)
+    if not trials:
         return None
-    m = {f: {k: statistics.median(x[k] for x in v) for k in ("to_first_step_ms", "time_lost_ms")}
-         for f, v in med.items()}
-    return (f"{rows[0]['model']:5} wholejob/restart (medians): to 1st step "
-            f"{m['wholejob']['to_first_step_ms']:.0f}/{m['restart']['to_first_step_ms']:.0f} ms = "
-            f"{m['wholejob']['to_first_step_ms'] / m['restart']['to_first_step_ms']:.2f}, back at the step killed "
-            f"{m['wholejob']['time_lost_ms']:.0f}/{m['restart']['time_lost_ms']:.0f} ms = "
-            f"{m['wholejob']['time_lost_ms'] / m['restart']['time_lost_ms']:.2f}")
+
+    def med(fault, k):
+        return statistics.median(by[fault, t][k] for t in trials)
+
+    def ratio(k):
+        return statistics.median(by["wholejob", t][k] / by["restart", t][k] for t in trials)
+    return (f"{rows[0]['model']:5} wholejob/restart, median of {len(trials)} paired trial(s): to 1st step "
+            f"{ratio('to_first_step_ms'):.2f} ({med('wholejob', 'to_first_step_ms'):.0f} vs "
+            f"{med('restart', 'to_first_step_ms'):.0f} ms), back at the step killed {ratio('time_lost_ms'):.2f} "
+            f"({med('wholejob', 'time_lost_ms'):.0f} vs {med('restart', 'time_lost_ms'):.0f} ms)")
 
 
 def main():
@@ -286,10 +292,12 @@ def main():
             for fault in args.faults.split(","):
                 if fault in ("restart", "wholejob"):
                     r = whole_job_run(args, model, fault, t)
+                    r["trial"] = t
                     rows.append(r)
                     print(whole_job_row(r, t), flush=True)
                     continue
                 r = one_run(args, model, fault, t)
+                r["trial"] = t
                 rows.append(r)
                 print(f"{model:5} {fault:5} {t:5d} {r['to_first_step_ms']:11.1f} {r['detect']:8.1f} {r['agree']:8.1f} "
                       f"{r['connect']:8.1f} {r['transfer']:8.2f} {r['verify']:8.2f} {r['steps_redone']:6d} "

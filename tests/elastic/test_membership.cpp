@@ -794,6 +794,26 @@ TEST_CASE("process_exited answers what the coordinator knew: registered (ever jo
   CHECK(s.last("fail").cause == "process_exited");
 }
 
+TEST_CASE("worker_injected: every fired step= spec is logged and listed, the list bounded") {
+  Sim s(2);
+  s.form(2);
+  s.m.worker_injected({1, 0}, 1, 20, "kill:rank=1:step=20", s.now);
+  s.m.worker_injected({7, 3}, 1, 21, "hang:rank=0:step=21", s.now);  // unknown worker: still a fact
+  s.drain();
+  REQUIRE(s.m.fired().size() == 2);
+  CHECK(s.m.fired()[0].spec == "kill:rank=1:step=20");
+  CHECK(s.m.fired()[0].worker == WorkerId{1, 0});
+  CHECK(s.m.fired()[0].step == 20);
+  CHECK(s.m.fired()[1].worker == WorkerId{7, 3});
+  CHECK(s.count("injected") == 2);
+  CHECK(s.last("injected").detail == "hang:rank=0:step=21");
+  CHECK(s.m.phase() == Phase::Running);  // nothing else changes
+  for (size_t i = 0; i < Membership::kMaxFired + 10; ++i) s.m.worker_injected({0, 0}, 1, 5, "slow:rank=0:step=5", s.now);
+  s.drain();
+  CHECK(s.m.fired().size() == Membership::kMaxFired);
+  CHECK(s.count("injected") == static_cast<int>(Membership::kMaxFired) + 12);
+}
+
 TEST_CASE("worker_fatal: a live worker's fatal error STOPs the job with it, in any phase; the first one counts") {
   SUBCASE("while RUNNING") {
     Sim s(2);
