@@ -487,6 +487,9 @@ struct Trainer::Impl {
 
   // Fault tolerance off: one generation from comm's local launcher, the same step loop.
   TrainerResult run_plain() {
+    // One generation, always a fresh start: without a coordinator the ranks could not agree
+    // on which checkpoint to continue from.
+    if (cfg.resume) throw InvalidInput("resume needs fault tolerance (fault_tolerance = true, under ringfence run)");
     const comm::RankEnv env = comm::rank_env_from_environment();
     copt.slot = env.rank;
     rank = env.rank;
@@ -495,9 +498,6 @@ struct Trainer::Impl {
     inj = std::make_unique<FaultInjector>();
     audit_ = std::make_unique<AuditLog>(cfg.audit_log, env.rank, 0);
     ctx = comm::UcxContext::create();
-    // One generation, always a fresh start: without a coordinator the ranks could not agree
-    // on which checkpoint to continue from.
-    if (cfg.resume) throw InvalidInput("resume needs fault tolerance (fault_tolerance = true, under ringfence run)");
     refuse_foreign_checkpoints();
     comm::FileStore store(env.store_dir);
     comm::UcxOptions uo;
