@@ -95,6 +95,8 @@ expect 2 'memory_probe: --rounds: missing value \(see --help\)$' "$probe" peer 8
 expect 2 "memory_probe: unknown flag '--bogus'" "$probe" teardown --bogus
 # --mb is a size_t: its range is [1, 1 << 20] (it was [1, -1]: every value refused).
 expect 2 'memory_probe: no mode given' "$probe" --mb 5
+expect 2 'memory_probe: overlap takes no MB' "$probe" overlap 800
+expect 2 'memory_probe: overlap takes no MB' "$probe" overlap --mb 800
 expect 2 'memory_probe: --mb: 0 must be in 1 .. 1048576' "$probe" --mb 0
 
 if [[ $fails != 0 ]]; then

@@ -16,7 +16,7 @@
 //   memory_probe teardown [MB]  a child holding MB (1600) of touched private memory plus a
 //                               400 MB memfd is SIGKILLed, running or SIGSTOPped first
 //                               (alternated): SIGKILL -> waitpid returns.
-//   memory_probe overlap        a SIGSTOPped 1600 + 400 MB child is SIGKILLed and a
+//   memory_probe overlap        (no MB: refused) a SIGSTOPped 1600 + 400 MB child is SIGKILLed and a
 //                               "replacement" child makes 1200 MB resident: forked after the
 //                               reap (the launcher today) or right after the kill, alternated.
 // Each mode runs --rounds N (3) rounds; one line per measurement. MB may also be given as
@@ -272,6 +272,7 @@ int main(int argc, char** argv) {
   if (mode == "stall") stall(mb ? mb : 400, rounds);
   else if (mode == "peer") peer(mb ? mb : 400, rounds);
   else if (mode == "teardown") teardown(mb ? mb : 1600, rounds);
+  else if (mode == "overlap" && mb) return flags.fail("overlap takes no MB: its sizes are fixed (1600 + 400, 1200)");
   else if (mode == "overlap") overlap(rounds);
   else if (mode.empty()) return flags.fail("no mode given (stall, peer, teardown or overlap)");
   else return flags.fail("unknown mode '" + mode + "' (stall, peer, teardown or overlap)");
