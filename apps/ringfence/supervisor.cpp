@@ -537,8 +537,14 @@ class Supervisor {
           why += " (the workers report their step by heartbeat, so the job may have gone a little further)";
         } else {
           why = rf::str("step ", *f.step, " was reached, but no worker fired it");
-          if (f.phase && (*f.phase == FaultPhase::Transfer || *f.phase == FaultPhase::Recovery))
-            why += rf::str(" (phase=", to_string(*f.phase), " fires only in a recovery that redoes step ", *f.step, ")");
+          if (f.phase == FaultPhase::Transfer)
+            why += rf::str(" (phase=transfer fires only in a recovery that redoes step ", *f.step, ", in rank ", f.rank,
+                           " if it sends or receives the state)");
+          else if (f.phase == FaultPhase::Recovery)
+            why += rf::str(" (phase=recovery fires only in a recovery that redoes step ", *f.step, ")");
+          else if (f.after_chunks)
+            why += rf::str(" (it fires in the worker of rank ", f.rank, ", in its first incarnation only, once ",
+                           *f.after_chunks, " chunk(s) of the step's all-reduce went through: it may have had fewer)");
           else
             why += rf::str(" (it fires in the worker of rank ", f.rank, " at that step, in its first incarnation only)");
           if (!done) why += "; the job did not end DONE";
