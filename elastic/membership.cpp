@@ -504,7 +504,9 @@ void Membership::try_close_round(TimePoint now) {
   }
   round_plan_ = std::move(out.plan);
   round_plan_->job_id = opt_.job_id;
-  round_plan_->whole_job_restart = round_plan_->fresh_start && ran_;
+  // Nobody holds state although a generation already ran (running_plan_ is set): every
+  // worker that held state is gone (PROTOCOL.md "Whole-job failure").
+  round_plan_->whole_job_restart = round_plan_->fresh_start && running_plan_.has_value();
   round_.planned_at = now;
   for (auto& [slot, w] : workers_)  // reporters left out stay standby for the next round
     if (w.report_round == generation_ && !round_plan_->find(slot)) w.report_round = 0;
@@ -519,7 +521,6 @@ void Membership::try_close_round(TimePoint now) {
 
 void Membership::become_running(TimePoint now) {
   phase_ = Phase::Running;
-  ran_ = true;
   members_.clear();
   prev_slots_.clear();
   for (const auto& pr : round_plan_->ranks) {

@@ -132,7 +132,6 @@ class Membership {
   std::optional<Plan> round_plan_;
   std::optional<Plan> running_plan_;
   bool in_episode_ = false;
-  bool ran_ = false;  // a generation reached RUNNING: a later fresh start is a whole-job restart
   TimePoint episode_started_;
   bool last_revoke_planned_ = false;
   std::string last_revoke_cause_;

@@ -115,6 +115,13 @@ struct SpareJob {
         log, [g](const json& e) { return e.value("event", "") == "running" && e.value("g", int64_t{-1}) >= g; },
         30s);
   }
+  // Slot 1 (a member) SIGKILLed once the spare stands by: the spare takes the hole, and slot
+  // 1's restart (incarnation 1), released after that recovery, is held in its start-up.
+  void kill_member_until_its_restart_starts() {
+    wait_spare_standing_by();
+    signal(1, 0, SIGKILL);
+    REQUIRE_MESSAGE(wait_file(dir + "/starting", 30s), "slot 1's restart never started");
+  }
   void open_gate() { std::ofstream gate(dir + "/gate"); }
   json finish() {
     auto code = launcher.wait(60s);
@@ -142,11 +149,9 @@ TEST_CASE("run --spares: a spare still starting up does not hold the dead slot's
   INFO("launcher output:\n", slurp(j.out));
   // 1. A member (slot 1) dies in training: the registered spare (slot 2) takes the hole and
   //    slot 1's restart is held until that recovery has completed (7385e2e's ordering).
-  j.wait_spare_standing_by();
-  j.signal(1, 0, SIGKILL);
   // 2. The held restart (slot 1, incarnation 1: the next spare) is released and starts,
   //    but stays in its start-up: a local process, not a registered standby.
-  REQUIRE_MESSAGE(wait_file(j.dir + "/starting", 30s), "slot 1's restart never started");
+  j.kill_member_until_its_restart_starts();
   // 3. The other original member dies while that spare is still starting.
   j.signal(0, 0, SIGKILL);
   // 4. The job recovers without the starting spare: slot 0's restart fills the hole. Only
@@ -229,11 +234,9 @@ TEST_CASE("run --spares: a held restart starts once the spare it counted on is g
 TEST_CASE("run --spares: a restart that finishes its start-up after the job ended is no failure") {
   SpareJob j("run-spare-late", 1, 1, "500ms");
   INFO("launcher output:\n", slurp(j.out));
-  j.wait_spare_standing_by();
-  j.signal(1, 0, SIGKILL);
   // The spare fills the hole; slot 1's restart is released once that recovery completed
   // and is held in its start-up until the job is over.
-  REQUIRE_MESSAGE(wait_file(j.dir + "/starting", 30s), "slot 1's restart never started");
+  j.kill_member_until_its_restart_starts();
   REQUIRE_MESSAGE(wait_event(j.log, is_event("done"), 60s), "the job never ended");
   j.open_gate();
   const json s = j.finish();  // exit 0, DONE
