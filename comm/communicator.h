@@ -64,6 +64,11 @@ class Communicator {
   // the generation and `reason`.
   virtual void abort(const std::string& reason) = 0;
   virtual bool aborted() const = 0;
+  // D3: a collective that makes no progress this long fails with TimedOut. Callable from
+  // any thread at any time (the trainer sets the bound it learned from its step times,
+  // ddp/stall_bound.h); it applies to the next check of every pending collective.
+  virtual void set_stall_timeout(Duration timeout) = 0;
+  virtual Duration stall_timeout() const = 0;
 };
 
 }  // namespace rf::comm

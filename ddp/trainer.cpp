@@ -4,7 +4,6 @@
 #include <iostream>
 #include <atomic>
 #include <cstring>
-#include <condition_variable>
 #include <mutex>
 #include <thread>
 #include <optional>
@@ -23,6 +22,7 @@
 #include "comm/ucx/ucx_communicator.h"
 #include "core/autograd.h"
 #include "core/data/data.h"
+#include "ddp/activity.h"
 #include "ddp/audit_log.h"
 #include "ddp/elastic_store.h"
 #include "ddp/fault_injector.h"
@@ -40,6 +40,9 @@ constexpr uint32_t kOpVerify = comm::StepTag::kMaxUserOp;          // digest all
 constexpr uint32_t kOpTransfer = comm::StepTag::kMaxUserOp - 1;    // state image
 
 double ms_since(TimePoint t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+std::chrono::milliseconds whole_ms(Duration d) {
+  return std::max(std::chrono::milliseconds(1), std::chrono::ceil<std::chrono::milliseconds>(d));
+}
 
 // A digest (32 hex characters) as 4 u64 words for the all-gather.
 void digest_words(const std::string& hex, uint64_t* out) {
@@ -82,18 +85,16 @@ struct Trainer::Impl {
   std::vector<int32_t> y_buf;
   TrainerResult result;
   std::unique_ptr<ckpt::AsyncCheckpointer> checkpointer;  // made when this worker is rank 0
-  // Hang watchdog: the training thread stamps when its current step (or recovery phase)
-  // began; 0 while it waits on the coordinator (those waits have their own deadlines).
-  std::atomic<int64_t> busy_since_ns{0};
-  std::thread watchdog;
-  std::mutex wd_mu;
-  std::condition_variable wd_cv;
-  bool wd_stop = false;
+  // D3: the bound learned from this worker's step times, and what the training thread does
+  // (read by the heartbeat thread for the coordinator's judgement, elastic/liveness.h).
+  StallBound stall;
+  ActivityBoard activity;
   int64_t saved_step = -1;
 
   Impl(nn::Module& m, LossFn l, const data::Dataset& d, optim::Optimizer& o, TrainerConfig c)
       : model(m), loss_fn(std::move(l)), ds(d), optimizer(o), cfg(std::move(c)),
-        sampler(d.n, cfg.global_batch, cfg.seed), reducer(m.named_parameters(), cfg.reducer), state(m, o, cfg.model_name) {}
+        sampler(d.n, cfg.global_batch, cfg.seed), reducer(m.named_parameters(), cfg.reducer), state(m, o, cfg.model_name),
+        stall(cfg.stall) {}
 
   // A revocation aborts (peers that hear of it from us fail as aborted, blaming nobody);
   // self-fencing (D4) aborts as failed: the coordinator has not revoked anything yet, so
@@ -130,7 +131,8 @@ struct Trainer::Impl {
   // Steps 5-7 for the plan just received. Returns false when the generation was revoked
   // on the way (go back to step 2).
   bool form_generation() {
-    busy_since_ns = now_ns();
+    const Duration bound = stall.recovery_bound(state.image_size());  // its work is the state's size
+    activity.compute(ActivityBoard::Region::Recovery, static_cast<int64_t>(plan.generation), bound);
     const elastic::PlanRank* me = plan.find(copt.slot);
     if (!me) throw Error(str("plan of generation ", plan.generation, " does not include slot ", copt.slot));
     rank = me->rank;
@@ -161,12 +163,13 @@ struct Trainer::Impl {
     // Step 5: connect.
     TimePoint t0 = Clock::now();
     comm::UcxOptions uo;
-    uo.stall_timeout = cfg.stall_timeout;
+    uo.stall_timeout = whole_ms(StallBound::comm_stall(bound));
     uo.connect_timeout = cfg.connect_timeout;
     uo.flight_recorder_path = cfg.flight_recorder;
     if (!inj->empty()) uo.on_chunk = [this](const comm::ChunkEvent& e) { inj->on_chunk(e.step, e.chunks_done); };
     try {
       ElasticStore store(*client, plan.generation);
+      ActivityBoard::WaitScope waiting(activity);  // for the peers' addresses and first messages
       auto c = std::make_shared<comm::UcxCommunicator>(ctx, store, rank, world, plan.generation, uo);
       std::lock_guard<std::mutex> lk(comm_mu);
       comm = std::move(c);
@@ -205,7 +208,10 @@ struct Trainer::Impl {
           sends.push_back(comm->send_start(pr.rank, &staging_size, sizeof staging_size, size_op));
           sends.push_back(comm->send_start(pr.rank, staging.data(), staging.size(), image_op));
         }
-        for (auto& w : sends) w->wait();
+        {
+          ActivityBoard::WaitScope waiting(activity);
+          for (auto& w : sends) w->wait();
+        }
         if (me->source_rank) {
           // Where a receiver's step 6 goes (its audit line; recovery_bench prints them): the
           // staging wait above, the size (sent once the source's image is written, so this
@@ -213,14 +219,20 @@ struct Trainer::Impl {
           // the copy in. restore_verified leaves the digest memo set (no pass after the swap).
           TimePoint tp = Clock::now();
           uint64_t size = 0;
-          comm->recv(*me->source_rank, &size, sizeof size, size_op);
+          {
+            ActivityBoard::WaitScope waiting(activity);
+            comm->recv(*me->source_rank, &size, sizeof size, size_op);
+          }
           if (size > (uint64_t{1} << 40)) throw InvalidInput(str("state image of ", size, " bytes announced"));
           const double size_ms = ms_since(tp);
           // The staging buffer of R6, pre-touched at start (start_staging_pretouch): grown only if
           // this image is larger, never shrunk (a shrink then a grow would zero-fill again).
           if (size > staging.size()) staging.resize(size);
           tp = Clock::now();
-          comm->recv(*me->source_rank, staging.data(), size, image_op);
+          {
+            ActivityBoard::WaitScope waiting(activity);
+            comm->recv(*me->source_rank, staging.data(), size, image_op);
+          }
           const double image_ms = ms_since(tp);
           tp = Clock::now();
           state.restore_verified({staging.data(), size}, plan.target_step, plan.target_digest,
@@ -269,8 +281,11 @@ struct Trainer::Impl {
     std::vector<uint64_t> in(5), out(5 * static_cast<size_t>(world));
     in[0] = static_cast<uint64_t>(state.step());
     digest_words(mine, in.data() + 1);
-    comm->allgather({in.data(), in.size(), comm::DType::u64}, {out.data(), out.size(), comm::DType::u64},
-                    comm::OpId{tag_step, kOpVerify});
+    {
+      ActivityBoard::WaitScope waiting(activity);
+      comm->allgather({in.data(), in.size(), comm::DType::u64}, {out.data(), out.size(), comm::DType::u64},
+                      comm::OpId{tag_step, kOpVerify});
+    }
     std::string bad;
     for (int r = 0; r < world; ++r) {
       const uint64_t* w = out.data() + 5 * r;
@@ -397,7 +412,11 @@ struct Trainer::Impl {
     while (state.step() + 1 < cfg.steps) {
       if (generation_over()) return Leave::Recover;
       const int64_t s = state.step() + 1;  // R2: contribute to s only after applying s-1
-      busy_since_ns = now_ns();
+      const TimePoint step_began = Clock::now();
+      const Duration bound = stall.step_bound();
+      activity.compute(ActivityBoard::Region::Step, s, bound);
+      // Without fault tolerance a stall is fatal: it keeps the fixed ceiling.
+      if (client) comm->set_stall_timeout(StallBound::comm_stall(bound));
       const auto idx = sampler.local_batch(s, rank, world);
       const int64_t b = static_cast<int64_t>(idx.size());
       // The batch goes straight into a tensor from the caching allocator (same size every
@@ -427,6 +446,7 @@ struct Trainer::Impl {
           inj->at(FaultPhase::Backward, s);
         }
         inj->at(FaultPhase::Allreduce, s);
+        ActivityBoard::WaitScope waiting(activity);
         sums = reducer.finish();
       } catch (const comm::CommError& e) {
         // R1: the gradient of s is incomplete; nothing is applied.
@@ -442,6 +462,7 @@ struct Trainer::Impl {
         optimizer.step();  // the only writer of parameters (R1)
       }
       state.set_step(s);
+      stall.observe(Clock::now() - step_began);
       if (client) client->set_step(s);
       result.final_loss = reducer.global_loss();
       if (audit_->enabled())
@@ -501,7 +522,7 @@ struct Trainer::Impl {
     refuse_foreign_checkpoints();
     comm::FileStore store(env.store_dir);
     comm::UcxOptions uo;
-    uo.stall_timeout = cfg.stall_timeout;
+    uo.stall_timeout = whole_ms(cfg.stall.ceiling);  // no coordinator, no recovery: the fixed D3
     uo.connect_timeout = cfg.connect_timeout;
     uo.flight_recorder_path = cfg.flight_recorder;
     comm = std::make_shared<comm::UcxCommunicator>(ctx, store, rank, world, 1, uo);
@@ -518,36 +539,10 @@ struct Trainer::Impl {
     return result;
   }
 
-  void watchdog_main() {
-    bool fired = false;
-    std::unique_lock<std::mutex> lk(wd_mu);
-    const auto period = std::max<std::chrono::milliseconds>(cfg.hang_timeout / 20, std::chrono::milliseconds(5));
-    while (!wd_cv.wait_for(lk, period, [&] { return wd_stop; })) {
-      const int64_t since = busy_since_ns.load();
-      if (fired || since == 0 || now_ns() - since < std::chrono::nanoseconds(cfg.hang_timeout).count()) continue;
-      fired = true;
-      std::fprintf(stderr,
-                   "ringfence worker slot %d: training thread stuck for %.1f s (hang_timeout): no more lease "
-                   "renewals, the coordinator will evict this worker (D2)\n",
-                   copt.slot, static_cast<double>(now_ns() - since) / 1e9);
-      client->withhold_heartbeats();
-    }
-  }
-
-  void stop_watchdog() {
-    {
-      std::lock_guard<std::mutex> lk(wd_mu);
-      wd_stop = true;
-    }
-    wd_cv.notify_all();
-    if (watchdog.joinable()) watchdog.join();
-  }
-
   // The heartbeat thread calls back into this object (abort_comm): stop it before any
   // member goes, also when run() ended with an exception.
   ~Impl() {
     await_staging();
-    stop_watchdog();
     if (client) client->close();
   }
 
@@ -582,6 +577,7 @@ struct Trainer::Impl {
     });
     client->on_fenced([this](const std::string& why) { abort_comm(str("self-fenced (D4): ", why), true); });
     client->on_stopped([this] { abort_comm("the coordinator stopped the job"); });
+    client->set_activity_source([this] { return activity.read(Clock::now()); });
     if (cfg.resume) {
       if (cfg.ckpt_dir.empty()) throw InvalidInput("resume needs a checkpoint directory (ckpt_dir)");
       // (the audit line marks where this run's lineage begins, also when nothing was restored)
@@ -600,7 +596,6 @@ struct Trainer::Impl {
     };
     const bool joined = join_unless_finished();
     if (joined) start_staging_pretouch();
-    if (joined && cfg.hang_timeout.count() > 0) watchdog = std::thread([this] { watchdog_main(); });
     const TimePoint t0 = Clock::now();
     bool first = true;
     while (joined) {
@@ -616,7 +611,7 @@ struct Trainer::Impl {
       }
       drop_comm();
       const bool formed = form_generation();
-      busy_since_ns = 0;  // ready() waits on the coordinator
+      activity.idle();  // ready() waits on the coordinator
       if (!formed) {
         drop_comm();
         continue;
@@ -632,7 +627,7 @@ struct Trainer::Impl {
       if (!first) ++result.recoveries;
       first = false;
       const Leave why = train_generation();
-      busy_since_ns = 0;
+      activity.idle();
       if (why == Leave::Recover) {
         drop_comm();
         continue;
@@ -648,7 +643,6 @@ struct Trainer::Impl {
     result.digest = state.digest();
     result.generation = plan.generation;
     result.world = world;
-    stop_watchdog();
     client->close();
     return result;
   }

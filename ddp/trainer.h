@@ -30,6 +30,7 @@
 #include "core/optim/optimizer.h"
 #include "core/tensor.h"
 #include "ddp/reducer.h"
+#include "ddp/stall_bound.h"
 
 namespace rf::ddp {
 
@@ -55,13 +56,14 @@ struct TrainerConfig {
   int64_t verify_every = 0;     // > 0: digests compared every N steps (stop on divergence)
   std::string audit_log;        // JSON lines of every state change ("" = none)
   int64_t log_interval = 0;     // rank 0 prints step/loss/samples/s to stderr
-  std::chrono::milliseconds stall_timeout{30000};   // D3
+  // D3: how long the training thread may go without progress, learned from this worker's
+  // step times within [floor, ceiling] (ddp/stall_bound.h). Its heartbeats carry what the
+  // training thread does and this bound: the coordinator evicts a member computing past
+  // it (hung: user code blocked, a deadlock) or waiting inside one collective past two of
+  // them (wedged), and the launcher replaces it; the communicator's own stall timeout is
+  // 1.5 bounds. ceiling is the fixed stall timeout of old: never waited longer.
+  StallBoundOptions stall;
   std::chrono::milliseconds connect_timeout{30000};
-  // A training thread stuck in one step (or one recovery phase) this long is hung — user
-  // code blocked, a deadlock, a driving thread that never returns: the worker stops
-  // renewing its lease, so the coordinator evicts it (D2) and the launcher replaces it.
-  // Longer than stall_timeout, so that peers' D3 reports come first. 0 = off.
-  std::chrono::milliseconds hang_timeout{60000};
   // Called on the training thread after every applied step (step, global mean loss):
   // metrics, progress, or a test that corrupts a replica to prove --verify-every works.
   std::function<void(int64_t step, double loss)> on_step;

@@ -59,6 +59,7 @@ Answer parse_answer(const json& j) {
          : r == "stale"    ? Answer::Stale
          : r == "fenced"   ? Answer::Fenced
          : r == "refused"  ? Answer::Refused
+         : r == "finished" ? Answer::Finished
                            : Answer::Stopped;
   a.generation = static_cast<uint64_t>(get_int(j, "generation", 0, int64_t{1} << 53));
   a.reason = j.value("reason", "");
@@ -108,6 +109,10 @@ void Client::on_stopped(std::function<void()> cb) {
   std::lock_guard<std::mutex> l(cb_mu_);
   on_stopped_ = std::move(cb);
 }
+void Client::set_activity_source(std::function<Activity()> source) {
+  std::lock_guard<std::mutex> l(cb_mu_);
+  activity_ = std::move(source);
+}
 
 std::string Client::fence_reason() const {
   std::lock_guard<std::mutex> l(cb_mu_);
@@ -124,15 +129,9 @@ JoinInfo Client::join() {
   member_.connect(opt_.host, opt_.port, deadline);
   json hello = {{"type", "hello"}, {"token", opt_.token}, {"role", "member"}, {"slot", opt_.slot},
                 {"incarnation", opt_.incarnation}};
-  json w;
-  try {
-    w = member_.call(hello, deadline);
-  } catch (const Refused& e) {
-    // A spare or a restart that arrives after every member left: nothing to do, not an
-    // error (the same end as a standby's plan answering done).
-    if (std::string_view(e.what()).ends_with(kJobFinishedReason)) throw JobFinished(kJobFinishedReason);
-    throw;
-  }
+  // A spare or a restart that arrives after every member left gets JobFinished (the
+  // coordinator's "finished" code): nothing to do, not an error.
+  json w = member_.call(hello, deadline);
   JoinInfo info;
   info.generation = static_cast<uint64_t>(get_int(w, "generation", 0, int64_t{1} << 53));
   info.phase = get_str(w, "phase", 32);
@@ -162,12 +161,20 @@ void Client::heartbeat_loop() {
       std::unique_lock<std::mutex> l(hb_mu_);
       if (hb_cv_.wait_for(l, opt_.heartbeat, [&] { return hb_stop_; })) return;
     }
-    if (withhold_.load()) continue;  // let the lease expire (D2), see withhold_heartbeats()
+    json beat = {{"type", "heartbeat"}, {"generation", active_.load()}, {"step", step_.load()}};
+    {
+      std::lock_guard<std::mutex> l(cb_mu_);
+      if (activity_) {
+        const Activity a = activity_();
+        const auto us = [](Duration d) { return std::chrono::duration_cast<std::chrono::microseconds>(d).count(); };
+        beat["activity"] = {{"kind", to_string(a.kind)}, {"elapsed_us", us(a.elapsed)}, {"bound_us", us(a.bound)},
+                            {"where", a.where}};
+      }
+    }
     json reply;
     try {
       // D4: a renewal that cannot complete within one lease of the last one fences us.
-      reply = member_.call({{"type", "heartbeat"}, {"generation", active_.load()}, {"step", step_.load()}},
-                           last_ok + opt_.lease);
+      reply = member_.call(beat, last_ok + opt_.lease);
       last_ok = Clock::now();
       last_renewal_ = last_ok.time_since_epoch().count();
     } catch (const rf::Error& e) {
@@ -253,10 +260,8 @@ Plan Client::next_plan(const std::function<StateReport()>& state, Duration timeo
   for (int attempt = 0; attempt < 1000 && Clock::now() < deadline; ++attempt) {
     Answer a = report(round, state());
     if (a.kind == Answer::Fenced) throw Refused(rf::str("slot ", opt_.slot, " is fenced: join again"));
-    if (a.kind == Answer::Stopped) {
-      if (a.reason == kJobFinishedReason) throw JobFinished(a.reason);
-      throw JobStopped(rf::str("the coordinator stopped the job: ", a.reason));
-    }
+    if (a.kind == Answer::Finished) throw JobFinished(a.reason);
+    if (a.kind == Answer::Stopped) throw JobStopped(rf::str("the coordinator stopped the job: ", a.reason));
     if (a.kind != Answer::Accepted) {  // stale or not open: follow the coordinator's number
       round = active == 0 ? 0 : (a.generation == active ? active + 1 : a.generation);
       continue;

@@ -6,7 +6,9 @@
 // connection carries the blocking calls of the training thread (report, plan, ready,
 // store, failure report), so a long wait for a plan never delays a heartbeat.
 //
-// The heartbeat thread renews the lease every `heartbeat` and carries the current step.
+// The heartbeat thread renews the lease every `heartbeat` and carries the current step and
+// what the training thread is doing (set_activity_source; the coordinator evicts a member
+// stuck past its stall bound, elastic/liveness.h).
 // When a reply shows a generation newer than the one this worker works in, it calls
 // on_revoked once for that generation (the communicator's abort; PROTOCOL.md step 1).
 // When it cannot renew for one `lease`, or the coordinator says this worker was evicted,
@@ -60,12 +62,6 @@ struct JoinInfo {
   int target_world = 0;
 };
 
-// The job ended normally (every member left) while this worker waited, e.g. a spare.
-class JobFinished : public rf::Error {
- public:
-  using rf::Error::Error;
-};
-
 class Client {
  public:
   explicit Client(ClientOptions options);
@@ -76,6 +72,8 @@ class Client {
   void on_revoked(std::function<void(const Revocation&)> cb);
   void on_fenced(std::function<void(const std::string& why)> cb);
   void on_stopped(std::function<void()> cb);
+  // Read on the heartbeat thread before every heartbeat (must be cheap and thread-safe).
+  void set_activity_source(std::function<Activity()> source);
 
   // Connects both connections, joins (slot, incarnation), starts the heartbeat thread.
   // Throws JobFinished when every member had already left (DONE), Refused (wrong token,
@@ -89,11 +87,6 @@ class Client {
   bool reconfigure_requested() const { return reconfigure_.load(); }
   bool stop_requested() const { return stop_.load(); }
   bool fenced() const { return fenced_.load(); }
-  // The worker's training thread is stuck (its watchdog decided): stop renewing the lease
-  // but keep the connection, so the coordinator evicts this worker when the lease expires
-  // (D2) and the launcher SIGKILLs and replaces it. A live heartbeat thread must not keep
-  // a hung worker in the job: every recovery round would wait for its report for ever.
-  void withhold_heartbeats() { withhold_.store(true); }
   std::string fence_reason() const;
   // When the lease was last renewed (the last heartbeat reply; join counts as the first),
   // on this process's steady clock. D4 fences one lease after it, never earlier: tests
@@ -155,12 +148,13 @@ class Client {
   std::atomic<int64_t> step_{-1};
   std::atomic<Duration::rep> last_renewal_{0};  // TimePoint since the clock's epoch
   std::atomic<uint64_t> active_{0}, seen_{0}, notified_{0};
-  std::atomic<bool> reconfigure_{false}, stop_{false}, fenced_{false}, withhold_{false}, stopped_{false};
+  std::atomic<bool> reconfigure_{false}, stop_{false}, fenced_{false}, stopped_{false};
   std::string fence_reason_;
   mutable std::mutex cb_mu_;
   std::function<void(const Revocation&)> on_revoked_;
   std::function<void(const std::string&)> on_fenced_;
   std::function<void()> on_stopped_;
+  std::function<Activity()> activity_;
 };
 
 }  // namespace rf::elastic

@@ -47,6 +47,7 @@ const char* answer_name(Answer::Kind k) {
     case Answer::Fenced: return "fenced";
     case Answer::Refused: return "refused";
     case Answer::Stopped: return "stopped";
+    case Answer::Finished: return "finished";
   }
   return "?";
 }
@@ -156,8 +157,8 @@ struct Coordinator::Impl {
     c.out += encode_frame(std::move(reply));
     if (c.out.size() > kMaxOutBytes) c.dead = true;
   }
-  void send_error(Conn& c, const std::string& what) {
-    send(c, {{"type", "error"}, {"error", what}});
+  void send_error(Conn& c, const std::string& what, const char* code = "refused") {
+    send(c, {{"type", "error"}, {"error", what}, {"code", code}});
     c.closing = true;
   }
 
@@ -296,10 +297,10 @@ struct Coordinator::Impl {
         [&](const auto& r) {
           using T = std::decay_t<decltype(r)>;
           if constexpr (std::is_same_v<T, Heartbeat>) {
-            HeartbeatResult h = membership.heartbeat(c.worker, r.generation, r.step, now);
+            HeartbeatResult h = membership.heartbeat(c.worker, r.generation, r.step, now, r.activity);
             send(c, {{"type", "heartbeat_reply"}, {"fenced", h.fenced}, {"generation", h.generation},
                      {"phase", to_string(h.phase)}, {"reconfigure", h.reconfigure}, {"stop", h.stop},
-                     {"planned", h.planned}, {"cause", h.cause}});
+                     {"planned", h.planned}, {"cause", h.cause ? to_string(*h.cause) : ""}});
           } else if constexpr (std::is_same_v<T, Report>) {
             Answer a = membership.report(c.worker, r.round, StateReport{r.has_state, r.step, r.digest}, now);
             send(c, answer_json("report_reply", a));
@@ -381,7 +382,8 @@ struct Coordinator::Impl {
     if (h.role == Role::Member) {
       JoinResult j = membership.join(c.worker, now);
       if (!j.ok()) {
-        send_error(c, rf::str("join refused: ", j.reason));
+        // "finished" lets the client tell a job that ended normally from a refusal.
+        send_error(c, rf::str("join refused: ", j.reason), j.kind == Answer::Finished ? "finished" : "refused");
         return;
       }
       send(c, {{"type", "welcome"}, {"generation", j.generation}, {"phase", to_string(j.phase)},
@@ -499,7 +501,7 @@ struct Coordinator::Impl {
         auto it = r.worker_phase_ms.find(p);
         phases[p] = it == r.worker_phase_ms.end() ? json(nullptr) : json(it->second);
       }
-      recs.push_back({{"cause", r.cause},
+      recs.push_back({{"cause", to_string(r.cause)},
                       {"worker", worker_json(r.worker)},
                       {"planned", r.planned},
                       {"from_generation", r.from_generation},

@@ -33,4 +33,11 @@ class JobStopped : public rf::Error {
   using rf::Error::Error;
 };
 
+// The job ended normally (every member left: DONE) before or while this worker waited,
+// e.g. a spare, or a restart that came up as the last members left: nothing to do.
+class JobFinished : public rf::Error {
+ public:
+  using rf::Error::Error;
+};
+
 }  // namespace rf::elastic

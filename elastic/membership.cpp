@@ -4,6 +4,8 @@
 
 #include "base/error.h"
 #include "base/str.h"
+#include "elastic/liveness.h"
+#include "elastic/round_decision.h"
 
 namespace rf::elastic {
 namespace {
@@ -22,6 +24,47 @@ bool settle_wait(Query& q, uint64_t generation, Phase phase, const std::string& 
 }
 
 }  // namespace
+
+const char* to_string(Cause c) {
+  switch (c) {
+    case Cause::ConnectionClosed: return "connection_closed";
+    case Cause::ProcessExited: return "process_exited";
+    case Cause::Replaced: return "replaced";
+    case Cause::LeaseExpired: return "lease_expired";
+    case Cause::Hung: return "hung";
+    case Cause::Wedged: return "wedged";
+    case Cause::ReportTimeout: return "report_timeout";
+    case Cause::ReadyTimeout: return "ready_timeout";
+    case Cause::LeftDuringRecovery: return "left_during_recovery";
+    case Cause::FailureReport: return "failure_report";
+    case Cause::MemberLeftGeneration: return "member_left_generation";
+    case Cause::Reconfigure: return "reconfigure";
+  }
+  return "?";
+}
+
+bool evicts(Cause c) {
+  return c == Cause::LeaseExpired || c == Cause::Hung || c == Cause::Wedged || c == Cause::ReportTimeout ||
+         c == Cause::ReadyTimeout;
+}
+
+const char* to_string(StopCause c) {
+  switch (c) {
+    case StopCause::BelowMinWorld: return "below_min_world";
+    case StopCause::DigestMismatch: return "digest_mismatch";
+    case StopCause::WorkerFatal: return "worker_fatal";
+  }
+  return "?";
+}
+
+const char* to_string(Activity::Kind k) {
+  switch (k) {
+    case Activity::Idle: return "idle";
+    case Activity::Compute: return "compute";
+    case Activity::Wait: return "wait";
+  }
+  return "?";
+}
 
 const char* to_string(Phase p) {
   switch (p) {
@@ -44,7 +87,6 @@ Membership::Membership(MembershipOptions options, TimePoint now) : opt_(options)
     throw rf::InvalidInput(rf::str("the job id is ", opt_.job_id.size(), " bytes, more than ", kMaxJobIdBytes));
   round_.started = now;
   round_.forming = true;
-  episode_started_ = now;
 }
 
 Membership::Worker* Membership::live_worker(WorkerId w) {
@@ -58,6 +100,19 @@ const Membership::Worker* Membership::live_worker(WorkerId w) const {
 
 bool Membership::in_round(int slot) const {
   return round_.expected.count(slot) || (round_plan_ && round_plan_->find(slot));
+}
+
+bool Membership::is_member(WorkerId w) const {
+  return std::find(members_.begin(), members_.end(), w) != members_.end();
+}
+
+bool Membership::counted_on(const Worker& w) const {
+  if (!w.live || w.left) return false;
+  if (phase_ == Phase::Running) return is_member(w.id);
+  if (phase_ != Phase::Recovering) return false;
+  if (round_.expected.count(w.id.slot)) return true;
+  const PlanRank* pr = round_plan_ ? round_plan_->find(w.id.slot) : nullptr;
+  return pr && pr->worker == w.id;
 }
 
 bool Membership::reconfigure_flag() const {
@@ -97,7 +152,7 @@ JoinResult Membership::join(WorkerId w, TimePoint now) {
   r.generation = generation_;
   r.phase = phase_;
   if (phase_ == Phase::Stopped || phase_ == Phase::Done) {
-    r.kind = Answer::Stopped;
+    r.kind = phase_ == Phase::Done ? Answer::Finished : Answer::Stopped;
     r.reason = phase_ == Phase::Done ? kJobFinishedReason : error_;
     return r;
   }
@@ -124,7 +179,7 @@ JoinResult Membership::join(WorkerId w, TimePoint now) {
     }
     if (old.id.incarnation < w.incarnation && old.live && !old.left) {
       // The launcher restarted the slot, so the old process is gone (D1): fail it first.
-      fail(old, "replaced", now, now, rf::str("slot ", w.slot, " rejoined as incarnation ", w.incarnation));
+      fail(old, Cause::Replaced, now, now, rf::str("slot ", w.slot, " rejoined as incarnation ", w.incarnation));
     }
   }
   Worker nw;
@@ -140,7 +195,8 @@ JoinResult Membership::join(WorkerId w, TimePoint now) {
   return r;
 }
 
-HeartbeatResult Membership::heartbeat(WorkerId w, uint64_t worker_generation, int64_t step, TimePoint now) {
+HeartbeatResult Membership::heartbeat(WorkerId w, uint64_t worker_generation, int64_t step, TimePoint now,
+                                      const Activity& activity) {
   HeartbeatResult r;
   r.generation = generation_;
   r.phase = phase_;
@@ -154,6 +210,8 @@ HeartbeatResult Membership::heartbeat(WorkerId w, uint64_t worker_generation, in
   wk->last_heartbeat = now;
   wk->step = step;
   wk->seen_generation = std::min(worker_generation, generation_);
+  wk->activity = activity;
+  wk->activity_at = now;
   r.reconfigure = reconfigure_flag();
   r.stop = stop_flag_;
   r.planned = last_revoke_planned_;
@@ -165,7 +223,7 @@ ReportResult Membership::report(WorkerId w, uint64_t round, const StateReport& s
   ReportResult r;
   r.generation = generation_;
   if (phase_ == Phase::Stopped || phase_ == Phase::Done) {
-    r.kind = Answer::Stopped;
+    r.kind = phase_ == Phase::Done ? Answer::Finished : Answer::Stopped;
     r.reason = phase_ == Phase::Done ? kJobFinishedReason : error_;
     return r;
   }
@@ -181,7 +239,7 @@ ReportResult Membership::report(WorkerId w, uint64_t round, const StateReport& s
     return r;
   }
   if (phase_ == Phase::Running) {
-    const bool member = std::find(members_.begin(), members_.end(), w) != members_.end();
+    const bool member = is_member(w);
     if (round == 0 && !member) {  // a joiner: waits for the next round (R5 flag below)
       const bool was_flagged = reconfigure_flag();
       wk->report = state;
@@ -195,7 +253,7 @@ ReportResult Membership::report(WorkerId w, uint64_t round, const StateReport& s
       // A member left g: after the step the control block agreed on (planned), or on its
       // own (treated like a failure report, so nobody waits on a silent round).
       const bool planned = reconfigure_flag();
-      revoke(planned ? "reconfigure" : "member_left_generation", w, state.step, now, now, planned,
+      revoke(planned ? Cause::Reconfigure : Cause::MemberLeftGeneration, w, state.step, now, now, planned,
              planned ? "grow: joiners waiting" : "a member reported for the next generation");
       // fall through: accepted into the new round below
     } else {
@@ -287,7 +345,7 @@ Answer Membership::failure_report(WorkerId reporter, uint64_t generation, int64_
     who = it != workers_.end() ? it->second.id : WorkerId{*peer_slot, -1};
   }
   if (phase_ == Phase::Running || in_round(reporter.slot) || (peer_slot && in_round(*peer_slot)))
-    revoke("failure_report", who, step, now, now, false, detail);
+    revoke(Cause::FailureReport, who, step, now, now, false, detail);
   return a;
 }
 
@@ -298,7 +356,7 @@ void Membership::connection_lost(WorkerId w, TimePoint now) {
     wk->live = false;
     return;
   }
-  fail(*wk, "connection_closed", now, now, "");
+  fail(*wk, Cause::ConnectionClosed, now, now, "");
 }
 
 Membership::ExitedInfo Membership::process_exited(WorkerId w, int status, TimePoint exited_at, TimePoint now) {
@@ -307,7 +365,7 @@ Membership::ExitedInfo Membership::process_exited(WorkerId w, int status, TimePo
   if (auto it = workers_.find(w.slot); it != workers_.end() && it->second.id == w) info.left = it->second.left;
   Worker* wk = live_worker(w);
   if (!wk || wk->left) return info;  // already handled (its connection closed first) or left
-  fail(*wk, "process_exited", now, exited_at, rf::str("exit status ", status));
+  fail(*wk, Cause::ProcessExited, now, exited_at, rf::str("exit status ", status));
   return info;
 }
 
@@ -316,7 +374,7 @@ Answer Membership::worker_fatal(WorkerId w, const std::string& error, TimePoint 
   a.generation = generation_;
   if (phase_ == Phase::Stopped || phase_ == Phase::Done) return a.kind = Answer::Stopped, a;
   if (!live_worker(w)) return a.kind = Answer::Fenced, a;
-  stop_job("worker_fatal", rf::str("slot ", w.slot, " (incarnation ", w.incarnation, ") cannot run: ", error), now);
+  stop_job(StopCause::WorkerFatal, rf::str("slot ", w.slot, " (incarnation ", w.incarnation, ") cannot run: ", error), now);
   return a;
 }
 
@@ -328,7 +386,7 @@ Answer Membership::leave(WorkerId w, TimePoint now, std::optional<int64_t> step)
   if (step) wk->step = std::max(wk->step, *step);
   if (!stop_flag_ && phase_ != Phase::Running && in_round(w.slot)) {
     // Leaving in the middle of a round is a failure of that round.
-    fail(*wk, "left_during_recovery", now, now, "");
+    fail(*wk, Cause::LeftDuringRecovery, now, now, "");
     return a;
   }
   wk->left = true;
@@ -375,18 +433,17 @@ void Membership::tick(TimePoint now) {
   if (phase_ == Phase::Stopped || phase_ == Phase::Done) return;
   for (auto& [slot, w] : workers_) {
     if (!w.live || w.left || now < w.lease_expiry) continue;
-    evictions_.push_back(w.id);
     // The first heartbeat that did not come is when the hang could first have been seen.
-    fail(w, "lease_expired", now, w.last_heartbeat + opt_.heartbeat, "");
+    fail(w, Cause::LeaseExpired, now, w.last_heartbeat + opt_.heartbeat, "");
     if (phase_ == Phase::Stopped) return;
   }
+  judge_stuck_members(now);
   if (phase_ == Phase::Recovering && !round_plan_ && now >= round_.started + opt_.report_timeout) {
     const std::set<int> expected = round_.expected;  // fail() revokes and opens a new round
     for (int slot : expected) {
       auto it = workers_.find(slot);
       if (it == workers_.end() || !it->second.live || it->second.report_round == generation_) continue;
-      evictions_.push_back(it->second.id);
-      fail(it->second, "report_timeout", now, round_.started + opt_.report_timeout, "");
+      fail(it->second, Cause::ReportTimeout, now, round_.started + opt_.report_timeout, "");
       break;  // the eviction revoked the round: the next one starts its own clock
     }
   }
@@ -396,24 +453,35 @@ void Membership::tick(TimePoint now) {
     for (const auto& pr : ranks)
       if (!round_.ready.count(pr.worker.slot))
         if (Worker* wk = live_worker(pr.worker)) {
-          evictions_.push_back(wk->id);
-          fail(*wk, "ready_timeout", now, round_.planned_at + opt_.ready_timeout, "");
+          fail(*wk, Cause::ReadyTimeout, now, round_.planned_at + opt_.ready_timeout, "");
           if (!round_plan_) break;  // the first eviction revoked the round
         }
   }
 }
 
+void Membership::judge_stuck_members(TimePoint now) {
+  // Each verdict revokes what the worker belonged to; the others are judged against the
+  // round that opens, in which they are still counted on (expected to report).
+  for (auto& [slot, w] : workers_) {
+    if (!counted_on(w)) continue;
+    // Fresh: the heartbeat before last may be late on a loaded machine, one more is not.
+    const LivenessVerdict v = judge_activity(now, w.activity, w.activity_at, opt_.wedge_factor, 2 * opt_.heartbeat);
+    if (v.kind == LivenessVerdict::Alive) continue;
+    fail(w, v.kind == LivenessVerdict::Hung ? Cause::Hung : Cause::Wedged, now, v.first_seen, v.detail);
+    if (phase_ == Phase::Stopped || phase_ == Phase::Done) return;
+  }
+}
+
 // ---------------------------------------------------------------------------------------
 
-void Membership::fail(Worker& w, const std::string& cause, TimePoint now, TimePoint first_seen,
-                      const std::string& detail) {
+void Membership::fail(Worker& w, Cause cause, TimePoint now, TimePoint first_seen, const std::string& detail) {
   w.live = false;
   w.report.reset();
   w.report_round.reset();
-  log({cause == "lease_expired" || cause == "ready_timeout" || cause == "report_timeout" ? "evict" : "fail", cause, w.id, generation_, w.step,
-       now, first_seen, detail});
+  if (evicts(cause)) evictions_.push_back(w.id);
+  log({evicts(cause) ? "evict" : "fail", to_string(cause), w.id, generation_, w.step, now, first_seen, detail});
   if (phase_ == Phase::Stopped || phase_ == Phase::Done) return;
-  const bool member = std::find(members_.begin(), members_.end(), w.id) != members_.end();
+  const bool member = is_member(w.id);
   if (phase_ == Phase::Running) {
     if (member) revoke(cause, w.id, w.step, now, first_seen, false, detail);
     else check_done(now);
@@ -424,8 +492,8 @@ void Membership::fail(Worker& w, const std::string& cause, TimePoint now, TimePo
   if (in_round(w.id.slot)) revoke(cause, w.id, w.step, now, first_seen, false, detail);
 }
 
-void Membership::revoke(const std::string& cause, WorkerId who, int64_t step, TimePoint now, TimePoint first_seen,
-                        bool planned, const std::string& detail) {
+void Membership::revoke(Cause cause, WorkerId who, int64_t step, TimePoint now, TimePoint first_seen, bool planned,
+                        const std::string& detail) {
   std::set<int> expected;
   if (phase_ == Phase::Running) {
     for (const auto& m : members_)
@@ -441,7 +509,6 @@ void Membership::revoke(const std::string& cause, WorkerId who, int64_t step, Ti
   const bool forming = phase_ != Phase::Running && round_.forming;
   if (!in_episode_ && !forming) {  // the first round is not a recovery
     in_episode_ = true;
-    episode_started_ = now;
     RecoveryRecord rec;
     rec.cause = cause;
     rec.worker = who;
@@ -467,39 +534,33 @@ void Membership::revoke(const std::string& cause, WorkerId who, int64_t step, Ti
     if (w.report_round && *w.report_round != 0) w.report_round.reset(), w.report.reset();
   for (auto& [slot, w] : workers_)
     if (w.live && w.report_round == 0u) w.report_round = generation_;
-  log({"revoke", cause, who, generation_, step, now, first_seen, detail});
+  log({"revoke", to_string(cause), who, generation_, step, now, first_seen, detail});
 }
 
 void Membership::try_close_round(TimePoint now) {
   if ((phase_ != Phase::Forming && phase_ != Phase::Recovering) || round_plan_) return;
   std::vector<Reporter> reporters;
+  RoundView view;
+  view.generation = generation_;
+  view.forming = round_.forming;
+  view.started = round_.started;
   for (const auto& [slot, w] : workers_)
-    if (w.live && !w.left && w.report_round == generation_) reporters.push_back({w.id, *w.report, w.join_order});
+    if (w.live && !w.left && w.report_round == generation_) {
+      reporters.push_back({w.id, *w.report, w.join_order});
+      view.primaries_reported += w.id.slot < opt_.target_world;
+    }
+  view.reported = static_cast<int>(reporters.size());
   for (int slot : round_.expected) {
     auto it = workers_.find(slot);
-    if (it != workers_.end() && it->second.live && it->second.report_round != generation_) return;
+    view.members_missing += it != workers_.end() && it->second.live && it->second.report_round != generation_;
   }
-  const int count = static_cast<int>(reporters.size());
-  // Forming waits for the primaries (slots 0..W-1; the launcher numbers spares after
-  // them), so generation 1 has rank == slot and spares start as standby.
-  int primaries = 0;
-  for (const auto& r : reporters) primaries += r.worker.slot < opt_.target_world;
-  const bool target_reached = (round_.forming ? primaries : count) >= opt_.target_world;
-  const Duration window = round_.forming ? opt_.form_timeout : opt_.join_window;
-  const bool window_passed = now >= round_.started + window;
-  if (!(target_reached || (window_passed && count >= opt_.min_world))) {
-    if (now >= episode_started_ + window + opt_.min_world_timeout)
-      stop_job("below_min_world",
-               rf::str("only ", count, " worker(s) reported for generation ", generation_,
-                       ", fewer than the minimum world size ", opt_.min_world, ", after waiting ",
-                       std::chrono::duration<double>(now - episode_started_).count(), " s"),
-               now);
-    return;
-  }
+  const RoundDecision d = decide_round(now, view, opt_);
+  if (d.kind == RoundDecision::Stop) stop_job(StopCause::BelowMinWorld, d.error, now);
+  if (d.kind != RoundDecision::Close) return;
   std::vector<int> prev = round_.forming ? std::vector<int>{} : prev_slots_;
   PlanOutcome out = make_plan(generation_, prev, reporters, opt_.target_world);
   if (!out.plan) {
-    stop_job("digest_mismatch", out.error, now);
+    stop_job(StopCause::DigestMismatch, out.error, now);
     return;
   }
   round_plan_ = std::move(out.plan);
@@ -548,10 +609,10 @@ void Membership::become_running(TimePoint now) {
   check_done(now);
 }
 
-void Membership::stop_job(const std::string& cause, const std::string& error, TimePoint now) {
+void Membership::stop_job(StopCause cause, const std::string& error, TimePoint now) {
   phase_ = Phase::Stopped;
   error_ = error;
-  log({"stop", cause, {}, generation_, -1, now, std::nullopt, error});
+  log({"stop", to_string(cause), {}, generation_, -1, now, std::nullopt, error});
 }
 
 void Membership::check_done(TimePoint now) {

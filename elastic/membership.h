@@ -27,7 +27,10 @@ class Membership {
 
   // --- events --------------------------------------------------------------------------
   JoinResult join(WorkerId w, TimePoint now);
-  HeartbeatResult heartbeat(WorkerId w, uint64_t worker_generation, int64_t step, TimePoint now);
+  // `activity`: what the worker's training thread does (elastic/liveness.h); a member stuck
+  // in it past its stall bound is evicted at the next tick (Cause::Hung / Cause::Wedged).
+  HeartbeatResult heartbeat(WorkerId w, uint64_t worker_generation, int64_t step, TimePoint now,
+                            const Activity& activity = {});
   // Step 2. round = the generation being formed as the worker knows it (from a heartbeat
   // reply); 0 = "the next round that will include me" (new and restarted workers).
   ReportResult report(WorkerId w, uint64_t round, const StateReport& state, TimePoint now);
@@ -64,7 +67,8 @@ class Membership {
   const std::vector<Fired>& fired() const { return fired_; }  // the first kMaxFired
   static constexpr size_t kMaxFired = 1024;  // x (a spec <= 256 bytes + ~100): one frame
   void request_stop(TimePoint now);
-  // Leases (D2), round closing, the minimum-world deadline and the ready timeout.
+  // Leases (D2), stuck members (D3, elastic/liveness.h), round closing (step 3,
+  // elastic/round_decision.h), the report and ready timeouts.
   void tick(TimePoint now);
 
   // --- state ---------------------------------------------------------------------------
@@ -98,6 +102,8 @@ class Membership {
     TimePoint last_heartbeat;
     int64_t step = -1;
     uint64_t seen_generation = 0;
+    Activity activity;        // as its last heartbeat said
+    TimePoint activity_at;    // when that heartbeat came
     std::optional<StateReport> report;
     std::optional<uint64_t> report_round;  // 0 = waiting for the next round
     uint64_t join_order = 0;
@@ -113,12 +119,20 @@ class Membership {
   Worker* live_worker(WorkerId w);
   const Worker* live_worker(WorkerId w) const;
   bool in_round(int slot) const;
-  void fail(Worker& w, const std::string& cause, TimePoint now, TimePoint first_seen, const std::string& detail);
-  void revoke(const std::string& cause, WorkerId who, int64_t step, TimePoint now, TimePoint first_seen,
-              bool planned, const std::string& detail);
+  bool is_member(WorkerId w) const;
+  // Whether the job counts on w now: a member of the running generation, or a participant
+  // of the open round. Only they are judged by their activity (spares are idle).
+  bool counted_on(const Worker& w) const;
+  // The worker is gone (a detector's cause): logged as fail, or as evict when the
+  // coordinator decided it (evicts(cause): handed to the launcher to SIGKILL), and the
+  // generation or round it belongs to is revoked.
+  void fail(Worker& w, Cause cause, TimePoint now, TimePoint first_seen, const std::string& detail);
+  void revoke(Cause cause, WorkerId who, int64_t step, TimePoint now, TimePoint first_seen, bool planned,
+              const std::string& detail);
+  void judge_stuck_members(TimePoint now);
   void try_close_round(TimePoint now);
   void become_running(TimePoint now);
-  void stop_job(const std::string& cause, const std::string& error, TimePoint now);
+  void stop_job(StopCause cause, const std::string& error, TimePoint now);
   void check_done(TimePoint now);
   void log(Transition t) { transitions_.push_back(std::move(t)); }
 
@@ -132,9 +146,8 @@ class Membership {
   std::optional<Plan> round_plan_;
   std::optional<Plan> running_plan_;
   bool in_episode_ = false;
-  TimePoint episode_started_;
   bool last_revoke_planned_ = false;
-  std::string last_revoke_cause_;
+  std::optional<Cause> last_revoke_cause_;
   bool stop_flag_ = false;
   std::string error_;
   uint64_t join_counter_ = 0;

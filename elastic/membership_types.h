@@ -17,6 +17,44 @@ using namespace std::chrono_literals;
 enum class Phase { Forming, Running, Recovering, Stopped, Done };
 const char* to_string(Phase p);  // FORMING, RUNNING, ...
 
+// Why a worker failed or a generation was revoked: the `cause` of the event log's fail,
+// evict and revoke lines, of a recovery in the summary, and of a revocation as workers hear
+// it. to_string gives the event log's word (lease_expired, hung, ...).
+enum class Cause {
+  ConnectionClosed,      // D1: its member connection closed
+  ProcessExited,         // D1: its launcher saw the process exit
+  Replaced,              // D1: its slot joined again as a newer incarnation
+  LeaseExpired,          // D2: no heartbeat renewed its lease in time
+  Hung,                  // D3: its heartbeats say its training thread is stuck outside any collective
+  Wedged,                // D3: ... stuck inside one, past the stall bound its own D3 should have ended it at
+  ReportTimeout,         // step 3: a live member did not report for the round
+  ReadyTimeout,          // step 7: a planned rank did not become ready
+  LeftDuringRecovery,    // it left (finished) while a round it belongs to was open
+  FailureReport,         // a worker reported a failure: transport error, D3 stall, divergence, bad image
+  MemberLeftGeneration,  // a member reported for the next round on its own
+  Reconfigure,           // planned: joiners wait for a round (R5)
+};
+const char* to_string(Cause c);
+// The coordinator decided the worker is gone while its process may still run (hung,
+// silent): the launcher SIGKILLs it before its slot is restarted (Membership::take_evictions).
+bool evicts(Cause c);
+
+// Why the coordinator stopped the job (the event log's `stop` line).
+enum class StopCause { BelowMinWorld, DigestMismatch, WorkerFatal };
+const char* to_string(StopCause c);
+
+// What a member's heartbeat says of its training thread, for the coordinator's judgement
+// of a live but stuck member (elastic/liveness.h). Durations are on the worker's own clock,
+// so no two clocks need to agree.
+struct Activity {
+  enum Kind { Idle, Compute, Wait };
+  Kind kind = Idle;      // Idle: not in a step or a recovery phase (waiting on the coordinator)
+  Duration elapsed{};    // how long it had been in `kind` when the heartbeat left
+  Duration bound{};      // its stall bound for what it does now (zero: do not judge it)
+  std::string where;     // e.g. "step 325", "recovery of generation 3" (for the event log)
+};
+const char* to_string(Activity::Kind k);  // idle, compute, wait
+
 inline constexpr size_t kMaxJobIdBytes = 64;  // Plan::job_id is bounded on the wire
 
 struct MembershipOptions {
@@ -28,22 +66,27 @@ struct MembershipOptions {
   Duration form_timeout = 60s;       // the first round waits this long for all W workers
   Duration min_world_timeout = 30s;  // after the window, how long to wait for min_world
   Duration ready_timeout = 60s;      // plan -> all ready; a rank stuck longer is evicted
-  // Step 3 closes a round when every live member has reported; a member that stays alive
-  // (heartbeating) but does not report this long after the round opened is evicted
-  // (cause report_timeout), or it would block the round for ever.
-  Duration report_timeout = 60s;
+  // Step 3 closes a round when every live member has reported. A member stuck in a step or
+  // a recovery phase is evicted by its heartbeats' activity (D3, elastic/liveness.h) within
+  // its stall bound; one that reports no activity and no state this long after the round
+  // opened is evicted too (cause report_timeout), or it would block the round for ever.
+  Duration report_timeout = 30s;
+  // D3 on the coordinator's side: a member waiting inside one collective for more than this
+  // many of its stall bounds is wedged (its own D3 fires at 1.5 bounds, see ddp/stall_bound.h).
+  double wedge_factor = 2.0;
   // Names this job in every plan (Plan::job_id); the Coordinator draws a random one when
   // empty. Checkpoints record it, so a whole-job restart restores only its own.
   std::string job_id;  // at most kMaxJobIdBytes
 };
 
-// The reason of a Stopped answer once every member has left (DONE): a worker that meets it
-// (a spare, a late restart) ends cleanly (Client's JobFinished), not as an error.
+// The reason of a Finished answer: every member has left (DONE). A worker that meets it (a
+// spare, a late restart) ends cleanly (Client's JobFinished), not as an error.
 inline constexpr const char* kJobFinishedReason = "the job has finished";
 
-// The generic answer of an event: accepted, or why not.
+// The generic answer of an event: accepted, or why not. Stopped: the job was stopped by an
+// error (reason); Finished: it ended normally, every member left (DONE).
 struct Answer {
-  enum Kind { Accepted, Stale, Fenced, Refused, Stopped } kind = Accepted;
+  enum Kind { Accepted, Stale, Fenced, Refused, Stopped, Finished } kind = Accepted;
   uint64_t generation = 0;  // the coordinator's current generation
   std::string reason;
   bool ok() const { return kind == Accepted; }
@@ -60,7 +103,7 @@ struct HeartbeatResult {
   bool reconfigure = false;  // R5: a joiner waits, leave g after the same step
   bool stop = false;         // R5: graceful stop
   bool planned = false;      // the newest revocation was a planned change
-  std::string cause;         // of the newest revocation
+  std::optional<Cause> cause;  // of the newest revocation (none yet)
 };
 
 using ReportResult = Answer;
@@ -92,7 +135,7 @@ struct Transition {
 };
 
 struct RecoveryRecord {
-  std::string cause;
+  Cause cause = Cause::FailureReport;
   WorkerId worker;
   bool planned = false;
   uint64_t from_generation = 0;

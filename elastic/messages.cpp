@@ -33,7 +33,22 @@ Request decode(const json& m, const std::string& type) {
     }
     return h;
   }
-  if (type == "heartbeat") return Heartbeat{gen(m), get_int(m, "step", -1, kMaxStep)};
+  if (type == "heartbeat") {
+    Heartbeat h{gen(m), get_int(m, "step", -1, kMaxStep), {}};
+    if (m.contains("activity")) {
+      const auto& a = m["activity"];
+      if (!a.is_object()) throw ProtocolError("field 'activity' is not an object");
+      const std::string kind = get_str(a, "kind", 16);
+      if (kind == "idle") h.activity.kind = Activity::Idle;
+      else if (kind == "compute") h.activity.kind = Activity::Compute;
+      else if (kind == "wait") h.activity.kind = Activity::Wait;
+      else throw ProtocolError(rf::str("field 'activity.kind' = '", kind, "' is not idle, compute or wait"));
+      h.activity.elapsed = std::chrono::microseconds(get_int(a, "elapsed_us", 0, int64_t{1} << 53));
+      h.activity.bound = std::chrono::microseconds(get_int(a, "bound_us", 0, int64_t{1} << 53));
+      h.activity.where = get_str(a, "where", 64);
+    }
+    return h;
+  }
   if (type == "report") {
     Report r;
     r.round = gen(m, "round");

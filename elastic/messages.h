@@ -12,6 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "elastic/membership_types.h"
+
 namespace rf::elastic {
 
 inline constexpr size_t kMaxKeyBytes = 256;
@@ -23,7 +25,9 @@ inline constexpr int64_t kMaxWaitMs = 3'600'000;
 enum class Role { Member, Caller, Launcher };
 
 struct Hello { std::string token; Role role; int slot = -1; int64_t incarnation = 0; };
-struct Heartbeat { uint64_t generation = 0; int64_t step = -1; };
+// `activity` (optional on the wire: absent = idle) says what the training thread does,
+// for the coordinator's judgement of stuck members (elastic/liveness.h).
+struct Heartbeat { uint64_t generation = 0; int64_t step = -1; Activity activity; };
 struct Report { uint64_t round = 0; bool has_state = false; int64_t step = -1; std::string digest; };
 struct PlanRequest { uint64_t round = 0; int64_t timeout_ms = 0; };
 struct Ready { uint64_t generation = 0; int64_t timeout_ms = 0; };

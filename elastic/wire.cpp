@@ -126,7 +126,9 @@ json Connection::call(const json& request, TimePoint deadline) {
       json reply = parse_message(*payload);
       if (reply["type"] == "error") {
         close();
-        throw Refused(rf::str("coordinator refused '", type, "': ", reply.value("error", "?")));
+        const std::string what = rf::str("coordinator refused '", type, "': ", reply.value("error", "?"));
+        if (reply.value("code", "") == "finished") throw JobFinished(what);
+        throw Refused(what);
       }
       return reply;
     }

@@ -228,6 +228,7 @@ UcxCommunicator::UcxCommunicator(std::shared_ptr<UcxContext> context, BootstrapS
   if (world < 1 || rank < 0 || rank >= world) {
     throw rf::InvalidInput(rf::str("communicator: rank ", rank, " of world size ", world));
   }
+  set_stall_timeout(opt_.stall_timeout);
   if (generation > StepTag::kMaxGeneration) {
     throw rf::InvalidInput(rf::str("communicator: generation ", generation, " does not fit the tag (max ",
                                    StepTag::kMaxGeneration, ")"));
@@ -733,7 +734,7 @@ bool UcxCommunicator::pump() {
       if (p->progress_seen) {
         p->progress_seen = false;
         p->last_progress = now;
-      } else if (now - p->last_progress > opt_.stall_timeout) {  // D3
+      } else if (const Duration stall = stall_timeout(); now - p->last_progress > stall) {  // D3
         CommErrorInfo i;
         int peer;
         int64_t chunk;
@@ -744,7 +745,7 @@ bool UcxCommunicator::pump() {
         i.step = static_cast<int64_t>(p->id.step);
         i.op = p->id.op;
         i.cause = rf::str("no progress for ", std::chrono::duration<double>(now - p->last_progress).count(),
-                          " s, stall timeout");
+                          " s, stall bound ", std::chrono::duration<double>(stall).count(), " s");
         poison("timeout", i);
         return true;
       }

@@ -39,7 +39,7 @@ class UcxTransport;
 class ShmSession;
 
 struct UcxOptions {
-  std::chrono::milliseconds stall_timeout{30000};     // D3
+  std::chrono::milliseconds stall_timeout{30000};     // D3 at first; set_stall_timeout() changes it
   std::chrono::milliseconds connect_timeout{30000};   // waiting for peers' addresses
   std::chrono::milliseconds teardown_timeout{2000};   // flushing endpoints when destroyed
   // Ring pipelining: pieces of chunk_bytes, `flows` pieces in flight (bench/RESULTS.md).
@@ -128,6 +128,12 @@ class UcxCommunicator : public Communicator {
   // self-fencing, which the coordinator has not revoked yet). Locally: Aborted(reason).
   void abort_failed(const std::string& reason);
   bool aborted() const override { return abort_flag_.load(std::memory_order_acquire); }
+  void set_stall_timeout(Duration timeout) override {
+    stall_ns_.store(std::chrono::duration_cast<std::chrono::nanoseconds>(timeout).count(), std::memory_order_relaxed);
+  }
+  Duration stall_timeout() const override {
+    return std::chrono::nanoseconds(stall_ns_.load(std::memory_order_relaxed));
+  }
   // Fault injection: force-closes this rank's endpoints, as if its network went away.
   void inject_drop();
   // Fault injection: releases the buffers offered for single-copy reads (clears the hold
@@ -237,6 +243,7 @@ class UcxCommunicator : public Communicator {
   std::atomic<uint64_t> queue_version_{0};  // bumped on every change of queue_
   std::atomic<size_t> queued_{0};           // queue_.size(), readable without the lock
   std::atomic<bool> abort_flag_{false};
+  std::atomic<int64_t> stall_ns_{0};  // D3, from opt_.stall_timeout, then set_stall_timeout()
   std::atomic<bool> drop_flag_{false};
   std::mutex abort_mu_;
   std::string abort_reason_;

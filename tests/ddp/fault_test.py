@@ -51,6 +51,8 @@ SCENARIOS = {
     "kill_rank0_backward": (["--inject", "kill:rank=0:step=15:phase=backward"], [], {"recoveries": 1}),
     "sigstop_middle": (["--inject", "stop:rank=1:step=12:phase=forward", "--lease", "500ms"], [],
                        {"recoveries": 1}),
+    "sigstop_middle_defaults": (["--inject", "stop:rank=1:step=12:phase=forward"], [],
+                                {"recoveries": 1, "cause": "lease_expired", "hang_s": 5}),
     "shrink_kill_middle": (["--inject", KILL_MID, "--max-restarts", "0", "--min-world", "2", "--join-window", "300ms"], [],
                            {"recoveries": 1, "shrink": True}),
     "exit_optimizer": (["--inject", "exit:rank=2:step=10:phase=optimizer"], [], {"recoveries": 1}),
@@ -61,14 +63,23 @@ SCENARIOS = {
                      {"recoveries": 2}),
     "kill_during_transfer": (["--inject", KILL_MID, "--inject", "kill:rank=0:step=20:phase=transfer"], [],
                              {"recoveries": 1, "min_rounds": 2}),
-    # A hung training thread (its heartbeat thread still alive): peers' collectives stall
-    # (D3, 1 s), the hung worker's watchdog (1.5 s) stops its lease renewals, the
-    # coordinator evicts it (D2), the launcher SIGKILLs and replaces it.
-    "hang_forward": (["--inject", "hang:rank=1:step=15:phase=forward"], ["--stall-ms", "1000", "--hang-ms", "1500"],
-                     {"recoveries": 1}),
-    "hang_allreduce": (["--inject", "hang:rank=2:step=15:phase=allreduce:after_chunks=1"],
-                       ["--stall-ms", "1000", "--hang-ms", "1500"], {"recoveries": 1}),
+    # A hung training thread (its heartbeat thread still alive), at default settings: its
+    # heartbeats say it has been computing past its stall bound (learned from its step
+    # times, at least 1 s), the coordinator evicts it (cause hung), the launcher SIGKILLs
+    # and replaces it; "hang_s" bounds the time from the hang to the new generation.
+    "hang_forward": (["--inject", "hang:rank=1:step=15:phase=forward"], [],
+                     {"recoveries": 1, "cause": "hung", "hang_s": 5}),
+    # Hung inside the communicator's chunk hook: the peers' D3 (1.5 bounds) revokes the
+    # generation, and the hung rank, still inside its collective past two bounds, is evicted
+    # as wedged (it could not answer the revocation).
+    "hang_allreduce": (["--inject", "hang:rank=2:step=15:phase=allreduce:after_chunks=1"], [],
+                       {"recoveries": 1, "hang_s": 8}),
+    # The same before the all-reduce starts (buckets already in flight): hung.
+    "hang_allreduce_start": (["--inject", "hang:rank=0:step=19:phase=allreduce"], [],
+                             {"recoveries": 1, "cause": "hung", "hang_s": 5}),
     "sigstop_rank0": (["--inject", "stop:rank=0:step=8:phase=backward", "--lease", "500ms"], [], {"recoveries": 1}),
+    "sigstop_rank0_defaults": (["--inject", "stop:rank=0:step=8:phase=backward"], [],
+                               {"recoveries": 1, "cause": "lease_expired", "hang_s": 5}),
     "kill_during_recovery": (["--inject", KILL_MID, "--inject", "kill:rank=2:step=20:phase=recovery"], [],
                              {"recoveries": 1, "min_rounds": 2}),
     "exit_backward_rank0": (["--inject", "exit:rank=0:step=5:phase=backward"], [], {"recoveries": 1}),
@@ -114,14 +125,18 @@ SCENARIOS = {
                       {"recoveries": 1, "world": 4, "blame": 2}),
     "stop_allreduce": (["--inject", "stop:rank=2:step=14:phase=allreduce:after_chunks=1", "--lease", "500ms"], [],
                        {"recoveries": 1}),
+    "stop_allreduce_defaults": (["--inject", "stop:rank=2:step=14:phase=allreduce:after_chunks=1"], [],
+                                {"recoveries": 1, "cause": "lease_expired", "hang_s": 5}),
     # rank 0, the source of the replacement's state, freezes in the transfer: D2 revokes
     # g+1 into g+2, and slot 2 becomes the source.
     "stop_during_transfer": (["--inject", KILL_MID, "--inject", "stop:rank=0:step=20:phase=transfer",
                               "--lease", "500ms"], [], {"recoveries": 1, "min_rounds": 2}),
+    "stop_during_transfer_defaults": (["--inject", KILL_MID, "--inject", "stop:rank=0:step=20:phase=transfer"], [],
+                                      {"recoveries": 1, "min_rounds": 2}),
     "drop_backward": (["--inject", "drop:rank=2:step=8:phase=backward"], [], {"recoveries": 1}),
     "drop_optimizer_rank0": (["--inject", "drop:rank=0:step=12:phase=optimizer"], [], {"recoveries": 1}),
-    "hang_optimizer_rank0": (["--inject", "hang:rank=0:step=15:phase=optimizer"],
-                             ["--stall-ms", "1000", "--hang-ms", "1500"], {"recoveries": 1}),
+    "hang_optimizer_rank0": (["--inject", "hang:rank=0:step=15:phase=optimizer"], [],
+                             {"recoveries": 1, "cause": "hung", "hang_s": 5}),
     # A slow rank (200 ms inside its all-reduce, far below the stall timeout) is not a
     # failure: no recovery, same result.
     "slow_allreduce": (["--inject", "slow:rank=1:step=10:phase=allreduce:after_chunks=1"], [], {"recoveries": 0}),
@@ -129,13 +144,19 @@ SCENARIOS = {
     # mid-all-reduce, optimizer, transfer), and a clean exit during the transfer.
     "stop_optimizer": (["--inject", "stop:rank=1:step=14:phase=optimizer", "--lease", "500ms"], [],
                        {"recoveries": 1}),
-    "hang_backward": (["--inject", "hang:rank=1:step=12:phase=backward"], ["--stall-ms", "1000", "--hang-ms", "1500"],
-                      {"recoveries": 1}),
+    "stop_optimizer_defaults": (["--inject", "stop:rank=1:step=14:phase=optimizer"], [],
+                                {"recoveries": 1, "cause": "lease_expired", "hang_s": 5}),
+    "hang_backward": (["--inject", "hang:rank=1:step=12:phase=backward"], [],
+                      {"recoveries": 1, "cause": "hung", "hang_s": 5}),
     "drop_forward": (["--inject", "drop:rank=1:step=16:phase=forward"], [], {"recoveries": 1}),
     # A second failure during the recovery from the first: rank 0, the source of the
-    # replacement's state, fails in the transfer; g+1 is revoked into g+2.
-    "hang_during_transfer": (["--inject", KILL_MID, "--inject", "hang:rank=0:step=20:phase=transfer"],
-                             ["--stall-ms", "1000", "--hang-ms", "1500"], {"recoveries": 1, "min_rounds": 2}),
+    # replacement's state, fails in the transfer; g+1 is revoked into g+2. Hung there, it
+    # is judged against its recovery bound (the state's size, at least 1 s).
+    "hang_during_transfer": (["--inject", KILL_MID, "--inject", "hang:rank=0:step=20:phase=transfer"], [],
+                             {"recoveries": 1, "min_rounds": 2, "hang_s": 6}),
+    # Hung before connecting in the recovery (its peers wait for its address): hung.
+    "hang_during_recovery": (["--inject", KILL_MID, "--inject", "hang:rank=2:step=20:phase=recovery"], [],
+                             {"recoveries": 1, "min_rounds": 2, "hang_s": 6}),
     "drop_during_transfer": (["--inject", KILL_MID, "--inject", "drop:rank=0:step=20:phase=transfer"], [],
                              {"recoveries": 1, "min_rounds": 2}),
     "exit_during_transfer": (["--inject", KILL_MID, "--inject", "exit:rank=0:step=20:phase=transfer"], [],
@@ -478,6 +499,20 @@ def main():
             check(r.get("finished"), f"{scenario}: recovery not finished: {r}")
             for ph in ("detect", "agree", "connect", "transfer", "verify"):
                 check(r["phases"].get(ph) is not None, f"{scenario}: recovery without {ph} time: {r['phases']}")
+        if "cause" in expect:
+            check(bool(recs) and recs[0].get("cause") == expect["cause"],
+                  f"{scenario}: the first recovery's cause is not {expect['cause']}: {recs[:1]}")
+        if "hang_s" in expect:
+            # From the last worker-side fault firing (its audit line, written just before)
+            # to the first step applied after it: detection at default settings is bounded.
+            fired_at = max((ln["ts_us"] for lines in audits.values() for ln in lines if ln["event"] == "inject"),
+                           default=None)
+            after = [ln["ts_us"] for lines in audits.values() for ln in lines
+                     if ln["event"] == "apply" and fired_at is not None and ln["ts_us"] > fired_at]
+            took = (min(after) - fired_at) / 1e6 if after else None
+            check(took is not None and took <= expect["hang_s"],
+                  f"{scenario}: from the fault to the next applied step took {took} s, bound {expect['hang_s']} s")
+            print(f"{scenario}: fault to the next applied step: {took} s (bound {expect['hang_s']} s)")
         if "min_rounds" in expect:
             check(any(r.get("rounds", 0) >= expect["min_rounds"] for r in recs),
                   f"{scenario}: no recovery took {expect['min_rounds']} rounds: {recs}")

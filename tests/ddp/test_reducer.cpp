@@ -58,6 +58,9 @@ class TimesW : public comm::Communicator {
   comm::WorkPtr send_start(int, const void*, size_t, comm::OpId) override { return nullptr; }
   comm::WorkPtr recv_start(int, void*, size_t, comm::OpId) override { return nullptr; }
   void abort(const std::string&) override {}
+  void set_stall_timeout(rf::Duration t) override { stall = t; }
+  rf::Duration stall_timeout() const override { return stall; }
+  rf::Duration stall{};
   bool aborted() const override { return false; }
 
   std::vector<uint32_t> ops;

@@ -7,140 +7,12 @@
 
 #include "base/error.h"
 #include "elastic/membership.h"
+#include "tests/elastic/membership_sim.h"
 
 using namespace rf::elastic;
 using namespace std::chrono_literals;
 
-namespace {
-
-struct Sim {
-  rf::TimePoint now = rf::TimePoint{} + 1000s;
-  MembershipOptions opt;
-  Membership m;
-  std::vector<Transition> log;
-
-  static MembershipOptions make(int w, int min) {
-    MembershipOptions o;
-    o.target_world = w;
-    o.min_world = min;
-    o.heartbeat = 100ms;
-    o.lease = 1s;
-    o.join_window = 2s;
-    o.form_timeout = 10s;
-    o.min_world_timeout = 5s;
-    o.ready_timeout = 20s;
-    o.report_timeout = 15s;
-    return o;
-  }
-  explicit Sim(int w, int min = 1) : opt(make(w, min)), m(opt, now) {}
-
-  void drain() {
-    for (auto& t : m.take_transitions()) log.push_back(t);
-  }
-  void advance(rf::Duration d) {
-    now += d;
-    m.tick(now);
-    drain();
-  }
-  // Heartbeats from the given slots (incarnation as registered) at their steps.
-  void beat(const std::vector<WorkerId>& ws, int64_t step, uint64_t g) {
-    for (auto w : ws) m.heartbeat(w, g, step, now);
-  }
-  // Lets time pass in 100 ms steps while the given workers keep heartbeating.
-  void run_for(rf::Duration d, const std::vector<WorkerId>& ws, int64_t step) {
-    for (rf::Duration t{}; t < d; t += 100ms) {
-      beat(ws, step, m.generation());
-      advance(100ms);
-    }
-  }
-  void join(WorkerId w) {
-    REQUIRE(m.join(w, now).ok());
-    drain();
-  }
-  Answer report(WorkerId w, uint64_t round, int64_t step, const std::string& digest = "d") {
-    auto a = m.report(w, round, StateReport{true, step, digest}, now);
-    drain();
-    return a;
-  }
-  Answer report_new(WorkerId w, uint64_t round = 0) {
-    auto a = m.report(w, round, StateReport{}, now);
-    drain();
-    return a;
-  }
-  void ready_all() {
-    REQUIRE(m.plan());
-    const Plan p = *m.plan();
-    for (const auto& r : p.ranks) REQUIRE(m.ready(r.worker, p.generation, now).ok());
-    drain();
-  }
-  // Forms generation 1 with slots 0..n-1, all at step -1 with the same initial digest.
-  std::vector<WorkerId> form(int n) {
-    std::vector<WorkerId> ws;
-    for (int i = 0; i < n; ++i) ws.push_back({i, 0});
-    for (auto w : ws) join(w);
-    for (auto w : ws) REQUIRE(report(w, 0, -1, "init").ok());
-    REQUIRE(m.plan());
-    ready_all();
-    REQUIRE(m.phase() == Phase::Running);
-    return ws;
-  }
-  // A worker's connection closes (D1: the process died) and the transitions are read.
-  void lose(WorkerId w) {
-    m.connection_lost(w, now);
-    drain();
-  }
-  // A restarted or new worker joins and reports with no state (PROTOCOL.md step 2).
-  void join_new(WorkerId w) {
-    join(w);
-    report_new(w);
-  }
-  // The common start of a recovery: generation 1 of n workers runs, slot `dead` dies (D1),
-  // and every survivor reports for round 2 at `step` with `digest`. Returns the survivors.
-  std::vector<WorkerId> fail_one(int n, int dead, int64_t step, const std::string& digest) {
-    form(n);
-    lose({dead, 0});
-    REQUIRE(m.generation() == 2);
-    std::vector<WorkerId> survivors;
-    for (int i = 0; i < n; ++i)
-      if (i != dead) survivors.push_back({i, 0});
-    for (auto w : survivors) REQUIRE(report(w, 2, step, digest).ok());
-    return survivors;
-  }
-  // Time passes in 100 ms ticks (`ticks` of them) while the given workers heartbeat.
-  void beat_for_ticks(int ticks, const std::vector<WorkerId>& ws, int64_t step, uint64_t g) {
-    for (int i = 0; i < ticks; ++i) {
-      beat(ws, step, g);
-      advance(100ms);
-    }
-  }
-  // Exactly one eviction was logged, for `cause`, and handed to the launcher for `w`
-  // (the launcher SIGKILLs what the coordinator evicted).
-  void check_evicted_once(const std::string& cause, WorkerId w) {
-    CHECK(count("evict", cause) == 1);
-    auto ev = m.take_evictions();
-    REQUIRE(ev.size() == 1);
-    CHECK(ev[0] == w);
-  }
-  int count(const std::string& event, const std::string& cause = "") const {
-    return static_cast<int>(std::count_if(log.begin(), log.end(), [&](const Transition& t) {
-      return t.event == event && (cause.empty() || t.cause == cause);
-    }));
-  }
-  const Transition& last(const std::string& event) const {
-    for (auto it = log.rbegin(); it != log.rend(); ++it)
-      if (it->event == event) return *it;
-    FAIL("no event ", event);
-    return log.front();
-  }
-};
-
-std::vector<int> slots_of(const Plan& p) {
-  std::vector<int> s;
-  for (auto& r : p.ranks) s.push_back(r.worker.slot);
-  return s;
-}
-
-}  // namespace
+using namespace rf::elastic::test;
 
 TEST_CASE("forming: generation 1 forms when all W have reported, ranks by slot") {
   Sim s(3);
@@ -236,7 +108,7 @@ TEST_CASE("D1: a member's connection closing revokes g at once") {
   CHECK(h.phase == Phase::Recovering);
   CHECK_FALSE(h.fenced);
   CHECK_FALSE(h.planned);
-  CHECK(h.cause == "connection_closed");
+  CHECK(h.cause == Cause::ConnectionClosed);
   // The dead worker is fenced if it ever speaks again.
   CHECK(s.m.heartbeat({1, 0}, 1, 10, s.now).fenced);
   // The launcher's exit report for the same death does not revoke twice.
@@ -315,7 +187,7 @@ TEST_CASE("recovery: a replacement joining within the join window keeps W and th
   REQUIRE(s.m.recoveries().size() == 1);
   const auto& rec = s.m.recoveries()[0];
   CHECK(rec.finished);
-  CHECK(rec.cause == "connection_closed");
+  CHECK(rec.cause == Cause::ConnectionClosed);
   CHECK(rec.world == 3);
   CHECK(rec.rounds == 1);
   CHECK(rec.target_step == 10);
@@ -740,15 +612,28 @@ TEST_CASE("a rank of the plan reporting again stays in its round; a late joiner 
   CHECK(s.m.plan_for({5, 0}, 0).kind == PlanQuery::Pending);  // standby at full W
 }
 
-TEST_CASE("after the job stopped or finished, joins and reports are answered 'stopped'") {
+TEST_CASE("after the job finished, joins and reports are answered 'finished', a kind of their own") {
   Sim s(2);
   s.form(2);
   s.m.leave({0, 0}, s.now);
   s.m.leave({1, 0}, s.now);
   REQUIRE(s.m.phase() == Phase::Done);
-  CHECK(s.m.join({3, 0}, s.now).kind == Answer::Stopped);
-  CHECK(s.m.report({0, 0}, 2, StateReport{}, s.now).kind == Answer::Stopped);
+  CHECK(s.m.join({3, 0}, s.now).kind == Answer::Finished);
+  CHECK(s.m.report({0, 0}, 2, StateReport{}, s.now).kind == Answer::Finished);
   CHECK(s.m.ready_state({0, 0}, 1).kind == ReadyQuery::Done);
+}
+
+TEST_CASE("after the job stopped, joins and reports are answered 'stopped' with its error") {
+  Sim s(2, 2);
+  s.form(2);
+  s.lose({1, 0});
+  REQUIRE(s.report({0, 0}, 2, -1, "init").ok());
+  s.run_for(s.opt.join_window + s.opt.min_world_timeout + 100ms, {{0, 0}}, -1);
+  REQUIRE(s.m.phase() == Phase::Stopped);
+  const JoinResult j = s.m.join({3, 0}, s.now);
+  CHECK(j.kind == Answer::Stopped);
+  CHECK(j.reason == s.m.error());
+  CHECK(s.m.report({0, 0}, 2, StateReport{}, s.now).kind == Answer::Stopped);
 }
 
 TEST_CASE("process_exited answers what the coordinator knew: registered (ever joined), left (gracefully, first)") {

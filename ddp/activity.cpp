@@ -1,0 +1,36 @@
+#include "ddp/activity.h"
+
+#include "base/str.h"
+
+namespace rf::ddp {
+
+void ActivityBoard::compute(Region region, int64_t index, Duration bound) {
+  region_.store(static_cast<int>(region), std::memory_order_relaxed);
+  index_.store(index, std::memory_order_relaxed);
+  bound_ns_.store(ns(bound), std::memory_order_relaxed);
+  set_kind(elastic::Activity::Compute);
+}
+
+void ActivityBoard::idle() { set_kind(elastic::Activity::Idle); }
+
+void ActivityBoard::set_kind(elastic::Activity::Kind k) {
+  since_ns_.store(ns(Clock::now().time_since_epoch()), std::memory_order_relaxed);
+  kind_.store(k, std::memory_order_release);
+}
+
+elastic::Activity ActivityBoard::read(TimePoint now) const {
+  elastic::Activity a;
+  a.kind = static_cast<elastic::Activity::Kind>(kind_.load(std::memory_order_acquire));
+  if (a.kind == elastic::Activity::Idle) return a;
+  const int64_t since = since_ns_.load(std::memory_order_relaxed);
+  const int64_t now_ns = ns(now.time_since_epoch());
+  a.elapsed = std::chrono::nanoseconds(now_ns > since ? now_ns - since : 0);
+  a.bound = std::chrono::nanoseconds(bound_ns_.load(std::memory_order_relaxed));
+  const int64_t index = index_.load(std::memory_order_relaxed);
+  a.where = static_cast<Region>(region_.load(std::memory_order_relaxed)) == Region::Step
+                ? str("step ", index)
+                : str("recovery to generation ", index);
+  return a;
+}
+
+}  // namespace rf::ddp

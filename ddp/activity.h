@@ -1,0 +1,52 @@
+#pragma once
+// ActivityBoard — what the training thread is doing, as the heartbeat thread reads it for
+// the coordinator's judgement of stuck members (elastic/liveness.h, PROTOCOL.md D3).
+//
+// The training thread marks each change with a few relaxed atomic stores (no lock, no
+// allocation: it happens several times a step): computing in a step or a recovery phase,
+// waiting inside a collective (WaitScope), or idle (waiting on the coordinator, whose
+// calls have their own deadlines). The heartbeat thread reads a snapshot. Fields are
+// written before the kind that publishes them, so a torn read can only show a change as
+// more recent than it was (a shorter elapsed time): it may delay a verdict by one
+// heartbeat, never make a healthy worker look stuck.
+#include <atomic>
+#include <cstdint>
+
+#include "base/clock.h"
+#include "elastic/membership_types.h"
+
+namespace rf::ddp {
+
+class ActivityBoard {
+ public:
+  enum class Region : int { Step, Recovery };
+  // Computing from now on, in step `index` or in the recovery to generation `index`,
+  // judged against `bound`.
+  void compute(Region region, int64_t index, Duration bound);
+  void set_bound(Duration bound) { bound_ns_.store(ns(bound), std::memory_order_relaxed); }
+  void idle();
+  // Inside a collective: its own D3 applies; the coordinator only calls it wedged past
+  // wedge_factor bounds. Back to computing (a new start) when the scope ends.
+  class WaitScope {
+   public:
+    explicit WaitScope(ActivityBoard& b) : b_(b) { b_.set_kind(elastic::Activity::Wait); }
+    ~WaitScope() { b_.set_kind(elastic::Activity::Compute); }
+    WaitScope(const WaitScope&) = delete;
+    WaitScope& operator=(const WaitScope&) = delete;
+
+   private:
+    ActivityBoard& b_;
+  };
+  elastic::Activity read(TimePoint now) const;
+
+ private:
+  static int64_t ns(Duration d) { return std::chrono::duration_cast<std::chrono::nanoseconds>(d).count(); }
+  void set_kind(elastic::Activity::Kind k);
+  std::atomic<int> kind_{elastic::Activity::Idle};
+  std::atomic<int> region_{0};
+  std::atomic<int64_t> index_{-1};
+  std::atomic<int64_t> since_ns_{0};  // steady clock
+  std::atomic<int64_t> bound_ns_{0};
+};
+
+}  // namespace rf::ddp

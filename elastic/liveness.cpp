@@ -1,0 +1,35 @@
+#include "elastic/liveness.h"
+
+#include "base/str.h"
+
+namespace rf::elastic {
+namespace {
+double seconds(Duration d) { return std::chrono::duration<double>(d).count(); }
+}  // namespace
+
+LivenessVerdict judge_activity(TimePoint now, const Activity& a, TimePoint received, double wedge_factor,
+                               Duration fresh_for) {
+  LivenessVerdict v;
+  if (a.kind == Activity::Idle || a.bound <= Duration::zero() || now - received > fresh_for) return v;
+  // The heartbeat left `elapsed` into the activity; it has gone on since it arrived (a
+  // newer heartbeat would have replaced it). now < received cannot happen on one clock.
+  v.elapsed = a.elapsed + (now > received ? now - received : Duration::zero());
+  const TimePoint began = received - a.elapsed;
+  if (a.kind == Activity::Compute && v.elapsed > a.bound) {
+    v.kind = LivenessVerdict::Hung;
+    v.first_seen = began + a.bound;
+    v.detail = rf::str("training thread computing in ", a.where.empty() ? "?" : a.where, " for ", seconds(v.elapsed),
+                       " s outside any collective (stall bound ", seconds(a.bound), " s)");
+  } else if (a.kind == Activity::Wait) {
+    const auto limit = std::chrono::duration_cast<Duration>(a.bound * wedge_factor);
+    if (v.elapsed <= limit) return v;
+    v.kind = LivenessVerdict::Wedged;
+    v.first_seen = began + limit;
+    v.detail = rf::str("training thread inside one collective in ", a.where.empty() ? "?" : a.where, " for ",
+                       seconds(v.elapsed), " s, past ", wedge_factor, " x its stall bound ", seconds(a.bound),
+                       " s: its communicator is stuck");
+  }
+  return v;
+}
+
+}  // namespace rf::elastic

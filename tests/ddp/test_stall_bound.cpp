@@ -1,0 +1,87 @@
+// The stall bound learned from step times (D3) and the activity the heartbeats carry.
+#include <doctest/doctest.h>
+
+#include <thread>
+
+#include "base/error.h"
+#include "ddp/activity.h"
+#include "ddp/stall_bound.h"
+
+using namespace rf::ddp;
+using namespace std::chrono_literals;
+
+TEST_CASE("stall bound: the ceiling until warm, then step_factor x the median within [floor, ceiling]") {
+  StallBound b;  // defaults: floor 1 s, ceiling 30 s, x20, warm after 3 steps
+  CHECK(b.step_bound() == 30s);
+  b.observe(400ms);  // a first step: page faults, caches
+  b.observe(100ms);
+  CHECK(b.step_bound() == 30s);
+  b.observe(100ms);
+  CHECK(b.step_bound() == 2s);  // median 100 ms x 20
+  for (int i = 0; i < 64; ++i) b.observe(4ms);  // a small MLP
+  CHECK(b.median_step() == 4ms);
+  CHECK(b.step_bound() == 1s);  // the floor
+  for (int i = 0; i < 64; ++i) b.observe(5s);   // a big model
+  CHECK(b.step_bound() == 30s);                 // the ceiling
+  CHECK(StallBound::comm_stall(1s) == 1500ms);
+}
+
+TEST_CASE("stall bound: one 10x step does not move it; a rank 5x slower for many steps raises it") {
+  StallBound b;
+  for (int i = 0; i < 64; ++i) b.observe(100ms);
+  const rf::Duration before = b.step_bound();
+  CHECK(before == 2s);
+  b.observe(1s);  // 10x, once: still within the bound, and the median holds
+  CHECK(b.step_bound() == before);
+  // Slower steps than 5x the median pass under the bound while the window turns over.
+  for (int i = 0; i < 40; ++i) {
+    CHECK(500ms < b.step_bound());
+    b.observe(500ms);
+  }
+  CHECK(b.step_bound() == 10s);  // median 500 ms x 20
+}
+
+TEST_CASE("stall bound: recovery is bounded by the state's size, within the same limits") {
+  StallBound b;
+  CHECK(b.recovery_bound(0) == 1s);
+  CHECK(b.recovery_bound(100'000'000) == 2s);             // floor + 100 MB at 100 MB/s
+  CHECK(b.recovery_bound(uint64_t{800} << 20) > 9s);      // a 100M-parameter state with momentum
+  CHECK(b.recovery_bound(uint64_t{1} << 40) == 30s);      // the ceiling
+}
+
+TEST_CASE("stall bound: options that make no sense are refused, naming them") {
+  StallBoundOptions o;
+  o.floor = 0s;
+  CHECK_THROWS_AS(StallBound{o}, rf::InvalidInput);
+  o.floor = 2s;
+  o.ceiling = 1s;
+  CHECK_THROWS_WITH_AS(StallBound{o}, doctest::Contains("at most the ceiling"), rf::InvalidInput);
+  o = {};
+  o.step_factor = 0;
+  CHECK_THROWS_AS(StallBound{o}, rf::InvalidInput);
+}
+
+TEST_CASE("activity board: idle, computing in a step, waiting inside a collective, back to computing") {
+  using rf::elastic::Activity;
+  ActivityBoard b;
+  CHECK(b.read(rf::Clock::now()).kind == Activity::Idle);
+  b.compute(ActivityBoard::Region::Step, 325, 1s);
+  Activity a = b.read(rf::Clock::now() + 5ms);
+  CHECK(a.kind == Activity::Compute);
+  CHECK(a.bound == 1s);
+  CHECK(a.elapsed >= 5ms);
+  CHECK(a.where == "step 325");
+  {
+    ActivityBoard::WaitScope w(b);
+    a = b.read(rf::Clock::now());
+    CHECK(a.kind == Activity::Wait);
+    CHECK(a.elapsed < 5ms);  // the wait's own clock
+  }
+  a = b.read(rf::Clock::now());
+  CHECK(a.kind == Activity::Compute);  // a new compute span starts after the wait
+  CHECK(a.elapsed < 5ms);
+  b.compute(ActivityBoard::Region::Recovery, 3, 2s);
+  CHECK(b.read(rf::Clock::now()).where == "recovery to generation 3");
+  b.idle();
+  CHECK(b.read(rf::Clock::now()).kind == Activity::Idle);
+}
