@@ -15,7 +15,7 @@ struct TimingFlags {
   Duration lease = std::chrono::seconds(1);
   Duration join_window = std::chrono::seconds(2);
   Duration min_world_timeout = std::chrono::seconds(30);
-  Duration report_timeout = std::chrono::seconds(60);  // a silent member is evicted
+  Duration report_timeout = std::chrono::seconds(30);  // a member silent in a round is evicted
 };
 
 struct RunOptions {

@@ -14,7 +14,10 @@ bench/recovery's worker and reads
     generation in any worker's audit log;
   * steps redone: the failed step minus T (the step in flight is recomputed once).
   kill = SIGKILL of rank 1 in the middle of its all-reduce (after one chunk);
-  stop = SIGSTOP of rank 1 before its forward (detected when its lease expires, D2).
+  stop = SIGSTOP of rank 1 before its forward (detected when its lease expires, D2);
+  hang = rank 1's training thread hangs before it finishes its all-reduce while its process
+    and heartbeat thread live on ("NCCL timeout"): detected when its heartbeats show it
+    computing past its stall bound (D3, cause hung), at default settings.
   restart = the baseline users have today, in ringfence itself: rank 0 freezes before
     the failed step, the launcher and every worker are SIGKILLed, and the same job is
     started again with --resume from its last disk checkpoint (every --ckpt-every steps):
@@ -57,6 +60,7 @@ from jobprocs import kill_job, kill_workers, procs_mentioning  # noqa: E402  (sh
 FAULTS = {
     "kill": "kill:rank=1:step={s}:phase=allreduce:after_chunks=1",
     "stop": "stop:rank=1:step={s}:phase=forward",
+    "hang": "hang:rank=1:step={s}:phase=allreduce",
 }
 
 
@@ -272,7 +276,7 @@ def main():
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--trials", type=int, default=3)
     ap.add_argument("--models", default="mlp,cnn")
-    ap.add_argument("--faults", default="kill,stop,restart")
+    ap.add_argument("--faults", default="kill,stop,hang,restart")
     ap.add_argument("--heartbeat", default="100ms")
     ap.add_argument("--lease", default="1s")
     ap.add_argument("--ckpt-every", type=int, default=100)
@@ -308,6 +312,13 @@ def main():
         ratio = whole_job_ratio([r for r in rows if r["model"] == model])
         if ratio:
             print(ratio, flush=True)
+        for fault in args.faults.split(","):
+            times = [r["to_first_step_ms"] for r in rows if r["model"] == model and r["fault"] == fault]
+            if times:
+                causes = sorted({r.get("cause", "?") for r in rows if r["model"] == model and r["fault"] == fault})
+                print(f"# {model} {fault}: to the first step, median {statistics.median(times):.1f} ms of "
+                      f"{len(times)} trial(s) (min {min(times):.1f}, max {max(times):.1f}); cause {', '.join(causes)}",
+                      flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

@@ -17,7 +17,7 @@ TEST_CASE("ringfence run flags") {
   CHECK(o.timing.join_window == 3s);
   CHECK(o.timing.heartbeat == 50ms);
   CHECK(o.timing.lease == 500ms);
-  CHECK(o.timing.report_timeout == 60s);  // the default when the flag is absent
+  CHECK(o.timing.report_timeout == 30s);  // the default when the flag is absent
   CHECK(parse_run_args({"-n", "2", "--report-timeout", "5s", "--", "w"}).timing.report_timeout == 5s);
   REQUIRE(o.inject.size() == 2);
   CHECK(o.inject[1].launcher_side());
