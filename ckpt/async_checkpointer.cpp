@@ -72,6 +72,11 @@ void AsyncCheckpointer::report() {
   if (lk.owns_lock() && !notes_.empty()) print_notes(lk);
 }
 
+bool AsyncCheckpointer::writing() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return pending_;
+}
+
 int64_t AsyncCheckpointer::last_written_step() const {
   std::lock_guard<std::mutex> lk(mu_);
   return last_written_;

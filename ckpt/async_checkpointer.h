@@ -5,7 +5,8 @@
 // thread serializes the copy (CRCs, digest) into a second reused buffer and writes it
 // with write_checkpoint_file (temp, fsync, rename, fsync dir), then prunes to the newest
 // `keep`. One write is in flight at most: a save() that finds the previous write still
-// running waits for it (back-pressure, reported in wait_seconds()).
+// running waits for it (back-pressure, reported in wait_seconds()); writing() lets a
+// caller that must not wait (the trainer's periodic checkpoints) defer instead.
 //
 // The constructor takes the directory's writer lock (CheckpointLocked if another writer
 // holds it) and removes temp files a killed writer left. A background failure (disk full)
@@ -52,6 +53,7 @@ class AsyncCheckpointer {
   void report();
 
   int64_t last_written_step() const;  // -1 before the first
+  bool writing() const;               // a saved state is not on disk yet: save() would wait
   int64_t saves() const { return saves_; }
   double wait_seconds() const { return wait_seconds_; }  // training time spent waiting on the writer
 

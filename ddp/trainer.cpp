@@ -24,6 +24,7 @@
 #include "core/data/data.h"
 #include "ddp/activity.h"
 #include "ddp/audit_log.h"
+#include "ddp/checkpoint_policy.h"
 #include "ddp/elastic_store.h"
 #include "ddp/fault_injector.h"
 #include "ddp/train_state.h"
@@ -90,6 +91,7 @@ struct Trainer::Impl {
   StallBound stall;
   ActivityBoard activity;
   int64_t saved_step = -1;
+  bool ckpt_deferred = false;  // a periodic checkpoint waits for the writer (checkpoint_policy.h)
 
   Impl(nn::Module& m, LossFn l, const data::Dataset& d, optim::Optimizer& o, TrainerConfig c)
       : model(m), loss_fn(std::move(l)), ds(d), optimizer(o), cfg(std::move(c)),
@@ -336,7 +338,10 @@ struct Trainer::Impl {
   // is taken when this worker first is rank 0 (a rank 0 that died released it).
   void checkpoint(bool force) {
     if (cfg.ckpt_dir.empty() || rank != 0 || state.step() < 0 || state.step() == saved_step) return;
-    if (!force && !(cfg.ckpt_every > 0 && (state.step() + 1) % cfg.ckpt_every == 0)) return;
+    const CheckpointAction act = checkpoint_action(state.step(), cfg.ckpt_every, force, ckpt_deferred,
+                                                   checkpointer && checkpointer->writing());
+    ckpt_deferred = act == CheckpointAction::Defer;
+    if (act != CheckpointAction::Save) return;
     if (!checkpointer)
       checkpointer = std::make_unique<ckpt::AsyncCheckpointer>(
           ckpt::CheckpointerOptions{.dir = cfg.ckpt_dir, .keep = cfg.ckpt_keep}, &std::cerr);

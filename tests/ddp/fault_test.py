@@ -465,9 +465,11 @@ def main():
                                            lines[:next((i for i, x in enumerate(lines) if x["event"] == "resume"), 0)]
                                            if ln["event"] == "apply"])
                 resumed = {r["resumed_step"] for r in finals}
-            # 19 unless its background write had not finished when everything died
-            check(len(resumed) == 1 and next(iter(resumed)) >= 14 and next(iter(resumed)) % 5 == 4,
-                  f"{scenario}: resumed from {resumed}, expected one checkpoint step (a multiple of 5, minus 1) >= 14")
+            # 19 unless its background write had not finished when everything died; a periodic
+            # checkpoint due while the previous write still runs is taken at a later step
+            # (ddp/checkpoint_policy.h), so any step from 14 to 22 is one
+            check(len(resumed) == 1 and 14 <= next(iter(resumed)) <= 22,
+                  f"{scenario}: resumed from {resumed}, expected one checkpoint step from 14 to 22")
             check(reached == 22, f"{scenario}: the first run applied up to step {reached}, expected 22")
             if finals and ref:
                 check(finals[0]["digest"] == ref[0]["digest"],

@@ -1,10 +1,12 @@
-// The stall bound learned from step times (D3) and the activity the heartbeats carry.
+// The stall bound learned from step times (D3), the activity the heartbeats carry, and the
+// checkpoint policy that keeps a slow disk from stalling a step.
 #include <doctest/doctest.h>
 
 #include <thread>
 
 #include "base/error.h"
 #include "ddp/activity.h"
+#include "ddp/checkpoint_policy.h"
 #include "ddp/stall_bound.h"
 
 using namespace rf::ddp;
@@ -84,4 +86,16 @@ TEST_CASE("activity board: idle, computing in a step, waiting inside a collectiv
   CHECK(b.read(rf::Clock::now()).where == "recovery to generation 3");
   b.idle();
   CHECK(b.read(rf::Clock::now()).kind == Activity::Idle);
+}
+
+TEST_CASE("checkpoint policy: a periodic checkpoint waits for a busy writer by deferring, a forced one saves") {
+  using rf::ddp::CheckpointAction;
+  using rf::ddp::checkpoint_action;
+  CHECK(checkpoint_action(3, 5, false, false, false) == CheckpointAction::None);
+  CHECK(checkpoint_action(4, 5, false, false, false) == CheckpointAction::Save);   // steps 0..4 done
+  CHECK(checkpoint_action(4, 5, false, false, true) == CheckpointAction::Defer);   // the disk is slow
+  CHECK(checkpoint_action(5, 5, false, true, true) == CheckpointAction::Defer);    // still busy
+  CHECK(checkpoint_action(6, 5, false, true, false) == CheckpointAction::Save);    // the writer is free
+  CHECK(checkpoint_action(6, 0, true, false, true) == CheckpointAction::Save);     // stop / end / R5
+  CHECK(checkpoint_action(9, 0, false, false, false) == CheckpointAction::None);   // no periodic ones
 }
