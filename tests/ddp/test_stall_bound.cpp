@@ -2,7 +2,6 @@
 // checkpoint policy that keeps a slow disk from stalling a step.
 #include <doctest/doctest.h>
 
-#include <thread>
 
 #include "base/error.h"
 #include "ddp/activity.h"
