@@ -4,15 +4,23 @@
 //
 // The training thread marks each change with a few relaxed atomic stores (no lock, no
 // allocation: it happens several times a step): computing in a step or a recovery phase,
-// waiting inside a collective (WaitScope), or idle (waiting on the coordinator, whose
-// calls have their own deadlines). The heartbeat thread reads a snapshot. Fields are
-// written before the kind that publishes them, so a torn read can only show a change as
-// more recent than it was (a shorter elapsed time): it may delay a verdict by one
-// heartbeat, never make a healthy worker look stuck.
+// waiting inside a collective (WaitScope), or idle (waiting on the coordinator, or
+// connecting, whose waits have their own deadlines). The heartbeat thread reads a
+// snapshot. Fields are written before the kind that publishes them, so a torn read can only
+// show a change as more recent than it was (a shorter elapsed time): it may delay a verdict
+// by one heartbeat, never make a healthy worker look stuck.
+//
+// Starved is not stuck: with attach_thread(), each read also says how long the training
+// thread has been runnable but waiting for a CPU since the activity began (its schedstat,
+// base/thread_sched.h), and the coordinator does not count that time. The reader samples
+// the counter at every heartbeat and takes an activity's start value from the sample
+// before it began, so it can only count a little more waiting than there was (at most one
+// heartbeat's worth from before the activity), never less.
 #include <atomic>
 #include <cstdint>
 
 #include "base/clock.h"
+#include "base/thread_sched.h"
 #include "elastic/membership_types.h"
 
 namespace rf::ddp {
@@ -25,6 +33,8 @@ class ActivityBoard {
   void compute(Region region, int64_t index, Duration bound);
   void set_bound(Duration bound) { bound_ns_.store(ns(bound), std::memory_order_relaxed); }
   void idle();
+  // The training thread, once, before the heartbeats start reading.
+  void attach_thread(pid_t tid) { cpu_ = ThreadCpuClock(tid); }
   // Inside a collective: its own D3 applies; the coordinator only calls it wedged past
   // wedge_factor bounds. Back to computing (a new start) when the scope ends.
   class WaitScope {
@@ -37,7 +47,8 @@ class ActivityBoard {
    private:
     ActivityBoard& b_;
   };
-  elastic::Activity read(TimePoint now) const;
+  // The heartbeat thread only: it keeps the samples of the CPU-wait counter.
+  elastic::Activity read(TimePoint now);
 
  private:
   static int64_t ns(Duration d) { return std::chrono::duration_cast<std::chrono::nanoseconds>(d).count(); }
@@ -47,6 +58,12 @@ class ActivityBoard {
   std::atomic<int64_t> index_{-1};
   std::atomic<int64_t> since_ns_{0};  // steady clock
   std::atomic<int64_t> bound_ns_{0};
+  // The reader's: the CPU-wait counter of the training thread, its last sample, and the
+  // start value of the activity that began at region_since_.
+  ThreadCpuClock cpu_;
+  int64_t prev_runnable_ = -1;
+  int64_t region_since_ = -1;
+  int64_t region_base_ = 0;
 };
 
 }  // namespace rf::ddp

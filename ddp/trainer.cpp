@@ -12,6 +12,7 @@
 #include "base/clock.h"
 #include "base/error.h"
 #include "base/str.h"
+#include "base/thread_sched.h"
 #include "ckpt/async_checkpointer.h"
 #include "ckpt/checkpoint_dir.h"
 #include "ckpt/resume.h"
@@ -170,9 +171,13 @@ struct Trainer::Impl {
     uo.flight_recorder_path = cfg.flight_recorder;
     if (!inj->empty()) uo.on_chunk = [this](const comm::ChunkEvent& e) { inj->on_chunk(e.step, e.chunks_done); };
     try {
+      // Connecting waits for every peer to reach this point and publish its address: it has
+      // its own deadline (connect_timeout) and ends at a revocation (ElasticStore), and a
+      // peer stuck before it is judged on its own activity; so it is not judged (idle).
       ElasticStore store(*client, plan.generation);
-      ActivityBoard::WaitScope waiting(activity);  // for the peers' addresses and first messages
+      activity.idle();
       auto c = std::make_shared<comm::UcxCommunicator>(ctx, store, rank, world, plan.generation, uo);
+      activity.compute(ActivityBoard::Region::Recovery, static_cast<int64_t>(plan.generation), bound);
       std::lock_guard<std::mutex> lk(comm_mu);
       comm = std::move(c);
     } catch (const comm::CommError& e) {
@@ -582,6 +587,7 @@ struct Trainer::Impl {
     });
     client->on_fenced([this](const std::string& why) { abort_comm(str("self-fenced (D4): ", why), true); });
     client->on_stopped([this] { abort_comm("the coordinator stopped the job"); });
+    activity.attach_thread(current_tid());  // this is the training thread
     client->set_activity_source([this] { return activity.read(Clock::now()); });
     if (cfg.resume) {
       if (cfg.ckpt_dir.empty()) throw InvalidInput("resume needs a checkpoint directory (ckpt_dir)");

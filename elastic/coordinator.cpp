@@ -15,6 +15,7 @@
 
 #include "base/clock.h"
 #include "base/str.h"
+#include "base/thread_sched.h"
 #include "elastic/event_log.h"
 #include "elastic/frame.h"
 #include "elastic/kv_store.h"
@@ -164,6 +165,11 @@ struct Coordinator::Impl {
 
   // --- the loop ------------------------------------------------------------------------
   void run() {
+    // Leases and stuck-member judgements are measured on this loop: on an overloaded
+    // machine it must still run when it is due (base/thread_sched.h).
+    const ThreadPriority prio = raise_to_control_plane();
+    log.write({{"ts_us", rf::wall_us()}, {"event", "scheduling"}, {"thread", "coordinator"},
+               {"priority", to_string(prio)}});
     std::vector<pollfd> fds;
     while (!stopping.load()) {
       fds.clear();

@@ -5,15 +5,17 @@
 //
 // A worker's heartbeat thread says what its training thread is doing (Activity): idle
 // (waiting on the coordinator), computing (a step's forward/backward/optimizer, a recovery
-// phase's own work) or waiting inside a collective, for how long, and its stall bound —
+// phase's own work) or waiting inside a collective, for how long — less the time it only
+// waited for a CPU (a CPU hog, more ranks than cores: starved, not stuck) — and its bound —
 // learned from its recent step times during training, derived from the state's size during
 // recovery (ddp/stall_bound.h). The coordinator extrapolates the elapsed time from when the
 // heartbeat arrived, so the judgement is as precise as the tick, not the heartbeat period.
 //
-//   compute > bound               -> Hung: nothing it waits for can explain it (a peer that
+//   compute - runnable > bound    -> Hung: nothing it waits for can explain it (a peer that
 //                                    waits on it sees a stall, but only it knows it is not
 //                                    waiting); user code blocked, a deadlock, a lost thread.
-//   wait > wedge_factor x bound   -> Wedged: its own D3 (1.5 bounds) should have ended the
+//   wait - runnable
+//     > wedge_factor x bound      -> Wedged: its own D3 (1.5 bounds) should have ended the
 //                                    wait; the communicator itself is stuck.
 //   idle                          -> Alive: every coordinator wait has its own deadline.
 //   last heartbeat older than
@@ -31,7 +33,7 @@ namespace rf::elastic {
 
 struct LivenessVerdict {
   enum Kind { Alive, Hung, Wedged } kind = Alive;
-  Duration elapsed{};    // in its activity, as of now
+  Duration elapsed{};    // in its activity as of now, less the time it waited for a CPU
   TimePoint first_seen;  // when the bound was crossed: the moment it could first be seen
   std::string detail;    // for the event log: what, where, how long, which bound
 };

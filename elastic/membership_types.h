@@ -50,6 +50,7 @@ struct Activity {
   enum Kind { Idle, Compute, Wait };
   Kind kind = Idle;      // Idle: not in a step or a recovery phase (waiting on the coordinator)
   Duration elapsed{};    // how long it had been in `kind` when the heartbeat left
+  Duration runnable{};   // ... of which it waited for a CPU (starved, not stuck: not judged)
   Duration bound{};      // its stall bound for what it does now (zero: do not judge it)
   std::string where;     // e.g. "step 325", "recovery of generation 3" (for the event log)
 };

@@ -45,6 +45,7 @@ Request decode(const json& m, const std::string& type) {
       else throw ProtocolError(rf::str("field 'activity.kind' = '", kind, "' is not idle, compute or wait"));
       h.activity.elapsed = std::chrono::microseconds(get_int(a, "elapsed_us", 0, int64_t{1} << 53));
       h.activity.bound = std::chrono::microseconds(get_int(a, "bound_us", 0, int64_t{1} << 53));
+      if (auto r = get_opt_int(a, "runnable_us", 0, int64_t{1} << 53)) h.activity.runnable = std::chrono::microseconds(*r);
       h.activity.where = get_str(a, "where", 64);
     }
     return h;

@@ -2,6 +2,12 @@
 // checkpoint policy that keeps a slow disk from stalling a step.
 #include <doctest/doctest.h>
 
+#include <sched.h>
+
+#include <atomic>
+#include <thread>
+#include <vector>
+
 
 #include "base/error.h"
 #include "ddp/activity.h"
@@ -97,4 +103,44 @@ TEST_CASE("checkpoint policy: a periodic checkpoint waits for a busy writer by d
   CHECK(checkpoint_action(6, 5, false, true, false) == CheckpointAction::Save);    // the writer is free
   CHECK(checkpoint_action(6, 0, true, false, true) == CheckpointAction::Save);     // stop / end / R5
   CHECK(checkpoint_action(9, 0, false, false, false) == CheckpointAction::None);   // no periodic ones
+}
+
+TEST_CASE("activity board: the training thread's time waiting for a CPU is reported, from the activity's start") {
+  using rf::elastic::Activity;
+  if (!rf::ThreadCpuClock(rf::current_tid()).available()) {
+    MESSAGE("skipped: this kernel has no /proc/self/task/TID/schedstat");
+    return;
+  }
+  // This thread and two busy ones share one CPU: this one is runnable but waiting about
+  // two thirds of the time, like a rank next to a CPU hog.
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(sched_getcpu(), &one);
+  cpu_set_t before;
+  REQUIRE(sched_getaffinity(0, sizeof before, &before) == 0);
+  REQUIRE(sched_setaffinity(0, sizeof one, &one) == 0);
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> hogs;
+  for (int i = 0; i < 2; ++i)
+    hogs.emplace_back([&] {
+      sched_setaffinity(0, sizeof one, &one);
+      while (!stop.load(std::memory_order_relaxed)) {
+      }
+    });
+  ActivityBoard b;
+  b.attach_thread(rf::current_tid());
+  b.read(rf::Clock::now());  // the heartbeat before the step
+  b.compute(ActivityBoard::Region::Step, 1, 1s);
+  const rf::TimePoint end = rf::Clock::now() + 300ms;
+  while (rf::Clock::now() < end) {
+  }
+  const Activity a = b.read(rf::Clock::now());
+  stop = true;
+  for (auto& t : hogs) t.join();
+  sched_setaffinity(0, sizeof before, &before);
+  CHECK(a.kind == Activity::Compute);
+  CHECK(a.runnable >= a.elapsed / 4);
+  CHECK(a.runnable <= a.elapsed);
+  b.compute(ActivityBoard::Region::Step, 2, 1s);  // a new activity starts from the last sample
+  CHECK(b.read(rf::Clock::now()).runnable < 50ms);
 }

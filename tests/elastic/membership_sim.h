@@ -50,7 +50,7 @@ struct Sim {
   // One heartbeat that says what the worker's training thread does (elastic/liveness.h).
   void beat_doing(WorkerId w, int64_t step, uint64_t g, Activity::Kind kind, rf::Duration elapsed,
                   rf::Duration bound = 1s) {
-    m.heartbeat(w, g, step, now, Activity{kind, elapsed, bound, "step"});
+    m.heartbeat(w, g, step, now, Activity{kind, elapsed, {}, bound, "step"});
   }
   // Lets time pass in 100 ms steps while the given workers keep heartbeating.
   void run_for(rf::Duration d, const std::vector<WorkerId>& ws, int64_t step) {

@@ -13,7 +13,7 @@ const rf::TimePoint t0 = rf::TimePoint{} + 100s;
 constexpr double kWedge = 2.0;
 constexpr rf::Duration kFresh = 200ms;
 Activity doing(Activity::Kind k, rf::Duration elapsed, rf::Duration bound = 1s) {
-  return Activity{k, elapsed, bound, "step 325"};
+  return Activity{k, elapsed, {}, bound, "step 325"};
 }
 }  // namespace
 
@@ -53,4 +53,19 @@ TEST_CASE("liveness: idle, unbounded and stale activities are never judged") {
 TEST_CASE("liveness: a slow step within its bound (10x a 50 ms median under a 1 s bound) is alive") {
   CHECK(judge_activity(t0, doing(Activity::Compute, 500ms), t0, kWedge, kFresh).kind == LivenessVerdict::Alive);
   CHECK(judge_activity(t0, doing(Activity::Wait, 1400ms), t0, kWedge, kFresh).kind == LivenessVerdict::Alive);
+}
+
+TEST_CASE("liveness: time a member only waited for a CPU is not counted (a CPU hog starves, it does not hang)") {
+  // 1.3 s into its compute, 0.8 s of which it was runnable but had no CPU.
+  Activity a{Activity::Compute, 1300ms, 800ms, 1s, "step 279"};
+  CHECK(judge_activity(t0, a, t0, kWedge, kFresh).kind == LivenessVerdict::Alive);
+  a.runnable = 200ms;  // mostly blocked: hung
+  const LivenessVerdict v = judge_activity(t0, a, t0, kWedge, kFresh);
+  CHECK(v.kind == LivenessVerdict::Hung);
+  CHECK(v.elapsed == 1100ms);
+  CHECK(v.first_seen == t0 - 100ms);
+  CHECK(v.detail.find("not counting 0.2 s it waited for a CPU") != std::string::npos);
+  // More waiting reported than elapsed (clock granularity): never a negative time.
+  a.runnable = 2s;
+  CHECK(judge_activity(t0, a, t0, kWedge, kFresh).kind == LivenessVerdict::Alive);
 }

@@ -83,7 +83,7 @@ TEST_CASE("hang at defaults, any rank: the last rank, and a hang inside recovery
   // the recovery bound its heartbeats carry; the round is revoked into the next one.
   const rf::TimePoint stuck = s.now;
   for (int i = 0; i < 20 && s.count("evict", "hung") < 2; ++i) {
-    s.m.heartbeat({1, 0}, 1, 324, s.now, Activity{Activity::Compute, s.now - stuck, 1500ms, "recovery"});
+    s.m.heartbeat({1, 0}, 1, 324, s.now, Activity{Activity::Compute, s.now - stuck, {}, 1500ms, "recovery"});
     s.beat({{0, 0}, {2, 0}, {3, 1}}, 324, 2);
     s.advance(100ms);
   }
