@@ -46,6 +46,7 @@ struct WorkerProc {
   pid_t pid = -1;
   int restarts = 0;
   bool done = false;  // exited 0, or out of restarts: not restarted
+  bool start_error = false;  // its last exit: an error status before it registered, before the job first ran
   std::set<int64_t> killed_as_hung;
   json exits = json::array();
   json spawns = json::array();  // {incarnation, wall_us, reason}: when each incarnation started, and why then
@@ -239,20 +240,32 @@ class Supervisor {
         w->done = true;
         continue;
       }
-      if (!snap_.seen && !known.registered) {
-        // It never reached the coordinator (its join was never accepted, as the coordinator
-        // says), before the job first ran: a program that cannot start (a bad flag, a
-        // missing file) fails the same way again, in every slot. Ending the job here says
-        // so once, with the worker's own status.
-        start_failure_ = code > 0 ? code : 128 - code;
+      // Before the job first ran, a worker that never reached the coordinator (its join was
+      // never accepted, as the coordinator says). Killed by a signal (the OOM killer, a
+      // `kill -9` while it started), it crashed like any other worker: restarted below. An
+      // error status may be a program that cannot start (a bad flag, a missing file), which
+      // fails the same way every time: it is restarted once, and the next incarnation of
+      // the slot failing the same way ends the job with its own status, said once.
+      const bool start_error = !snap_.seen && !known.registered && code > 0;
+      if (start_error && (w->start_error || w->restarts >= opt_.max_restarts)) {
+        start_failure_ = code;
         error_ = rf::str("slot ", w->slot, " (incarnation ", w->incarnation, ") exited with status ", code,
-                         " before it registered with the coordinator: not restarted, the job ends (its output above "
-                         "says why)");
+                         " before it registered with the coordinator",
+                         w->start_error ? rf::str(", as incarnation ", w->incarnation - 1, " did")
+                                        : rf::str(" and has no restarts left (--max-restarts ", opt_.max_restarts, ")"),
+                         ": not restarted, the job ends (its output above says why)");
         job_over_ = true;
         w->done = true;
         kill_all(SIGKILL);
         continue;
       }
+      w->start_error = start_error;
+      if (start_error)
+        note(rf::str("slot ", w->slot, " (incarnation ", w->incarnation, ") exited with status ", code,
+                     " before it registered with the coordinator: restarted once (the same again ends the job)"));
+      else if (!snap_.seen && !known.registered && w->restarts < opt_.max_restarts)
+        note(rf::str("slot ", w->slot, " (incarnation ", w->incarnation, ") was killed by signal ", -code,
+                     " before it registered with the coordinator: restarted"));
       if (w->restarts >= opt_.max_restarts) {
         std::fprintf(stderr, "\nringfence: slot %d exited with status %d and has no restarts left (--max-restarts %d)\n",
                      w->slot, code, opt_.max_restarts);

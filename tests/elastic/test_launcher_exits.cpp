@@ -5,7 +5,11 @@
 // - a worker that had left the job (finished its steps) and then exits non-zero is not
 //   restarted, and the launcher exits 1 naming it;
 // - a worker's fatal configuration error (Client::fatal) STOPs the job with that error:
-//   said once by the launcher, nothing restarted.
+//   said once by the launcher, nothing restarted;
+// - before the job first ran, a worker that never registered: killed by a signal, it is
+//   restarted like any crash; exiting with an error status, it is restarted once, and the
+//   job ends with that status when the next incarnation of the slot does the same (or the
+//   slot has no restarts left).
 #include <doctest/doctest.h>
 #include <signal.h>
 
@@ -79,4 +83,83 @@ TEST_CASE("run: a worker's fatal error stops the job with that error, without re
   CHECK(s["restarts"] == 0);
   CHECK(s["error"].get<std::string>().find("cannot run: " + text) != std::string::npos);
   for (const auto& w : s["workers"]) CHECK(w["spawns"].size() == 1);
+}
+
+// Slot 1's first incarnation is SIGKILLed (by itself, standing in for the OOM killer)
+// before it contacts the coordinator: a crash like any other, restarted within
+// --max-restarts; the job ends DONE.
+TEST_CASE("run: a worker killed by a signal before it registered is restarted") {
+  Launch l("signal-before-join");
+  l.start({"-n", "2", "--summary", l.summary},
+          {RF_EXIT_WORKER, "die-before-join", "1", "signal", "9", RF_TEST_WORKER, "--steps", "5", "--step-ms", "1"});
+  const int st = l.wait();
+  const std::string out = slurp(l.out);
+  INFO("output:\n", out);
+  CHECK(st == 0);
+  CHECK(out.find("slot 1 (incarnation 0) was killed by signal 9 before it registered with the coordinator: "
+                 "restarted") != std::string::npos);
+  CHECK(out.find("the job ends") == std::string::npos);
+  check_restarted_once(l.summary_json(), 1, -9);
+}
+
+// Slot 0 exits 4 before it registers, once: it is restarted (the second incarnation runs
+// normally) and the job ends DONE.
+TEST_CASE("run: a worker that exits with an error before it registered, once, is restarted") {
+  Launch l("exit-before-join");
+  l.start({"-n", "2", "--summary", l.summary},
+          {RF_EXIT_WORKER, "die-before-join", "0", "exit", "4", RF_TEST_WORKER, "--steps", "5", "--step-ms", "1"});
+  const int st = l.wait();
+  const std::string out = slurp(l.out);
+  INFO("output:\n", out);
+  CHECK(st == 0);
+  CHECK(out.find("slot 0 (incarnation 0) exited with status 4 before it registered with the coordinator: "
+                 "restarted once") != std::string::npos);
+  CHECK(out.find("the job ends") == std::string::npos);
+  check_restarted_once(l.summary_json(), 0, 4);
+}
+
+// A bad flag fails every incarnation the same way: the first exit is restarted, the
+// second ends the job with the worker's status and the launcher's own error, at once (not
+// after --min-world-timeout, 30 s, which a slot that is simply not restarted would wait).
+TEST_CASE("run: a worker that exits with an error before it registered twice in a row ends the job") {
+  Launch l("exit-twice-before-join");
+  l.start({"-n", "1", "--summary", l.summary}, {RF_TEST_WORKER, "--bogus", "1"});
+  const int st = l.wait();
+  const std::string out = slurp(l.out);
+  INFO("output:\n", out);
+  CHECK(st == 2);
+  CHECK(occurrences(out, "unknown option --bogus") == 2);
+  CHECK(out.find("slot 0 (incarnation 0) exited with status 2 before it registered with the coordinator: "
+                 "restarted once") != std::string::npos);
+  json s = l.summary_json();
+  REQUIRE(!s.is_discarded());
+  CHECK(s["exit_status"] == 2);
+  CHECK(s["restarts"] == 1);
+  REQUIRE(s["workers"][0]["exits"].size() == 2);
+  CHECK(s["workers"][0]["exits"][0]["status"] == 2);
+  CHECK(s["workers"][0]["exits"][1]["status"] == 2);
+  CHECK(s["error"].get<std::string>().find("slot 0 (incarnation 1) exited with status 2 before it registered with "
+                                           "the coordinator, as incarnation 0 did: not restarted, the job ends") !=
+        std::string::npos);
+  CHECK(s["wall_s"].get<double>() < 10.0);
+}
+
+// With --max-restarts 0 the first such exit ends the job: nothing else would restart it,
+// and the job would wait for the slot until --min-world-timeout.
+TEST_CASE("run: --max-restarts 0: a worker that exits with an error before it registered ends the job at once") {
+  Launch l("exit-before-join-norestart");
+  l.start({"-n", "2", "--max-restarts", "0", "--summary", l.summary},
+          {RF_EXIT_WORKER, "die-before-join", "1", "exit", "4", RF_TEST_WORKER, "--steps", "1000000"});
+  const int st = l.wait();
+  const std::string out = slurp(l.out);
+  INFO("output:\n", out);
+  CHECK(st == 4);
+  json s = l.summary_json();
+  REQUIRE(!s.is_discarded());
+  CHECK(s["restarts"] == 0);
+  CHECK(s["workers"][1]["spawns"].size() == 1);
+  CHECK(s["error"].get<std::string>().find("slot 1 (incarnation 0) exited with status 4 before it registered with "
+                                           "the coordinator and has no restarts left (--max-restarts 0): not "
+                                           "restarted, the job ends") != std::string::npos);
+  CHECK(s["wall_s"].get<double>() < 10.0);
 }
