@@ -19,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "apps/ringfence/not_fired.h"
 #include "apps/ringfence/status_line.h"
 #include "base/clock.h"
 #include "base/str.h"
@@ -512,62 +513,15 @@ class Supervisor {
     }
   }
 
-  // The --inject specs that did not fire, with why. certain: an at= spec for a slot of this
-  // node that the launcher did not execute (the job ended first, or the slot was not
-  // running then). A step= spec is fired by a worker, which tells the coordinator first
-  // (`fired`, any node's worker): one not in that list whose step is beyond the last step
-  // the coordinator's statuses showed — certain when the job ended DONE (every member
-  // left, and a leave carries the step it ended at), else not: a worker's step comes with
-  // its heartbeats, so it can be one heartbeat behind the real one. One whose step was
-  // reached: certain when DONE (no worker had it fire), else not (the job may have ended
-  // between the step and the fault).
-  json not_fired(const json& fired) {
-    json out = json::array();
-    for (size_t i = 0; i < opt_.inject.size(); ++i) {
-      const FaultSpec& f = opt_.inject[i];
-      std::string why;
-      bool certain = true;
-      if (f.launcher_side()) {
-        if (!by_slot(f.rank)) continue;  // another node's launcher executes it
-        if (auto it = skipped_.find(i); it != skipped_.end()) why = it->second;
-        else if (fired_.count(i)) continue;
-        else if (!running_since_) why = "the job never ran";
-        else {
-          char ran[32];
-          std::snprintf(ran, sizeof ran, "%.1f", rf::seconds_since(*running_since_));
-          why = rf::str("the job ended ", ran, " s after it first ran (at=", *f.at_seconds, ")");
-        }
-      } else if (f.step) {
-        const std::string spec = f.to_string();
-        if (std::any_of(fired.begin(), fired.end(), [&](const json& x) { return x.value("spec", "") == spec; }))
-          continue;
-        const bool done = last_status_.value("phase", "") == "DONE";
-        certain = done;
-        if (*f.step > last_step_ && done) {
-          why = last_step_ < 0 ? std::string("the job ended before any step") : rf::str("the job ended at step ", last_step_);
-        } else if (*f.step > last_step_) {
-          why = last_step_ < 0 ? std::string("no step was reported") : rf::str("the last step reported was ", last_step_);
-          why += " (the workers report their step by heartbeat, so the job may have gone a little further)";
-        } else {
-          why = rf::str("step ", *f.step, " was reached, but no worker fired it");
-          if (f.phase == FaultPhase::Transfer)
-            why += rf::str(" (phase=transfer fires only in a recovery that redoes step ", *f.step, ", in rank ", f.rank,
-                           " if it sends or receives the state)");
-          else if (f.phase == FaultPhase::Recovery)
-            why += rf::str(" (phase=recovery fires only in a recovery that redoes step ", *f.step, ")");
-          else if (f.after_chunks)
-            why += rf::str(" (it fires in the worker of rank ", f.rank, ", in its first incarnation only, once ",
-                           *f.after_chunks, " chunk(s) of the step's all-reduce went through: it may have had fewer)");
-          else
-            why += rf::str(" (it fires in the worker of rank ", f.rank, " at that step, in its first incarnation only)");
-          if (!done) why += "; the job did not end DONE";
-        }
-      } else {
-        continue;
-      }
-      out.push_back({{"spec", f.to_string()}, {"certain", certain}, {"reason", why}});
-    }
-    return out;
+  InjectRecord inject_record() const {
+    InjectRecord r;
+    for (const auto& w : workers_) r.node_slots.insert(w.slot);
+    r.due = fired_;
+    r.skipped = skipped_;
+    if (running_since_) r.ran_for_s = rf::seconds_since(*running_since_);
+    r.last_step = last_step_;
+    r.done = last_status_.value("phase", "") == "DONE";
+    return r;
   }
 
   int finish() {
@@ -613,7 +567,7 @@ class Supervisor {
                 {"wall_s", rf::seconds_since(start_)},
                 {"start_wall_us", start_wall_us_},
                 {"injected", injected},
-                {"not_fired", not_fired(fired)},
+                {"not_fired", not_fired(opt_.inject, inject_record(), fired)},
                 {"last_step", last_step_},
                 {"workers", workers},
                 {"recoveries", summary.value("recoveries", json::array())}};

@@ -64,7 +64,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "launcher_exit_worker: %s\n", e.what());
     return 1;
   }
-  std::fprintf(stderr, "usage: launcher_exit_worker join-exit SLOT STATUS PROGRAM... | die-before-join SLOT signal|exit N "
-                       "PROGRAM... | fatal TEXT\n");
+  std::fprintf(stderr,
+               "usage: launcher_exit_worker join-exit SLOT STATUS PROGRAM... | die-before-join SLOT signal|exit N "
+               "PROGRAM... | fatal TEXT\n");
   return 2;
 }
