@@ -85,37 +85,32 @@ TEST_CASE("run: a worker's fatal error stops the job with that error, without re
   for (const auto& w : s["workers"]) CHECK(w["spawns"].size() == 1);
 }
 
-// Slot 1's first incarnation is SIGKILLed (by itself, standing in for the OOM killer)
-// before it contacts the coordinator: a crash like any other, restarted within
-// --max-restarts; the job ends DONE.
-TEST_CASE("run: a worker killed by a signal before it registered is restarted") {
-  Launch l("signal-before-join");
-  l.start({"-n", "2", "--summary", l.summary},
-          {RF_EXIT_WORKER, "die-before-join", "1", "signal", "9", RF_TEST_WORKER, "--steps", "5", "--step-ms", "1"});
-  const int st = l.wait();
-  const std::string out = slurp(l.out);
-  INFO("output:\n", out);
-  CHECK(st == 0);
-  CHECK(out.find("slot 1 (incarnation 0) was killed by signal 9 before it registered with the coordinator: "
-                 "restarted") != std::string::npos);
-  CHECK(out.find("the job ends") == std::string::npos);
-  check_restarted_once(l.summary_json(), 1, -9);
-}
-
-// Slot 0 exits 4 before it registers, once: it is restarted (the second incarnation runs
-// normally) and the job ends DONE.
-TEST_CASE("run: a worker that exits with an error before it registered, once, is restarted") {
-  Launch l("exit-before-join");
-  l.start({"-n", "2", "--summary", l.summary},
-          {RF_EXIT_WORKER, "die-before-join", "0", "exit", "4", RF_TEST_WORKER, "--steps", "5", "--step-ms", "1"});
-  const int st = l.wait();
-  const std::string out = slurp(l.out);
-  INFO("output:\n", out);
-  CHECK(st == 0);
-  CHECK(out.find("slot 0 (incarnation 0) exited with status 4 before it registered with the coordinator: "
-                 "restarted once") != std::string::npos);
-  CHECK(out.find("the job ends") == std::string::npos);
-  check_restarted_once(l.summary_json(), 0, 4);
+// A worker's first incarnation dies before it contacts the coordinator, then the slot runs
+// normally: SIGKILLed (by itself, standing in for the OOM killer), a crash like any other;
+// exiting 4, a start-up error that did not come back. Either way it is restarted within
+// --max-restarts and the job ends DONE.
+TEST_CASE("run: a worker killed by a signal, or exiting with an error once, before it registered is restarted") {
+  struct Case {
+    std::string slot, how, n, note;
+    int status;
+  };
+  for (const Case& c :
+       {Case{"1", "signal", "9", "slot 1 (incarnation 0) was killed by signal 9 before it registered with the "
+                                 "coordinator: restarted", -9},
+        Case{"0", "exit", "4", "slot 0 (incarnation 0) exited with status 4 before it registered with the "
+                               "coordinator: restarted once", 4}}) {
+    CAPTURE(c.how);
+    Launch l("die-before-join");
+    l.start({"-n", "2", "--summary", l.summary},
+            {RF_EXIT_WORKER, "die-before-join", c.slot, c.how, c.n, RF_TEST_WORKER, "--steps", "5", "--step-ms", "1"});
+    const int st = l.wait();
+    const std::string out = slurp(l.out);
+    INFO("output:\n", out);
+    CHECK(st == 0);
+    CHECK(out.find(c.note) != std::string::npos);
+    CHECK(out.find("the job ends") == std::string::npos);
+    check_restarted_once(l.summary_json(), std::stoi(c.slot), c.status);
+  }
 }
 
 // A bad flag fails every incarnation the same way: the first exit is restarted, the
