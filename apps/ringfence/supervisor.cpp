@@ -154,6 +154,10 @@ class Supervisor {
     env.push_back(rf::str("RINGFENCE_WORLD=", opt_.nprocs * opt_.nnodes));
     env.push_back(rf::str("RINGFENCE_NODE_RANK=", opt_.node_rank));
     env.push_back(rf::str("RINGFENCE_SPARE=", w.spare ? 1 : 0));
+    // Whether the job had run (as this launcher saw it) when this incarnation started: a
+    // restart into a job that ran may skip the start-up checks its start made; one before
+    // that (after a start-up error) must make them, to fail again and end the job.
+    env.push_back(rf::str("RINGFENCE_JOB_RAN=", snap_.seen ? 1 : 0));
     // Every spec goes to the workers; they act on step= specs (FaultSpec::launcher_side()
     // tells the at= ones, which the launcher executes itself).
     env.push_back("RINGFENCE_INJECT=" + join_fault_specs(opt_.inject));

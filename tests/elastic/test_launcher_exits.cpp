@@ -9,9 +9,15 @@
 // - before the job first ran, a worker that never registered: killed by a signal, it is
 //   restarted like any crash; exiting with an error status, it is restarted once, and the
 //   job ends with that status when the next incarnation of the slot does the same (or the
-//   slot has no restarts left).
+//   slot has no restarts left); RINGFENCE_JOB_RAN tells each worker whether the job had
+//   run when it started (a restart after a start-up error must check what the start did).
 #include <doctest/doctest.h>
 #include <signal.h>
+
+#include <algorithm>
+#include <sstream>
+#include <string>
+#include <vector>
 
 #include "base/str.h"
 #include "tests/elastic/launch.h"
@@ -111,6 +117,38 @@ TEST_CASE("run: a worker killed by a signal, or exiting with an error once, befo
     CHECK(out.find("the job ends") == std::string::npos);
     check_restarted_once(l.summary_json(), std::stoi(c.slot), c.status);
   }
+}
+
+// RINGFENCE_JOB_RAN tells a worker whether the job had run when it started: a restart
+// into a running job may skip start-up checks (train_mlp's test set), a restart after a
+// start-up error must not, or it would not fail again and the job would not end with that
+// error. Slot 1 dies by a signal before registering (its restart: 0); once the launcher has
+// printed generation 1 RUNNING the test SIGKILLs that restart (the next one: 1). The
+// wrapper records each worker's environment and pid (exec keeps it).
+TEST_CASE("run: RINGFENCE_JOB_RAN is 0 for a worker started before the job first ran, 1 after") {
+  Launch l("job-ran");
+  const std::string wrapper = R"(d=$1; shift
+echo "$RINGFENCE_SLOT $RINGFENCE_INCARNATION ${RINGFENCE_JOB_RAN-unset}" >> "$d/env"
+echo $$ > "$d/pid-$RINGFENCE_SLOT-$RINGFENCE_INCARNATION.tmp"
+mv "$d/pid-$RINGFENCE_SLOT-$RINGFENCE_INCARNATION.tmp" "$d/pid-$RINGFENCE_SLOT-$RINGFENCE_INCARNATION"
+exec "$@")";
+  l.start({"-n", "2", "--summary", l.summary},
+          {"/bin/sh", "-c", wrapper, "wrap", l.dir, RF_EXIT_WORKER, "die-before-join", "1", "signal", "9", RF_TEST_WORKER,
+           "--steps", "1000000", "--step-ms", "5"});
+  const std::string env = l.dir + "/env";
+  REQUIRE_MESSAGE(l.wait_output("ringfence: g 1 RUNNING", 30s), "generation 1 never ran:\n", slurp(l.out));
+  const pid_t restart = std::stoi(slurp(l.dir + "/pid-1-1"));
+  ::kill(restart, SIGKILL);
+  const bool restarted = wait_text(env, "1 2 ", 30s);
+  l.proc.signal(SIGTERM);
+  l.wait();
+  INFO("output:\n", slurp(l.out), "\nenv:\n", slurp(env));
+  REQUIRE(restarted);
+  std::vector<std::string> lines;
+  std::istringstream in(slurp(env));
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  std::sort(lines.begin(), lines.end());
+  CHECK(lines == std::vector<std::string>{"0 0 0", "1 0 0", "1 1 0", "1 2 1"});
 }
 
 // A bad flag fails every incarnation the same way: the first exit is restarted, the
