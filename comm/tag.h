@@ -7,8 +7,9 @@
 // * generation: the membership epoch g. The transport of g is new (its own UCP worker),
 //   so an older generation cannot reach it at all; the bits check it a second time.
 // * step: the training step s (0 .. 2^24-1).
-// * op: which collective of the step (the bucket index); 255 is reserved for the
-//   communicator's own messages (connection handshake), so users get 0..254.
+// * op: which collective of the step; 255 (kInternalOp) is the communicator's own (the
+//   connection's hello, farewells), so callers get 0..254. The trainer numbers its
+//   buckets and its own collectives in one place, ddp/op_plan.h.
 // * chunk: the message within the collective (ring step x sub-chunk, round, ...).
 // * r (reply): set on the single-copy path's "done" message that the receiver of chunk c
 //   sends back to its sender (ucx/single_copy.h); it keeps that reply apart from the data

@@ -4,7 +4,6 @@
 
 #include "base/error.h"
 #include "base/str.h"
-#include "comm/tag.h"
 
 namespace rf::ddp {
 
@@ -44,9 +43,6 @@ BucketLayout make_bucket_layout(const std::vector<int64_t>& numels, size_t cap_b
       l.bucket_params.back().push_back(static_cast<int>(k));
     }
   }
-  if (l.num_buckets() > static_cast<int>(comm::StepTag::kMaxUserOp) + 1)
-    throw InvalidInput(str("ddp bucket layout: ", l.num_buckets(), " buckets, at most ",
-                           comm::StepTag::kMaxUserOp + 1, " fit the tag; raise the bucket cap"));
   return l;
 }
 

@@ -36,9 +36,9 @@ struct BucketLayout {
 };
 
 // numels: each parameter's element count, in registration order. Throws rf::InvalidInput
-// for an empty list, a parameter of no elements, a zero cap, or more buckets than the
-// tag's op field can name (comm::StepTag::kMaxUserOp + 1). last_cap_bytes: see above
-// (0 = off; it never exceeds cap_bytes).
+// for an empty list, a parameter of no elements, or a zero cap. (How many buckets fit the
+// tag is OpPlan's to say, ddp/op_plan.h.) last_cap_bytes: see above (0 = off; it never
+// exceeds cap_bytes).
 BucketLayout make_bucket_layout(const std::vector<int64_t>& numels, size_t cap_bytes, size_t last_cap_bytes = 0);
 
 }  // namespace rf::ddp

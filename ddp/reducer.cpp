@@ -11,10 +11,8 @@
 namespace rf::ddp {
 namespace {
 constexpr int kTail = ControlBlock::kFloats + 1;  // control block, then the loss sum
-}  // namespace
 
-Reducer::Reducer(const std::vector<NamedTensor>& params, ReducerOptions options)
-    : opt_(options), self_(std::make_shared<Reducer*>(this)) {
+std::vector<int64_t> parameter_numels(const std::vector<NamedTensor>& params) {
   std::vector<int64_t> numels;
   numels.reserve(params.size());
   for (const auto& [name, p] : params) {
@@ -22,7 +20,15 @@ Reducer::Reducer(const std::vector<NamedTensor>& params, ReducerOptions options)
       throw InvalidInput(str("ddp reducer: '", name, "' is not a parameter (a leaf that requires grad)"));
     numels.push_back(p.numel());
   }
-  layout_ = make_bucket_layout(numels, opt_.bucket_cap_bytes, opt_.last_bucket_cap_bytes);
+  return numels;
+}
+}  // namespace
+
+Reducer::Reducer(const std::vector<NamedTensor>& params, ReducerOptions options)
+    : opt_(options),
+      layout_(make_bucket_layout(parameter_numels(params), opt_.bucket_cap_bytes, opt_.last_bucket_cap_bytes)),
+      ops_(layout_, opt_.bucket_cap_bytes),
+      self_(std::make_shared<Reducer*>(this)) {
   // Allocated (and so faulted in) once; every step reuses them.
   for (int b = 0; b < layout_.num_buckets(); ++b) {
     const bool last = b + 1 == layout_.num_buckets();
@@ -96,7 +102,7 @@ void Reducer::start_ready_buckets() {
 void Reducer::start_bucket(int b) {
   if (b == 0) timeline_.first_start = Clock::now();
   comm::Buffer whole{buf(b), buffer_floats_[b], comm::DType::f32};
-  work_[b] = comm_->allreduce_start(whole, comm::OpId{step_, static_cast<uint32_t>(b)});
+  work_[b] = comm_->allreduce_start(whole, ops_.bucket(step_, b));
 }
 
 ControlBlock Reducer::finish() {
@@ -112,7 +118,7 @@ ControlBlock Reducer::finish() {
     for (; next_start_ < layout_.num_buckets(); ++next_start_) {
       comm::Buffer whole{buf(next_start_), buffer_floats_[next_start_], comm::DType::f32};
       if (next_start_ == 0) timeline_.first_start = Clock::now();
-      comm_->allreduce(whole, comm::OpId{step_, static_cast<uint32_t>(next_start_)});
+      comm_->allreduce(whole, ops_.bucket(step_, next_start_));
     }
   } catch (...) {
     abandon();

@@ -5,7 +5,8 @@
 // Each parameter's gradient is a view into a flat bucket buffer (BucketLayout), so the
 // all-reduce works on the gradients in place: no copies. A hook on every parameter fires
 // when its gradient is final; when the last gradient of a bucket is final the bucket's
-// all-reduce is started with tag (g, s, bucket) while backward goes on. Buckets are
+// all-reduce is started with tag (g, s, op of the bucket: OpPlan) while backward goes on.
+// A layout with more buckets than the tag's op field numbers is refused (OpPlan). Buckets are
 // started strictly in index order (a bucket that is ready early waits for its
 // predecessors), because every rank must start the same collectives in the same order.
 // The last bucket always runs in finish(), on the blocking path (nothing is left to
@@ -28,6 +29,7 @@
 #include "core/tensor.h"
 #include "ddp/bucket_layout.h"
 #include "ddp/control_block.h"
+#include "ddp/op_plan.h"
 
 namespace rf::ddp {
 
@@ -68,7 +70,9 @@ struct ReducerOptions {
 class Reducer {
  public:
   // Re-points every parameter's gradient at its bucket (existing values are dropped) and
-  // registers the hooks. The parameters must outlive the reducer.
+  // registers the hooks. The parameters must outlive the reducer. Throws rf::InvalidInput
+  // for a parameter that is not a leaf requiring grad, and for a layout with more buckets
+  // than OpPlan::kMaxBuckets (raise bucket_cap_bytes).
   Reducer(const std::vector<NamedTensor>& params, ReducerOptions options = {});
   ~Reducer();  // the hooks stay registered but do nothing afterwards
   Reducer(const Reducer&) = delete;
@@ -98,6 +102,7 @@ class Reducer {
   // Mean loss over the global batch of the last finished step (same bits on every rank).
   double global_loss() const { return global_loss_; }
   const BucketLayout& layout() const { return layout_; }
+  const OpPlan& ops() const { return ops_; }
   int num_buckets() const { return layout_.num_buckets(); }
   // Buckets started before finish() in the last step (how much overlapped backward).
   int started_during_backward() const { return timeline_.started_early; }
@@ -110,6 +115,7 @@ class Reducer {
 
   ReducerOptions opt_;
   BucketLayout layout_;
+  OpPlan ops_;  // after layout_: made from it
   // One per bucket (the last also holds the control tail). Shared with the parameters,
   // whose gradients view them, so a parameter never points at freed memory (a SharedBuffer
   // bucket is owned by the Storage that wraps it).

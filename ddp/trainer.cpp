@@ -19,7 +19,6 @@
 #include "comm/errors.h"
 #include "comm/file_store.h"
 #include "comm/local_launcher.h"
-#include "comm/tag.h"
 #include "comm/ucx/ucx_communicator.h"
 #include "core/autograd.h"
 #include "core/data/data.h"
@@ -28,6 +27,7 @@
 #include "ddp/checkpoint_policy.h"
 #include "ddp/elastic_store.h"
 #include "ddp/fault_injector.h"
+#include "ddp/op_plan.h"
 #include "ddp/train_state.h"
 #include "elastic/client.h"
 
@@ -37,10 +37,6 @@ using elastic::FaultPhase;
 using namespace std::chrono_literals;
 
 namespace {
-// Op numbers of the trainer's own collectives; buckets use 0 .. num_buckets-1.
-constexpr uint32_t kOpVerify = comm::StepTag::kMaxUserOp;          // digest all-gather
-constexpr uint32_t kOpTransfer = comm::StepTag::kMaxUserOp - 1;    // state image
-
 double ms_since(TimePoint t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
 std::chrono::milliseconds whole_ms(Duration d) {
   return std::max(std::chrono::milliseconds(1), std::chrono::ceil<std::chrono::milliseconds>(d));
@@ -204,8 +200,8 @@ struct Trainer::Impl {
         for (const auto& pr : plan.ranks)
           if (pr.source_rank == rank) involved = true;
         if (involved) inj->at(FaultPhase::Transfer, redo);
-        const comm::OpId size_op{static_cast<uint64_t>(redo), kOpTransfer - 1};
-        const comm::OpId image_op{static_cast<uint64_t>(redo), kOpTransfer};
+        const comm::OpId size_op = OpPlan::transfer_size(static_cast<uint64_t>(redo));
+        const comm::OpId image_op = OpPlan::transfer_image(static_cast<uint64_t>(redo));
         for (const auto& pr : plan.ranks) {
           if (pr.source_rank != rank) continue;
           if (sends.empty()) {
@@ -291,7 +287,7 @@ struct Trainer::Impl {
     {
       ActivityBoard::WaitScope waiting(activity);
       comm->allgather({in.data(), in.size(), comm::DType::u64}, {out.data(), out.size(), comm::DType::u64},
-                      comm::OpId{tag_step, kOpVerify});
+                      OpPlan::verify(tag_step));
     }
     std::string bad;
     for (int r = 0; r < world; ++r) {

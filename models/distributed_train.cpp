@@ -48,6 +48,7 @@ TrainResult train_distributed(const TrainOptions& opt, std::ostream& log) {
     throw InvalidInput("--ckpt-test-pause-in-write: not supported under ringfence run");
   const int slot = static_cast<int>(env_int("RINGFENCE_SLOT", -1));
   const int64_t incarnation = env_int("RINGFENCE_INCARNATION", 0);
+  const bool job_ran = env_int("RINGFENCE_JOB_RAN", 0) == 1;  // started into a job that already ran
   const bool reporter = slot == 0;
   const std::string prog = str("train_", model_name(opt.model));
 
@@ -59,14 +60,16 @@ TrainResult train_distributed(const TrainOptions& opt, std::ostream& log) {
   if (!opt.loss_log.empty()) check_output_writable(opt.loss_log, "--loss-log");
   if (!opt.batch_log.empty()) check_output_writable(opt.batch_log, "--batch-log");
   const data::Dataset train_set = load_train_set(opt);
-  // The test set is used only at the end, by that rank 0. Every slot's first incarnation
-  // loads it now, so a missing or damaged test file fails the job at its start, not after
-  // training. A replacement (incarnation > 0) does not: the job's start checked the same
+  // The test set is used only at the end, by that rank 0. Every worker started before the
+  // job first ran loads it now, so a missing or damaged test file fails the job at its
+  // start, not after training: the first incarnations, and a restart after a start-up
+  // error, which must fail the same way for the launcher to end the job (docs/launcher.md).
+  // A restart into a job that already ran does not: the job's start checked the same
   // files, and its start-up is on the recovery's critical path (30-50 ms with
   // Fashion-MNIST); it loads the test set at the end if it is rank 0 then.
   // Synthetic data cannot fail and is made at the end, by rank 0 only.
   std::optional<data::Dataset> test_set;
-  if (opt.synthetic == 0 && incarnation == 0) test_set = load_test_set(opt);
+  if (opt.synthetic == 0 && !job_ran) test_set = load_test_set(opt);
   auto model = build_model(opt);
   optim::SGD sgd(model->named_parameters(), sgd_options(opt));
   const data::Sampler sampler(train_set.n, opt.batch, opt.seed);  // the Trainer's batches (R3)

@@ -19,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "apps/ringfence/not_fired.h"
 #include "apps/ringfence/status_line.h"
 #include "base/clock.h"
 #include "base/str.h"
@@ -46,6 +47,7 @@ struct WorkerProc {
   pid_t pid = -1;
   int restarts = 0;
   bool done = false;  // exited 0, or out of restarts: not restarted
+  bool start_error = false;  // its last exit: an error status before it registered, before the job first ran
   std::set<int64_t> killed_as_hung;
   json exits = json::array();
   json spawns = json::array();  // {incarnation, wall_us, reason}: when each incarnation started, and why then
@@ -152,6 +154,10 @@ class Supervisor {
     env.push_back(rf::str("RINGFENCE_WORLD=", opt_.nprocs * opt_.nnodes));
     env.push_back(rf::str("RINGFENCE_NODE_RANK=", opt_.node_rank));
     env.push_back(rf::str("RINGFENCE_SPARE=", w.spare ? 1 : 0));
+    // Whether the job had run (as this launcher saw it) when this incarnation started: a
+    // restart into a job that ran may skip the start-up checks its start made; one before
+    // that (after a start-up error) must make them, to fail again and end the job.
+    env.push_back(rf::str("RINGFENCE_JOB_RAN=", snap_.seen ? 1 : 0));
     // Every spec goes to the workers; they act on step= specs (FaultSpec::launcher_side()
     // tells the at= ones, which the launcher executes itself).
     env.push_back("RINGFENCE_INJECT=" + join_fault_specs(opt_.inject));
@@ -239,20 +245,32 @@ class Supervisor {
         w->done = true;
         continue;
       }
-      if (!snap_.seen && !known.registered) {
-        // It never reached the coordinator (its join was never accepted, as the coordinator
-        // says), before the job first ran: a program that cannot start (a bad flag, a
-        // missing file) fails the same way again, in every slot. Ending the job here says
-        // so once, with the worker's own status.
-        start_failure_ = code > 0 ? code : 128 - code;
+      // Before the job first ran, a worker that never reached the coordinator (its join was
+      // never accepted, as the coordinator says). Killed by a signal (the OOM killer, a
+      // `kill -9` while it started), it crashed like any other worker: restarted below. An
+      // error status may be a program that cannot start (a bad flag, a missing file), which
+      // fails the same way every time: it is restarted once, and the next incarnation of
+      // the slot failing the same way ends the job with its own status, said once.
+      const bool start_error = !snap_.seen && !known.registered && code > 0;
+      if (start_error && (w->start_error || w->restarts >= opt_.max_restarts)) {
+        start_failure_ = code;
         error_ = rf::str("slot ", w->slot, " (incarnation ", w->incarnation, ") exited with status ", code,
-                         " before it registered with the coordinator: not restarted, the job ends (its output above "
-                         "says why)");
+                         " before it registered with the coordinator",
+                         w->start_error ? rf::str(", as incarnation ", w->incarnation - 1, " did")
+                                        : rf::str(" and has no restarts left (--max-restarts ", opt_.max_restarts, ")"),
+                         ": not restarted, the job ends (its output above says why)");
         job_over_ = true;
         w->done = true;
         kill_all(SIGKILL);
         continue;
       }
+      w->start_error = start_error;
+      if (start_error)
+        note(rf::str("slot ", w->slot, " (incarnation ", w->incarnation, ") exited with status ", code,
+                     " before it registered with the coordinator: restarted once (the same again ends the job)"));
+      else if (!snap_.seen && !known.registered && w->restarts < opt_.max_restarts)
+        note(rf::str("slot ", w->slot, " (incarnation ", w->incarnation, ") was killed by signal ", -code,
+                     " before it registered with the coordinator: restarted"));
       if (w->restarts >= opt_.max_restarts) {
         std::fprintf(stderr, "\nringfence: slot %d exited with status %d and has no restarts left (--max-restarts %d)\n",
                      w->slot, code, opt_.max_restarts);
@@ -499,62 +517,15 @@ class Supervisor {
     }
   }
 
-  // The --inject specs that did not fire, with why. certain: an at= spec for a slot of this
-  // node that the launcher did not execute (the job ended first, or the slot was not
-  // running then). A step= spec is fired by a worker, which tells the coordinator first
-  // (`fired`, any node's worker): one not in that list whose step is beyond the last step
-  // the coordinator's statuses showed — certain when the job ended DONE (every member
-  // left, and a leave carries the step it ended at), else not: a worker's step comes with
-  // its heartbeats, so it can be one heartbeat behind the real one. One whose step was
-  // reached: certain when DONE (no worker had it fire), else not (the job may have ended
-  // between the step and the fault).
-  json not_fired(const json& fired) {
-    json out = json::array();
-    for (size_t i = 0; i < opt_.inject.size(); ++i) {
-      const FaultSpec& f = opt_.inject[i];
-      std::string why;
-      bool certain = true;
-      if (f.launcher_side()) {
-        if (!by_slot(f.rank)) continue;  // another node's launcher executes it
-        if (auto it = skipped_.find(i); it != skipped_.end()) why = it->second;
-        else if (fired_.count(i)) continue;
-        else if (!running_since_) why = "the job never ran";
-        else {
-          char ran[32];
-          std::snprintf(ran, sizeof ran, "%.1f", rf::seconds_since(*running_since_));
-          why = rf::str("the job ended ", ran, " s after it first ran (at=", *f.at_seconds, ")");
-        }
-      } else if (f.step) {
-        const std::string spec = f.to_string();
-        if (std::any_of(fired.begin(), fired.end(), [&](const json& x) { return x.value("spec", "") == spec; }))
-          continue;
-        const bool done = last_status_.value("phase", "") == "DONE";
-        certain = done;
-        if (*f.step > last_step_ && done) {
-          why = last_step_ < 0 ? std::string("the job ended before any step") : rf::str("the job ended at step ", last_step_);
-        } else if (*f.step > last_step_) {
-          why = last_step_ < 0 ? std::string("no step was reported") : rf::str("the last step reported was ", last_step_);
-          why += " (the workers report their step by heartbeat, so the job may have gone a little further)";
-        } else {
-          why = rf::str("step ", *f.step, " was reached, but no worker fired it");
-          if (f.phase == FaultPhase::Transfer)
-            why += rf::str(" (phase=transfer fires only in a recovery that redoes step ", *f.step, ", in rank ", f.rank,
-                           " if it sends or receives the state)");
-          else if (f.phase == FaultPhase::Recovery)
-            why += rf::str(" (phase=recovery fires only in a recovery that redoes step ", *f.step, ")");
-          else if (f.after_chunks)
-            why += rf::str(" (it fires in the worker of rank ", f.rank, ", in its first incarnation only, once ",
-                           *f.after_chunks, " chunk(s) of the step's all-reduce went through: it may have had fewer)");
-          else
-            why += rf::str(" (it fires in the worker of rank ", f.rank, " at that step, in its first incarnation only)");
-          if (!done) why += "; the job did not end DONE";
-        }
-      } else {
-        continue;
-      }
-      out.push_back({{"spec", f.to_string()}, {"certain", certain}, {"reason", why}});
-    }
-    return out;
+  InjectRecord inject_record() const {
+    InjectRecord r;
+    for (const auto& w : workers_) r.node_slots.insert(w.slot);
+    r.due = fired_;
+    r.skipped = skipped_;
+    if (running_since_) r.ran_for_s = rf::seconds_since(*running_since_);
+    r.last_step = last_step_;
+    r.done = last_status_.value("phase", "") == "DONE";
+    return r;
   }
 
   int finish() {
@@ -600,7 +571,7 @@ class Supervisor {
                 {"wall_s", rf::seconds_since(start_)},
                 {"start_wall_us", start_wall_us_},
                 {"injected", injected},
-                {"not_fired", not_fired(fired)},
+                {"not_fired", not_fired(opt_.inject, inject_record(), fired)},
                 {"last_step", last_step_},
                 {"workers", workers},
                 {"recoveries", summary.value("recoveries", json::array())}};

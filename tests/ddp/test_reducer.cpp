@@ -1,6 +1,6 @@
 // Reducer against a fake communicator: an all-reduce over W identical ranks is the buffer
-// times W, which makes every expectation exact. (The real multi-process case is
-// reducer_mp_test.)
+// times W, which makes every expectation exact; and the op numbers it gives its buckets
+// (OpPlan). (The real multi-process case is reducer_mp_test.)
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -8,8 +8,11 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "base/str.h"
 #include "comm/errors.h"
+#include "comm/tag.h"
 #include "core/optim/sgd.h"
+#include "ddp/op_plan.h"
 #include "ddp/reducer.h"
 #include "test_model.h"
 
@@ -207,4 +210,55 @@ TEST_CASE("a reducer destroyed before its parameters leaves harmless hooks") {
   Batch b = batch(2);
   ddp::testing::sum_loss((*model)(b.x), b.y).backward();  // hooks fire into nothing
   CHECK(model->parameters()[0].grad().defined());
+}
+
+// The op field of the tag (comm::StepTag) numbers every collective of a step: the buckets'
+// all-reduces and the trainer's own (ddp/op_plan.h). A layout with more buckets than the
+// field has room for beside the trainer's ops is refused when the reducer is built; one
+// that fits gives its buckets ops that no trainer collective uses.
+namespace {
+// n scalar parameters with a 4-byte cap: n buckets of one float each.
+std::vector<NamedTensor> scalars(int n) {
+  std::vector<NamedTensor> ps;
+  for (int i = 0; i < n; ++i) {
+    Tensor t = Tensor::zeros({1});
+    t.set_requires_grad(true);
+    ps.emplace_back(str("p", i), t);
+  }
+  return ps;
+}
+constexpr ddp::ReducerOptions kOneFloatBuckets{.bucket_cap_bytes = 4, .last_bucket_cap_bytes = 0};
+}  // namespace
+
+TEST_CASE("a layout with more buckets than the tag's op field numbers is refused, naming both counts") {
+  // 253: the first count whose last bucket would take the transfer's size op; 300: beyond
+  // the field itself.
+  for (int n : {ddp::OpPlan::kMaxBuckets + 1, 300}) {
+    CAPTURE(n);
+    const auto ps = scalars(n);
+    const std::string counts = str(n, " buckets (bucket cap 4 bytes), but at most 252 fit the tag's op field");
+    const std::string advice = str("raise the bucket cap (ReducerOptions::bucket_cap_bytes): ", 4 * n,
+                                   " bytes of gradients need at least 8 bytes per bucket");
+    CHECK_THROWS_WITH_AS(ddp::Reducer(ps, kOneFloatBuckets), doctest::Contains(counts.c_str()), InvalidInput);
+    CHECK_THROWS_WITH_AS(ddp::Reducer(ps, kOneFloatBuckets), doctest::Contains(advice.c_str()), InvalidInput);
+  }
+}
+
+TEST_CASE("the most buckets that fit: ops 0 .. 251, none of them a trainer's op") {
+  const auto ps = scalars(ddp::OpPlan::kMaxBuckets);
+  ddp::Reducer red(ps, kOneFloatBuckets);
+  REQUIRE(red.num_buckets() == 252);
+  TimesW comm(2);
+  red.begin_step(comm, 9, {.samples = 1});
+  red.finish();
+  REQUIRE(comm.ops.size() == 252);
+  for (uint32_t b = 0; b < 252; ++b) {
+    CAPTURE(b);
+    CHECK(comm.ops[b] == b);
+    CHECK(comm.steps[b] == 9);
+    for (uint32_t trainer : {ddp::OpPlan::transfer_size(9).op, ddp::OpPlan::transfer_image(9).op,
+                             ddp::OpPlan::verify(9).op, comm::StepTag::kInternalOp})
+      CHECK(comm.ops[b] != trainer);
+  }
+  CHECK_THROWS_AS(red.ops().bucket(9, 252), EnforceError);
 }

@@ -3,9 +3,15 @@
 //   launcher_exit_worker join-exit SLOT STATUS PROGRAM...
 //       in SLOT, incarnation 0: join, then _exit(STATUS) at once (no leave, no sleep);
 //       every other slot and incarnation execs PROGRAM...
+//   launcher_exit_worker die-before-join SLOT signal|exit N PROGRAM...
+//       in SLOT, incarnation 0: before any contact with the coordinator, kill itself with
+//       signal N (as the OOM killer or a `kill -9` of a starting worker would) or _exit(N)
+//       (a start-up error that a restart may not meet again); every other slot and
+//       incarnation execs PROGRAM...
 //   launcher_exit_worker fatal TEXT
 //       join, report TEXT as a fatal error (Client::fatal), exit 1 — every slot, every
 //       incarnation: a configuration error that a restart would meet again.
+#include <signal.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -30,6 +36,24 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "launcher_exit_worker: cannot run %s\n", argv[4]);
       return 127;
     }
+    if (mode == "die-before-join" && argc >= 6) {
+      const ClientOptions opt = ClientOptions::from_env();
+      const std::string how = argv[3];
+      const int n = std::atoi(argv[4]);
+      if (opt.slot == std::atoi(argv[2]) && opt.incarnation == 0) {
+        if (how == "signal") {
+          ::signal(n, SIG_DFL);
+          ::kill(getpid(), n);
+        }
+        if (how == "exit") _exit(n);
+        std::fprintf(stderr, "launcher_exit_worker: die-before-join: '%s' is neither signal nor exit, or signal %d "
+                     "did not end the process\n", how.c_str(), n);
+        return 125;
+      }
+      execv(argv[5], argv + 5);
+      std::fprintf(stderr, "launcher_exit_worker: cannot run %s\n", argv[5]);
+      return 127;
+    }
     if (mode == "fatal" && argc == 3) {
       Client client(ClientOptions::from_env());
       client.join();
@@ -40,6 +64,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "launcher_exit_worker: %s\n", e.what());
     return 1;
   }
-  std::fprintf(stderr, "usage: launcher_exit_worker join-exit SLOT STATUS PROGRAM... | fatal TEXT\n");
+  std::fprintf(stderr,
+               "usage: launcher_exit_worker join-exit SLOT STATUS PROGRAM... | die-before-join SLOT signal|exit N "
+               "PROGRAM... | fatal TEXT\n");
   return 2;
 }

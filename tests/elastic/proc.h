@@ -119,6 +119,16 @@ inline std::string slurp(const std::string& path) {
   return ss.str();
 }
 
+// Waits (re-reading, bounded by the deadline) until the file at `path` contains `text`.
+inline bool wait_text(const std::string& path, const std::string& text, rf::Duration timeout) {
+  const auto deadline = rf::Clock::now() + capped(timeout);
+  while (slurp(path).find(text) == std::string::npos) {
+    if (rf::Clock::now() >= deadline) return false;
+    ::poll(nullptr, 0, 3);
+  }
+  return true;
+}
+
 // How many times `what` occurs in `text` (a launcher's output: said once, not per spawn).
 inline size_t occurrences(const std::string& text, const std::string& what) {
   size_t n = 0;

@@ -5,9 +5,19 @@
 // - a worker that had left the job (finished its steps) and then exits non-zero is not
 //   restarted, and the launcher exits 1 naming it;
 // - a worker's fatal configuration error (Client::fatal) STOPs the job with that error:
-//   said once by the launcher, nothing restarted.
+//   said once by the launcher, nothing restarted;
+// - before the job first ran, a worker that never registered: killed by a signal, it is
+//   restarted like any crash; exiting with an error status, it is restarted once, and the
+//   job ends with that status when the next incarnation of the slot does the same (or the
+//   slot has no restarts left); RINGFENCE_JOB_RAN tells each worker whether the job had
+//   run when it started (a restart after a start-up error must check what the start did).
 #include <doctest/doctest.h>
 #include <signal.h>
+
+#include <algorithm>
+#include <sstream>
+#include <string>
+#include <vector>
 
 #include "base/str.h"
 #include "tests/elastic/launch.h"
@@ -79,4 +89,110 @@ TEST_CASE("run: a worker's fatal error stops the job with that error, without re
   CHECK(s["restarts"] == 0);
   CHECK(s["error"].get<std::string>().find("cannot run: " + text) != std::string::npos);
   for (const auto& w : s["workers"]) CHECK(w["spawns"].size() == 1);
+}
+
+// A worker's first incarnation dies before it contacts the coordinator, then the slot runs
+// normally: SIGKILLed (by itself, standing in for the OOM killer), a crash like any other;
+// exiting 4, a start-up error that did not come back. Either way it is restarted within
+// --max-restarts and the job ends DONE.
+TEST_CASE("run: a worker killed by a signal, or exiting with an error once, before it registered is restarted") {
+  struct Case {
+    std::string slot, how, n, note;
+    int status;
+  };
+  for (const Case& c :
+       {Case{"1", "signal", "9", "slot 1 (incarnation 0) was killed by signal 9 before it registered with the "
+                                 "coordinator: restarted", -9},
+        Case{"0", "exit", "4", "slot 0 (incarnation 0) exited with status 4 before it registered with the "
+                               "coordinator: restarted once", 4}}) {
+    CAPTURE(c.how);
+    Launch l("die-before-join");
+    l.start({"-n", "2", "--summary", l.summary},
+            {RF_EXIT_WORKER, "die-before-join", c.slot, c.how, c.n, RF_TEST_WORKER, "--steps", "5", "--step-ms", "1"});
+    const int st = l.wait();
+    const std::string out = slurp(l.out);
+    INFO("output:\n", out);
+    CHECK(st == 0);
+    CHECK(out.find(c.note) != std::string::npos);
+    CHECK(out.find("the job ends") == std::string::npos);
+    check_restarted_once(l.summary_json(), std::stoi(c.slot), c.status);
+  }
+}
+
+// RINGFENCE_JOB_RAN tells a worker whether the job had run when it started: a restart
+// into a running job may skip start-up checks (train_mlp's test set), a restart after a
+// start-up error must not, or it would not fail again and the job would not end with that
+// error. Slot 1 dies by a signal before registering (its restart: 0); once the launcher has
+// printed generation 1 RUNNING the test SIGKILLs that restart (the next one: 1). The
+// wrapper records each worker's environment and pid (exec keeps it).
+TEST_CASE("run: RINGFENCE_JOB_RAN is 0 for a worker started before the job first ran, 1 after") {
+  Launch l("job-ran");
+  const std::string wrapper = R"(d=$1; shift
+echo "$RINGFENCE_SLOT $RINGFENCE_INCARNATION ${RINGFENCE_JOB_RAN-unset}" >> "$d/env"
+echo $$ > "$d/pid-$RINGFENCE_SLOT-$RINGFENCE_INCARNATION.tmp"
+mv "$d/pid-$RINGFENCE_SLOT-$RINGFENCE_INCARNATION.tmp" "$d/pid-$RINGFENCE_SLOT-$RINGFENCE_INCARNATION"
+exec "$@")";
+  l.start({"-n", "2", "--summary", l.summary},
+          {"/bin/sh", "-c", wrapper, "wrap", l.dir, RF_EXIT_WORKER, "die-before-join", "1", "signal", "9", RF_TEST_WORKER,
+           "--steps", "1000000", "--step-ms", "5"});
+  const std::string env = l.dir + "/env";
+  REQUIRE_MESSAGE(l.wait_output("ringfence: g 1 RUNNING", 30s), "generation 1 never ran:\n", slurp(l.out));
+  const pid_t restart = std::stoi(slurp(l.dir + "/pid-1-1"));
+  ::kill(restart, SIGKILL);
+  const bool restarted = wait_text(env, "1 2 ", 30s);
+  l.proc.signal(SIGTERM);
+  l.wait();
+  INFO("output:\n", slurp(l.out), "\nenv:\n", slurp(env));
+  REQUIRE(restarted);
+  std::vector<std::string> lines;
+  std::istringstream in(slurp(env));
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  std::sort(lines.begin(), lines.end());
+  CHECK(lines == std::vector<std::string>{"0 0 0", "1 0 0", "1 1 0", "1 2 1"});
+}
+
+// A bad flag fails every incarnation the same way: the first exit is restarted, the
+// second ends the job with the worker's status and the launcher's own error, at once (not
+// after --min-world-timeout, 30 s, which a slot that is simply not restarted would wait).
+TEST_CASE("run: a worker that exits with an error before it registered twice in a row ends the job") {
+  Launch l("exit-twice-before-join");
+  l.start({"-n", "1", "--summary", l.summary}, {RF_TEST_WORKER, "--bogus", "1"});
+  const int st = l.wait();
+  const std::string out = slurp(l.out);
+  INFO("output:\n", out);
+  CHECK(st == 2);
+  CHECK(occurrences(out, "unknown option --bogus") == 2);
+  CHECK(out.find("slot 0 (incarnation 0) exited with status 2 before it registered with the coordinator: "
+                 "restarted once") != std::string::npos);
+  json s = l.summary_json();
+  REQUIRE(!s.is_discarded());
+  CHECK(s["exit_status"] == 2);
+  CHECK(s["restarts"] == 1);
+  REQUIRE(s["workers"][0]["exits"].size() == 2);
+  CHECK(s["workers"][0]["exits"][0]["status"] == 2);
+  CHECK(s["workers"][0]["exits"][1]["status"] == 2);
+  CHECK(s["error"].get<std::string>().find("slot 0 (incarnation 1) exited with status 2 before it registered with "
+                                           "the coordinator, as incarnation 0 did: not restarted, the job ends") !=
+        std::string::npos);
+  CHECK(s["wall_s"].get<double>() < 10.0);
+}
+
+// With --max-restarts 0 the first such exit ends the job: nothing else would restart it,
+// and the job would wait for the slot until --min-world-timeout.
+TEST_CASE("run: --max-restarts 0: a worker that exits with an error before it registered ends the job at once") {
+  Launch l("exit-before-join-norestart");
+  l.start({"-n", "2", "--max-restarts", "0", "--summary", l.summary},
+          {RF_EXIT_WORKER, "die-before-join", "1", "exit", "4", RF_TEST_WORKER, "--steps", "1000000"});
+  const int st = l.wait();
+  const std::string out = slurp(l.out);
+  INFO("output:\n", out);
+  CHECK(st == 4);
+  json s = l.summary_json();
+  REQUIRE(!s.is_discarded());
+  CHECK(s["restarts"] == 0);
+  CHECK(s["workers"][1]["spawns"].size() == 1);
+  CHECK(s["error"].get<std::string>().find("slot 1 (incarnation 0) exited with status 4 before it registered with "
+                                           "the coordinator and has no restarts left (--max-restarts 0): not "
+                                           "restarted, the job ends") != std::string::npos);
+  CHECK(s["wall_s"].get<double>() < 10.0);
 }

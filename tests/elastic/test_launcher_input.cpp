@@ -1,10 +1,11 @@
 // `ringfence run` / `ringfence timeline` and bad input: a PROGRAM that cannot be run and an
 // unwritable --summary are refused before anything starts (exit 2, nothing created); a
-// worker that exits before it registered with the coordinator in the first forming ends
-// the job with its exit status instead of being restarted (one that registered is still
-// restarted); a worker that exits non-zero
-// after the job is DONE is not restarted and fails the launcher; an empty event log says so,
-// and the timeline prints an event without a generation or step (listening) without them.
+// worker that exits with an error before it registered with the coordinator in the first
+// forming, twice in a row, ends the job with its exit status (one that registered is
+// restarted as any crash; test_launcher_exits.cpp has the rest of the start-up rule); a
+// worker that exits non-zero after the job is DONE is not restarted and fails the
+// launcher; an empty event log says so, and the timeline prints an event without a
+// generation or step (listening) without them.
 #include <doctest/doctest.h>
 #include <sys/stat.h>
 
@@ -43,24 +44,29 @@ TEST_CASE("run: a PROGRAM that cannot be run is refused before anything starts, 
   }
 }
 
-TEST_CASE("run: a worker that fails before it registered ends the job with its exit status, not restarted") {
+// Both slots fail the same way: the first slot whose restart fails again ends the job (the
+// other may have been restarted once too, or been killed first).
+TEST_CASE("run: a worker that fails before it registered, again when restarted, ends the job with its exit status") {
   Launch l("prog-noreg");
   l.start({"-n", "2", "--summary", l.dir + "/summary.json"}, {RF_TEST_WORKER, "--bogus", "1"});
   CHECK(l.wait() == 2);  // the worker's own exit status (a usage error)
   const std::string out = slurp(l.out);
   INFO("output:\n", out);
-  CHECK(occurrences(out, "unknown option --bogus") <= 2);  // each slot started once at most
-  CHECK(out.find("before it registered with the coordinator") != std::string::npos);
-  CHECK(out.find("exited with status 2") != std::string::npos);
+  CHECK(occurrences(out, "unknown option --bogus") <= 4);  // each slot started twice at most
+  CHECK(out.find("(incarnation 1) exited with status 2 before it registered with the coordinator, as incarnation 0 "
+                 "did: not restarted, the job ends") != std::string::npos);
   json s = json::parse(slurp(l.summary), nullptr, false);
   REQUIRE(!s.is_discarded());
-  CHECK(s["restarts"] == 0);
+  CHECK(s["restarts"] >= 1);
+  CHECK(s["restarts"] <= 2);
+  for (const auto& w : s["workers"]) CHECK(w["spawns"].size() <= 2);
   CHECK(s["exit_status"] == 2);
   CHECK(s["error"].get<std::string>().find("before it registered") != std::string::npos);
 }
 
-// One slot cannot start (exit 5 before registering), the other registers and waits for the
-// world to form: the job ends with 5 and the waiting worker is killed, not left behind.
+// One slot cannot start (exit 5 before registering, in every incarnation), the other
+// registers and waits for the world to form: the slot is restarted once, then the job ends
+// with 5 and the waiting worker is killed, not left behind.
 TEST_CASE("run: one slot failing to start ends the job with its status; the other worker is stopped") {
   Launch l("prog-noreg-one");
   const std::string script = rf::str("if [ \"$RINGFENCE_SLOT\" = 1 ]; then echo slot 1 cannot start >&2; exit 5; fi; "
@@ -69,11 +75,11 @@ TEST_CASE("run: one slot failing to start ends the job with its status; the othe
   CHECK(l.wait() == 5);
   const std::string out = slurp(l.out);
   INFO("output:\n", out);
-  CHECK(occurrences(out, "slot 1 cannot start") == 1);
-  CHECK(out.find("slot 1 (incarnation 0) exited with status 5 before it registered") != std::string::npos);
+  CHECK(occurrences(out, "slot 1 cannot start") == 2);
+  CHECK(out.find("slot 1 (incarnation 1) exited with status 5 before it registered") != std::string::npos);
   json s = json::parse(slurp(l.summary), nullptr, false);
   REQUIRE(!s.is_discarded());
-  CHECK(s["restarts"] == 0);
+  CHECK(s["restarts"] == 1);
   REQUIRE(s["workers"][0]["exits"].size() == 1);
   CHECK(s["workers"][0]["exits"][0]["status"] == -9);  // the waiting slot 0, killed by the launcher
 }

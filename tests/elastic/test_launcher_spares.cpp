@@ -54,16 +54,6 @@ bool wait_file(const std::string& path, rf::Duration timeout) {
   return true;
 }
 
-// Waits (re-reading, bounded by the deadline) until the file at `path` contains `text`.
-bool wait_text(const std::string& path, const std::string& text, rf::Duration timeout) {
-  const auto deadline = rf::Clock::now() + capped(timeout);
-  while (slurp(path).find(text) == std::string::npos) {
-    if (rf::Clock::now() >= deadline) return false;
-    ::poll(nullptr, 0, 3);
-  }
-  return true;
-}
-
 // `ringfence run -n 2 --spares 1` (slots 0, 1; spare 2) of the test worker through the
 // wrapper, holding worker gate_slot/gate_incarnation in its start-up.
 struct SpareJob {
