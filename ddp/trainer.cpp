@@ -442,6 +442,7 @@ struct Trainer::Impl {
         optimizer.step();  // the only writer of parameters (R1)
       }
       state.set_step(s);
+      inj->step_took(s, std::chrono::nanoseconds(now_ns() - busy_since_ns));  // a slow spec's reference
       if (client) client->set_step(s);
       result.final_loss = reducer.global_loss();
       if (audit_->enabled())
