@@ -116,10 +116,16 @@ void FaultInjector::slow_step(size_t i, int64_t step, const char* where) {
 void FaultInjector::step_took(int64_t step, std::chrono::nanoseconds d) {
   if (!measures_steps_) return;  // no lock in a step of a job without a factor= spec
   std::lock_guard<std::mutex> lk(mu_);
-  // Only this step's own delays come out: a failed step's were never part of a step time.
-  if (injected_step_ == step) d -= injected_;
+  // Only this step's own delays count: a failed step's were never part of a step time.
+  const bool slowed = injected_step_ == step;
+  if (slowed) d -= injected_;
   injected_ = std::chrono::nanoseconds(0);
   injected_step_ = -1;
+  // A slowed step's time, even without its delay, is no measure of the rank's usual step:
+  // its peers wait for it instead of it for them, and it gets more of the cores, so its net
+  // time shrinks and the next delay would shrink with it (a factor of 5 gave 1.1-3.2x on a
+  // loaded 2-core machine). It counts only while nothing else is known (a range from step 0).
+  if (slowed && !recent_.empty()) return;
   recent_.push_back(std::max(d, std::chrono::nanoseconds(0)));
   if (recent_.size() > kStepWindow) recent_.pop_front();
 }

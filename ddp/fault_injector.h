@@ -10,11 +10,12 @@
 //   exit  _exit(3)              drop  force-closes this rank's endpoints (the hook given)
 //   slow  delays the step (a slow rank is not a failure): each of the spec's steps= steps
 //         (default 1) from step=, by (factor - 1) x the median of this rank's last
-//         kStepWindow step times, or by a fixed slow_ms (200 ms) without factor= or while
-//         no step time is known yet. The trainer reports each applied step's duration
-//         (step_took); the delays this injector added are taken out of it, so a slowed
-//         step does not raise the median the next delay is computed from. Each step of
-//         the range is delayed once: a redone step that was delayed is not delayed again.
+//         kStepWindow step times that were not slowed, or by a fixed slow_ms (200 ms)
+//         without factor= or while no step time is known yet. The trainer reports each
+//         applied step's duration (step_took); a slowed step's own time is left out of the
+//         window (step_took says why), so a long range keeps the rank's usual step time as
+//         its reference. Each step of the range is delayed once: a redone step that was
+//         delayed is not delayed again.
 // Phases transfer/recovery match the step being redone (T+1) of a recovery.
 // Once per job, not once per attempt: a step that is redone after a recovery does not
 // fire its faults again (else a shrunk group, whose new rank R is another worker, would
@@ -37,7 +38,7 @@
 namespace rf::ddp {
 
 // The delay of one step slowed by `slow` (pure, unit-tested): (factor - 1) x the median of
-// recent (durations of this rank's recent steps, without injected delays), or `fixed`
+// recent (durations of this rank's recent steps that were not slowed), or `fixed`
 // without a factor or with no recent step yet.
 std::chrono::nanoseconds slow_delay(const elastic::FaultSpec& slow, std::span<const std::chrono::nanoseconds> recent,
                                     std::chrono::nanoseconds fixed);
@@ -90,7 +91,7 @@ class FaultInjector {
   // slow_step runs on the training thread or comm's driving thread (after_chunks), step_took
   // on the training thread: both under mu_.
   std::mutex mu_;
-  std::deque<std::chrono::nanoseconds> recent_;  // the last kStepWindow step times, net
+  std::deque<std::chrono::nanoseconds> recent_;  // the last kStepWindow times of steps not slowed
   std::chrono::nanoseconds injected_{0};          // delays added to step injected_step_
   int64_t injected_step_ = -1;
   bool measures_steps_ = false;  // a factor= spec may fire here: step_took keeps the times
