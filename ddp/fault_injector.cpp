@@ -4,19 +4,35 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <thread>
 
 namespace rf::ddp {
 
 using elastic::FaultKind;
 using elastic::FaultPhase;
 
+std::chrono::nanoseconds slow_delay(const elastic::FaultSpec& slow, std::span<const std::chrono::nanoseconds> recent,
+                                    std::chrono::nanoseconds fixed) {
+  if (!slow.factor || recent.empty()) return fixed;
+  std::vector<std::chrono::nanoseconds> v(recent.begin(), recent.end());
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  const double median = n % 2 ? static_cast<double>(v[n / 2].count())
+                              : (static_cast<double>(v[n / 2 - 1].count()) + static_cast<double>(v[n / 2].count())) / 2;
+  return std::chrono::nanoseconds(static_cast<int64_t>((*slow.factor - 1) * median));
+}
+
 FaultInjector::FaultInjector(std::vector<elastic::FaultSpec> specs, int64_t incarnation, int slot)
     : incarnation_(incarnation), slot_(slot) {
   for (auto& s : specs)
     if (!s.launcher_side()) specs_.push_back(std::move(s));
   fired_ = std::vector<std::atomic<bool>>(specs_.size());
+  last_slowed_ = std::vector<std::atomic<int64_t>>(specs_.size());
+  for (auto& x : last_slowed_) x.store(-1);
+  for (const auto& f : specs_) measures_steps_ = measures_steps_ || (incarnation_ == 0 && f.factor.has_value());
 }
 
 std::unique_ptr<FaultInjector> FaultInjector::from_env(int64_t incarnation, int slot) {
@@ -27,6 +43,9 @@ std::unique_ptr<FaultInjector> FaultInjector::from_env(int64_t incarnation, int 
 void FaultInjector::on_plan(int64_t redo, bool fresh) {
   prev_max_redo_.store(max_redo_.load());
   if (!fresh && redo > max_redo_.load()) max_redo_.store(redo);
+  std::lock_guard<std::mutex> lk(mu_);
+  injected_ = std::chrono::nanoseconds(0);  // the step that was delayed was not applied
+  injected_step_ = -1;
 }
 
 bool FaultInjector::eligible(FaultPhase phase, int64_t step) const {
@@ -39,10 +58,18 @@ void FaultInjector::at(FaultPhase phase, int64_t step) {
   for (size_t i = 0; i < specs_.size(); ++i) {
     const auto& f = specs_[i];
     const FaultPhase p = f.phase.value_or(FaultPhase::Forward);
-    if (p != phase || f.step != step || f.rank != rank_.load() || !eligible(p, step)) continue;
+    if (p != phase || f.rank != rank_.load()) continue;
     if (p == FaultPhase::Allreduce && f.after_chunks.value_or(0) > 0) continue;  // on_chunk's
-    fire(i, elastic::to_string(phase));
+    if (f.kind == FaultKind::Slow) {
+      if (slows(f, step)) slow_step(i, step, elastic::to_string(phase));
+      continue;
+    }
+    if (f.step == step && eligible(p, step)) fire(i, elastic::to_string(phase));
   }
+}
+
+bool FaultInjector::slows(const elastic::FaultSpec& f, int64_t step) const {
+  return step >= *f.step && step - *f.step < f.steps.value_or(1);
 }
 
 void FaultInjector::on_chunk(uint64_t step, uint64_t chunks_done) {
@@ -50,19 +77,71 @@ void FaultInjector::on_chunk(uint64_t step, uint64_t chunks_done) {
   for (size_t i = 0; i < specs_.size(); ++i) {
     const auto& f = specs_[i];
     if (f.phase != FaultPhase::Allreduce || f.after_chunks.value_or(0) <= 0) continue;
-    if (static_cast<int64_t>(step) != f.step || f.rank != rank_.load()) continue;
-    if (static_cast<int64_t>(chunks_done) < *f.after_chunks || !eligible(FaultPhase::Allreduce, *f.step)) continue;
-    fire(i, "allreduce");
+    if (f.rank != rank_.load() || static_cast<int64_t>(chunks_done) < *f.after_chunks) continue;
+    const auto s = static_cast<int64_t>(step);
+    if (f.kind == FaultKind::Slow) {
+      if (slows(f, s)) slow_step(i, s, "allreduce");
+      continue;
+    }
+    if (s == f.step && eligible(FaultPhase::Allreduce, s)) fire(i, "allreduce");
   }
+}
+
+void FaultInjector::slow_step(size_t i, int64_t step, const char* where) {
+  // Claim the step: the chunk hook calls once per chunk, and a redone step was delayed.
+  int64_t prev = last_slowed_[i].load();
+  do {
+    if (prev >= step) return;
+  } while (!last_slowed_[i].compare_exchange_weak(prev, step));
+  if (!fired_[i].exchange(true)) announce(i, step, where);  // once per spec, at its first delayed step
+  std::chrono::nanoseconds d;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    const std::vector<std::chrono::nanoseconds> recent(recent_.begin(), recent_.end());
+    d = slow_delay(specs_[i], recent, slow_ms_);
+    // A recovery's delays (phase transfer or recovery) come before the redone step starts.
+    const FaultPhase p = specs_[i].phase.value_or(FaultPhase::Forward);
+    if (p != FaultPhase::Transfer && p != FaultPhase::Recovery) {
+      if (injected_step_ != step) injected_ = std::chrono::nanoseconds(0);
+      injected_step_ = step;
+      injected_ += d;
+    }
+  }
+  if (sleep_)
+    sleep_(d);
+  else
+    std::this_thread::sleep_for(d);
+}
+
+void FaultInjector::step_took(int64_t step, std::chrono::nanoseconds d) {
+  if (!measures_steps_) return;  // no lock in a step of a job without a factor= spec
+  std::lock_guard<std::mutex> lk(mu_);
+  // Only this step's own delays count: a failed step's were never part of a step time.
+  const bool slowed = injected_step_ == step;
+  if (slowed) d -= injected_;
+  injected_ = std::chrono::nanoseconds(0);
+  injected_step_ = -1;
+  // A slowed step's time, even without its delay, is no measure of the rank's usual step:
+  // its peers wait for it instead of it for them, and it gets more of the cores, so its net
+  // time shrinks and the next delay would shrink with it (a factor of 5 gave 1.1-3.2x on a
+  // loaded 2-core machine). It counts only while nothing else is known (a range from step 0).
+  if (slowed && !recent_.empty()) return;
+  recent_.push_back(std::max(d, std::chrono::nanoseconds(0)));
+  if (recent_.size() > kStepWindow) recent_.pop_front();
+}
+
+void FaultInjector::announce(size_t i, int64_t step, const char* where) {
+  const auto& f = specs_[i];
+  std::fprintf(stderr, "ringfence worker slot %d rank %d: inject %s (at %s)\n", slot_, rank_.load(),
+               f.to_string().c_str(), where);
+  std::fflush(stderr);
+  if (before_fire_) before_fire_(f, step);
 }
 
 void FaultInjector::fire(size_t i, const char* where) {
   if (fired_[i].exchange(true)) return;
   const auto& f = specs_[i];
-  std::fprintf(stderr, "ringfence worker slot %d rank %d: inject %s (at %s)\n", slot_, rank_.load(),
-               f.to_string().c_str(), where);
-  std::fflush(stderr);
-  if (before_fire_) before_fire_(f, *f.step);
+  announce(i, *f.step, where);
   switch (f.kind) {
     case FaultKind::Kill: ::raise(SIGKILL); break;
     case FaultKind::Stop: ::raise(SIGSTOP); break;
@@ -72,7 +151,7 @@ void FaultInjector::fire(size_t i, const char* where) {
     case FaultKind::Drop:
       if (drop_) drop_();
       break;
-    case FaultKind::Slow: ::poll(nullptr, 0, slow_ms_); break;
+    case FaultKind::Slow: break;  // slow_step's: it may delay many steps
   }
 }
 

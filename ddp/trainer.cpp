@@ -468,7 +468,9 @@ struct Trainer::Impl {
         optimizer.step();  // the only writer of parameters (R1)
       }
       state.set_step(s);
-      stall.observe(Clock::now() - step_began);
+      const Duration step_time = Clock::now() - step_began;
+      stall.observe(step_time);
+      inj->step_took(s, step_time);  // a slow spec's reference
       if (client) client->set_step(s);
       result.final_loss = reducer.global_loss();
       if (audit_->enabled())

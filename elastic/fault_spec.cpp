@@ -2,6 +2,7 @@
 
 #include <charconv>
 #include <cmath>
+#include <cstdlib>
 #include <set>
 
 #include "base/error.h"
@@ -25,7 +26,8 @@ std::vector<std::string> split(const std::string& s, char sep) {
 [[noreturn]] void bad(const std::string& spec, const std::string& why) {
   throw rf::InvalidInput(rf::str("fault spec '", spec, "': ", why,
                                  " (expected KIND:rank=R:step=S[:phase=P][:after_chunks=K] or "
-                                 "KIND:rank=R:at=SECONDS, KIND in kill|stop|hang|exit|drop|slow)"));
+                                 "KIND:rank=R:at=SECONDS, KIND in kill|stop|hang|exit|drop|slow; slow also "
+                                 "takes :factor=F:steps=N)"));
 }
 
 int64_t parse_int(const std::string& spec, const std::string& key, const std::string& v,
@@ -36,6 +38,24 @@ int64_t parse_int(const std::string& spec, const std::string& key, const std::st
     bad(spec, rf::str(key, "='", v, "' is not an integer"));
   if (x < min) bad(spec, rf::str(key, "=", x, " must be >= ", min));
   return x;
+}
+
+// A finite number in [min, max], named in the error.
+double parse_real(const std::string& spec, const std::string& key, const std::string& v, double min, double max,
+                  const char* what) {
+  char* end = nullptr;
+  const double x = std::strtod(v.c_str(), &end);
+  if (v.empty() || end != v.c_str() + v.size() || !std::isfinite(x) || x < min || x > max)
+    bad(spec, rf::str(key, "='", v, "' is not ", what));
+  return x;
+}
+
+// The shortest text that reads back as the same double, so parse(to_string(x)) == x for
+// every value (an ostream's 6 significant digits would round 1.2345678 to 1.23457).
+std::string shortest(double x) {
+  char buf[32];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, x);
+  return ec == std::errc() ? std::string(buf, end) : rf::str(x);
 }
 
 }  // namespace
@@ -92,11 +112,12 @@ FaultSpec parse_fault_spec(const std::string& text) {
     } else if (key == "after_chunks") {
       f.after_chunks = parse_int(text, key, v, 0);
     } else if (key == "at") {
-      char* end = nullptr;
-      double x = std::strtod(v.c_str(), &end);
-      if (v.empty() || end != v.c_str() + v.size() || !std::isfinite(x) || x < 0 || x > 1e7)
-        bad(text, rf::str("at='", v, "' is not a time in seconds >= 0"));
-      f.at_seconds = x;
+      f.at_seconds = parse_real(text, key, v, 0, 1e7, "a time in seconds >= 0");
+    } else if (key == "factor") {
+      f.factor = parse_real(text, key, v, 1, 1000, "a number from 1 to 1000 (a step takes factor x its usual time)");
+    } else if (key == "steps") {
+      f.steps = parse_int(text, key, v, 1);
+      if (*f.steps > 1'000'000'000) bad(text, "steps= is too large");
     } else if (key == "phase") {
       static const std::pair<const char*, FaultPhase> phases[] = {
           {"forward", FaultPhase::Forward},     {"backward", FaultPhase::Backward},
@@ -114,6 +135,9 @@ FaultSpec parse_fault_spec(const std::string& text) {
   if (!f.step && !f.at_seconds) bad(text, "one of step= or at= is required");
   if (f.at_seconds && (f.phase || f.after_chunks))
     bad(text, "phase= and after_chunks= only go with step=");
+  if ((f.factor || f.steps) && f.kind != FaultKind::Slow)
+    bad(text, rf::str("factor= and steps= only go with kind slow, not ", to_string(f.kind)));
+  if (f.at_seconds && (f.factor || f.steps)) bad(text, "factor= and steps= only go with step=");
   if (f.at_seconds && f.kind != FaultKind::Kill && f.kind != FaultKind::Stop)
     bad(text, "the launcher can only kill or stop at a time (kind kill or stop with at=)");
   return f;
@@ -134,7 +158,9 @@ std::string FaultSpec::to_string() const {
   if (step) s += rf::str(":step=", *step);
   if (phase) s += rf::str(":phase=", elastic::to_string(*phase));
   if (after_chunks) s += rf::str(":after_chunks=", *after_chunks);
-  if (at_seconds) s += rf::str(":at=", *at_seconds);
+  if (factor) s += ":factor=" + shortest(*factor);
+  if (steps) s += rf::str(":steps=", *steps);
+  if (at_seconds) s += ":at=" + shortest(*at_seconds);
   return s;
 }
 

@@ -2,10 +2,13 @@
 // Fault specifications: one grammar for the launcher's --inject and the trainer's
 // injection points (issue 4):
 //   KIND:rank=R:step=S[:phase=P][:after_chunks=K]     executed inside the worker
+//   slow:rank=R:step=S[:phase=P][:after_chunks=K][:factor=F][:steps=N]
 //   KIND:rank=R:at=SECONDS                              executed by the launcher,
 //                                                       SECONDS after the job first runs
 // KIND is kill|stop|hang|exit|drop|slow; P is forward|backward|allreduce|optimizer|
-// transfer|recovery. Several specs travel in RINGFENCE_INJECT separated by ';'.
+// transfer|recovery. A slow rank delays each of the N steps from S (default 1) by
+// (F - 1) x its own median recent step time, or by a fixed 200 ms without factor=
+// (ddp/fault_injector.h). Several specs travel in RINGFENCE_INJECT separated by ';'.
 // A malformed spec throws rf::InvalidInput naming the spec and what is wrong, so the
 // launcher can refuse it before anything starts.
 #include <cstdint>
@@ -25,6 +28,8 @@ struct FaultSpec {
   std::optional<FaultPhase> phase;      // only with step
   std::optional<int64_t> after_chunks;  // only with step
   std::optional<double> at_seconds;     // launcher-side trigger
+  std::optional<double> factor;         // slow only: a step takes factor x its usual time
+  std::optional<int64_t> steps;         // slow only: consecutive steps slowed from step
 
   bool launcher_side() const { return at_seconds.has_value(); }
   std::string to_string() const;  // canonical text; parse(to_string()) == *this

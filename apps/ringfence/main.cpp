@@ -37,6 +37,7 @@ const char* kUsage =
     "  ringfence timeline EVENTS.jsonl     (the coordinator's event log as a timeline)\n"
     "SPEC: KIND:rank=R:step=S[:phase=P][:after_chunks=K] | KIND:rank=R:at=SECONDS\n"
     "      KIND kill|stop|hang|exit|drop|slow; P forward|backward|allreduce|optimizer|transfer|recovery\n"
+    "      slow also takes :factor=F:steps=N (N steps from S, each F x the rank's median step time)\n"
     "See docs/launcher.md.\n";
 
 // The worker program is looked up as execvpe() will (a name without '/' is searched in

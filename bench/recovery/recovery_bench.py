@@ -44,7 +44,6 @@ the spawn to its join (exec, model, optimizer, buckets: the replacement's start-
 --keep DIR keeps each run's files (audit logs, summary, event log) in DIR/<model>-<fault>-<trial>.
 """
 import argparse
-import glob
 import time
 import json
 import os
@@ -55,6 +54,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "ddp"))
+from auditlog import read_audits  # noqa: E402  (shared with tests/ddp/fault_test.py and bench/chaos)
 from jobprocs import kill_job, kill_workers, procs_mentioning  # noqa: E402  (shared with tests/ddp/fault_test.py)
 
 FAULTS = {
@@ -139,17 +139,9 @@ def one_run(args, model, fault, trial=0):
 
 
 def audit_lines(aud, files="audit-*.jsonl"):
-    """Every complete record of the workers' audit logs (those whose names match files:
-    audit-slotS-incI.jsonl, one per slot and incarnation). They may be read while a worker
-    appends (whole_job_run polls them): what follows the last newline of one read is not a
-    record yet. (Iterating the file's lines instead can return a record's head at one end
-    of the file and, the writer having appended meanwhile, its tail as the next line.)"""
-    lines = []
-    for fn in glob.glob(os.path.join(aud, files)):
-        with open(fn) as f:
-            text = f.read()
-        lines += [json.loads(x) for x in text[:text.rfind("\n") + 1].split("\n") if x.strip()]
-    return lines
+    """Every complete record of the workers' audit logs whose names match files (they may
+    be read while a worker appends: whole_job_run polls them; auditlog.records)."""
+    return [x for lines in read_audits(aud, files).values() for x in lines]
 
 
 def whole_job_run(args, model, fault, trial=0):

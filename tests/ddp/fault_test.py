@@ -32,6 +32,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from auditlog import exactly_once_problems  # noqa: E402  (shared with bench/chaos)
 from jobprocs import kill_job, kill_workers, procs_mentioning  # noqa: E402  (shared with bench/recovery)
 
 STEPS = 40
@@ -268,25 +269,8 @@ def check_job(name, rc, results, audits, summ, work):
     digests = {r["digest"] for r in finals}
     check(len(digests) == 1, f"{name}: replicas differ at the end: {digests}")
     # Exactly once per lineage, and one digest per step everywhere.
-    step_digest = {}
-    for fname, lines in audits.items():
-        cur = None
-        for ln in lines:
-            ev, s = ln["event"], ln["s"]
-            if ev == "start":
-                check(cur is None or cur == -1, f"{name}: {fname}: fresh start after applying {cur}")
-                cur = -1
-            elif ev == "resume":  # a whole-job restart from disk: a new lineage begins
-                cur = s
-            elif ev == "transfer":
-                check(cur is None or s >= cur, f"{name}: {fname}: transfer to older step {s} after {cur}")
-                cur = s
-            elif ev == "apply":
-                check(cur is not None and s == cur + 1, f"{name}: {fname}: applied step {s} after state {cur}")
-                cur = s
-            if ev in ("apply", "transfer") or (ev == "resume" and s >= 0):
-                d = step_digest.setdefault(s, ln["digest"])
-                check(d == ln["digest"], f"{name}: step {s} has two digests: {d} and {ln['digest']}")
+    for problem in exactly_once_problems(audits):
+        check(False, f"{name}: {problem}")
     return finals
 
 

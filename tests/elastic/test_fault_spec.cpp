@@ -23,6 +23,32 @@ TEST_CASE("fault specs parse and round-trip") {
   CHECK(parse_fault_specs("").empty());
 }
 
+TEST_CASE("a slow rank says how slow and for how many steps") {
+  auto f = parse_fault_spec("slow:rank=1:step=100:factor=5:steps=200");
+  CHECK(f.kind == FaultKind::Slow);
+  CHECK(f.step == 100);
+  CHECK(f.factor == 5.0);
+  CHECK(f.steps == 200);
+  CHECK(f.to_string() == "slow:rank=1:step=100:factor=5:steps=200");
+  CHECK(parse_fault_spec(f.to_string()) == f);
+  // Without factor= and steps= a slow spec means what it always did: one fixed delay.
+  auto once = parse_fault_spec("slow:rank=0:step=3:phase=allreduce:after_chunks=1");
+  CHECK_FALSE(once.factor.has_value());
+  CHECK_FALSE(once.steps.has_value());
+  CHECK(once.to_string() == "slow:rank=0:step=3:phase=allreduce:after_chunks=1");
+  // Every double reads back as itself (not rounded to 6 significant digits).
+  for (const char* text : {"slow:rank=2:step=7:factor=1.2345678901234567", "slow:rank=2:step=7:factor=1",
+                           "slow:rank=0:step=0:phase=backward:factor=10:steps=1"}) {
+    auto g = parse_fault_spec(text);
+    CHECK(parse_fault_spec(g.to_string()) == g);
+  }
+  auto late = parse_fault_spec("kill:rank=0:at=0.30000000000000004");
+  CHECK(parse_fault_spec(late.to_string()) == late);
+  auto list = parse_fault_specs("slow:rank=1:step=10:factor=5:steps=20;slow:rank=1:step=40:factor=10");
+  REQUIRE(list.size() == 2);
+  CHECK(parse_fault_specs(join_fault_specs(list)) == list);
+}
+
 TEST_CASE("malformed fault specs are refused with the reason") {
   auto reason = [](const std::string& s) {
     try {
@@ -45,4 +71,17 @@ TEST_CASE("malformed fault specs are refused with the reason") {
   CHECK(reason("kill:rank=1:step=1:color=red").find("unknown key") != std::string::npos);
   CHECK(reason("kill:rank=1:at=nan").find("not a time") != std::string::npos);
   CHECK_THROWS_AS(parse_fault_specs("kill:rank=1:step=1;;"), rf::InvalidInput);
+  // slow's factor= and steps=: the spec is named, and what is wrong with it.
+  const std::string r1 = reason("slow:rank=1:step=2:factor=0.5");
+  CHECK(r1.find("fault spec 'slow:rank=1:step=2:factor=0.5'") != std::string::npos);
+  CHECK(r1.find("factor='0.5' is not a number from 1 to 1000") != std::string::npos);
+  CHECK(reason("slow:rank=1:step=2:factor=fast").find("factor='fast' is not a number") != std::string::npos);
+  CHECK(reason("slow:rank=1:step=2:factor=inf").find("factor='inf' is not a number") != std::string::npos);
+  CHECK(reason("slow:rank=1:step=2:factor=").find("factor='' is not a number") != std::string::npos);
+  CHECK(reason("slow:rank=1:step=2:steps=0").find("steps=0 must be >= 1") != std::string::npos);
+  CHECK(reason("slow:rank=1:step=2:steps=2.5").find("steps='2.5' is not an integer") != std::string::npos);
+  CHECK(reason("slow:rank=1:step=2:steps=99999999999").find("steps= is too large") != std::string::npos);
+  CHECK(reason("kill:rank=1:step=2:factor=5").find("only go with kind slow, not kill") != std::string::npos);
+  CHECK(reason("hang:rank=1:step=2:steps=5").find("only go with kind slow, not hang") != std::string::npos);
+  CHECK(reason("slow:rank=1:step=2:factor=2:factor=3").find("twice") != std::string::npos);
 }

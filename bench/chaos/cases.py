@@ -1,0 +1,90 @@
+"""The chaos soak's cases: a pure function of (seed, case index), so a seed names the same
+sequence of cases on every machine and every run (however many a time budget lets run).
+
+A case is a model, a step count and its faults:
+  * "inject": --inject specs the workers fire themselves (elastic/fault_spec.h): one, or two
+    at once (other ranks, the same or another step), or a second one during the first one's
+    recovery (phase=transfer or recovery at the first one's step: the recovery redoes it);
+  * "external": signals sent by PID from outside (chaos.py): SIGSTOP then SIGCONT after 1-4 s;
+    two workers SIGKILLed at once; a SIGKILL, then a second one once the coordinator revoked
+    the generation (during the recovery from the first).
+"""
+import random
+
+KINDS = ("kill", "stop", "hang", "exit", "drop", "slow")
+FAILING = ("kill", "stop", "hang", "exit", "drop")  # the kinds that need a recovery
+PHASES = ("forward", "backward", "allreduce", "allreduce-chunks", "optimizer")
+# A failure in these phases of step s leaves every survivor at s - 1 (R2: nobody applies s
+# without the failed rank's gradient), so the recovery redoes s and a phase=transfer or
+# recovery spec of step s fires in it. (In the optimizer, the others may have applied s.)
+BEFORE_APPLY = ("forward", "backward", "allreduce", "allreduce-chunks")
+SHAPES = {"one": 3, "two": 2, "during_recovery": 3, "sigstop": 1, "kill_two": 1, "kill_during_recovery": 1}
+STEPS = {"mlp": 300, "cnn": 150}  # seconds per failure-free job on 2 cores at W = 4
+FIRST_STEP, LAST_MARGIN = 10, 40  # faults at steps 10 .. steps - 40: time to recover and go on
+
+
+def spec(rng, kind, rank, step, phase):
+    s = f"{kind}:rank={rank}:step={step}"
+    if phase == "allreduce-chunks":
+        s += f":phase=allreduce:after_chunks={rng.choice((1, 2))}"
+    else:
+        s += f":phase={phase}"
+    if kind == "slow":  # 2-10x its own step time, for 1-20 steps
+        s += f":factor={rng.choice((2, 3, 5, 10))}:steps={rng.choice((1, 5, 20))}"
+    return s
+
+
+def make_case(seed, index, models, world):
+    """Case number index of the seed's sequence (models alternate: case i trains models[i % n])."""
+    rng = random.Random(f"chaos-{seed}-{index}")
+    model = models[index % len(models)]
+    steps = STEPS[model]
+    step = rng.randint(FIRST_STEP, steps - LAST_MARGIN)
+    shape = rng.choices(list(SHAPES), weights=list(SHAPES.values()))[0]
+    case = {"seed": seed, "index": index, "model": model, "steps": steps, "world": world, "shape": shape,
+            "inject": [], "external": []}
+    ranks = list(range(world))
+    if shape == "one":
+        case["inject"] = [spec(rng, rng.choice(KINDS), rng.choice(ranks), step, rng.choice(PHASES))]
+    elif shape == "two":
+        r1, r2 = rng.sample(ranks, 2)
+        step2 = step if rng.random() < 0.5 else rng.randint(FIRST_STEP, steps - LAST_MARGIN)
+        case["inject"] = [spec(rng, rng.choice(KINDS), r1, step, rng.choice(PHASES)),
+                          spec(rng, rng.choice(KINDS), r2, step2, rng.choice(PHASES))]
+    elif shape == "during_recovery":
+        first = rng.choice(FAILING)
+        r1 = rng.choice(ranks)
+        survivors = [r for r in ranks if r != r1]
+        # A dropped rank lives on, holding state: nobody receives any, so no transfer phase.
+        phase2 = "recovery" if first == "drop" else rng.choice(("transfer", "recovery"))
+        # The state's source is the lowest rank holding T (elastic/plan.cpp), a survivor.
+        r2 = min(survivors) if phase2 == "transfer" else rng.choice(survivors)
+        case["inject"] = [spec(rng, first, r1, step, rng.choice(BEFORE_APPLY)),
+                          spec(rng, rng.choice(KINDS), r2, step, phase2)]
+    elif shape == "sigstop":
+        case["external"] = [{"action": "sigstop", "slot": rng.choice(ranks), "step": step,
+                             "cont_after_s": round(rng.uniform(1.0, 4.0), 1)}]
+    elif shape == "kill_two":
+        case["external"] = [{"action": "kill_two", "slots": sorted(rng.sample(ranks, 2)), "step": step}]
+    else:
+        a, b = rng.sample(ranks, 2)
+        case["external"] = [{"action": "kill_during_recovery", "slots": [a, b], "step": step}]
+    return case
+
+
+def describe(case):
+    parts = list(case["inject"])
+    for x in case["external"]:
+        if x["action"] == "sigstop":
+            parts.append(f"SIGSTOP slot {x['slot']} after step {x['step']}, SIGCONT {x['cont_after_s']} s later")
+        elif x["action"] == "kill_two":
+            parts.append(f"SIGKILL slots {x['slots'][0]} and {x['slots'][1]} at once after step {x['step']}")
+        else:
+            parts.append(f"SIGKILL slot {x['slots'][0]} after step {x['step']}, then slot {x['slots'][1]} "
+                         f"once the generation is revoked")
+    return " + ".join(parts)
+
+
+def only_slow(case):
+    """A case whose only faults are slow ranks: it must need no recovery at all."""
+    return not case["external"] and all(s.startswith("slow:") for s in case["inject"])
