@@ -17,6 +17,11 @@ MembershipOptions opts(int target, int min) {
   o.min_world = min;
   return o;
 }
+// The decision's kind and its typed reason.
+void expect(const RoundDecision& d, RoundDecision::Kind kind, R reason) {
+  CHECK(d.kind == kind);
+  CHECK(d.reason == reason);
+}
 RoundView round(int reported, int missing = 0, rf::TimePoint started = t0) {
   RoundView v;
   v.generation = 3;
@@ -29,36 +34,30 @@ RoundView round(int reported, int missing = 0, rf::TimePoint started = t0) {
 
 TEST_CASE("decide_round: a live member that has not reported holds the round, whatever the time") {
   const RoundDecision d = decide_round(t0 + 1h, round(3, 1), opts(4, 4));
-  CHECK(d.kind == RoundDecision::Wait);
-  CHECK(d.reason == R::MembersMissing);
+  expect(d, RoundDecision::Wait, R::MembersMissing);
 }
 
 TEST_CASE("decide_round: the target world closes the round at once") {
   const RoundDecision d = decide_round(t0, round(4), opts(4, 2));
-  CHECK(d.kind == RoundDecision::Close);
-  CHECK(d.reason == R::TargetReached);
+  expect(d, RoundDecision::Close, R::TargetReached);
 }
 
 TEST_CASE("decide_round: below the target, joiners get the window; then a shrink to at least min_world closes") {
   const MembershipOptions o = opts(4, 3);
   RoundDecision d = decide_round(t0 + 1999ms, round(3), o);
-  CHECK(d.kind == RoundDecision::Wait);
-  CHECK(d.reason == R::WindowOpen);
+  expect(d, RoundDecision::Wait, R::WindowOpen);
   CHECK(d.deadline == t0 + 2s);
   d = decide_round(t0 + 2s, round(3), o);
-  CHECK(d.kind == RoundDecision::Close);
-  CHECK(d.reason == R::WindowPassed);
+  expect(d, RoundDecision::Close, R::WindowPassed);
 }
 
 TEST_CASE("decide_round: below min_world it waits the window plus min_world_timeout, then stops with the error") {
   const MembershipOptions o = opts(4, 4);
   RoundDecision d = decide_round(t0 + 31s, round(3), o);
-  CHECK(d.kind == RoundDecision::Wait);
-  CHECK(d.reason == R::BelowMinWorld);
+  expect(d, RoundDecision::Wait, R::BelowMinWorld);
   CHECK(d.deadline == t0 + 32s);
   d = decide_round(t0 + 32s, round(3), o);
-  CHECK(d.kind == RoundDecision::Stop);
-  CHECK(d.reason == R::BelowMinWorld);
+  expect(d, RoundDecision::Stop, R::BelowMinWorld);
   CHECK(d.error.find("only 3 worker(s) reported for generation 3, fewer than the minimum world size 4") == 0);
 }
 
