@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""chaos — a seeded chaos soak of ringfence at its DEFAULT settings (issue 14).
+"""chaos — a seeded chaos soak of ringfence at its DEFAULT settings.
 
     chaos.py [--build build] [--seed 1] [--minutes 10] [--models mlp,cnn] [--world 4]
              [--deadline 90] [--cases N] [--json OUT] [--keep DIR] [--list]
@@ -142,7 +142,7 @@ def to_first_step(job, log):
 
 
 def shown_first_step(times):
-    """The table's figure: a hang's if the case has one (the failure issue 14 is about), else
+    """The table's figure: a hang's if the case has one (the failure this soak is about), else
     the first failure's."""
     hangs = [t for what, t in times if what.startswith("hang:")]
     return hangs[0] if hangs else (times[0][1] if times else None)

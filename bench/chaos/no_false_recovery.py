@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""no_false_recovery — a slow rank, a CPU hog and checkpoints are not failures (issue 14).
+"""no_false_recovery — a slow rank, a CPU hog and checkpoints are not failures.
 
     no_false_recovery.py [--build build] [--minutes 10] [--models mlp,cnn] [--world 4]
                          [--slow-rank 1] [--hogs 1] [--ckpt-every N] [--deadline 300] [--json OUT]
