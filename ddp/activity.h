@@ -31,7 +31,6 @@ class ActivityBoard {
   // Computing from now on, in step `index` or in the recovery to generation `index`,
   // judged against `bound`.
   void compute(Region region, int64_t index, Duration bound);
-  void set_bound(Duration bound) { bound_ns_.store(ns(bound), std::memory_order_relaxed); }
   void idle();
   // The training thread, once, before the heartbeats start reading.
   void attach_thread(pid_t tid) { cpu_ = ThreadCpuClock(tid); }

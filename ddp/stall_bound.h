@@ -38,12 +38,10 @@ class StallBound {
  public:
   explicit StallBound(StallBoundOptions options = {});
   void observe(Duration step_time);
-  size_t observed() const { return count_; }
   Duration median_step() const;  // zero before the first observation
   Duration step_bound() const;
   Duration recovery_bound(uint64_t state_bytes) const;
   static Duration comm_stall(Duration bound) { return bound + bound / 2; }
-  const StallBoundOptions& options() const { return opt_; }
 
  private:
   Duration clamp(Duration d) const;
