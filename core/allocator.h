@@ -17,32 +17,31 @@
 //
 // Blocks are 64-byte aligned (AVX-512 lines). Thread-safe (one mutex; allocations are
 // per-op, not per-element). The process-wide instance lives forever, so tensors released
-// during static destruction still have somewhere to go.
+// during static destruction still have somewhere to go. It is the CPU runtime's
+// DeviceAllocator (core/device_runtime.h): tensors, gradients and op-table scratch.
 #include <cstddef>
 #include <map>
 #include <mutex>
 #include <vector>
 
+#include "core/device_runtime.h"
+
 namespace rf {
 
-class CachingAllocator {
+class CachingAllocator : public DeviceAllocator {
  public:
-  struct Stats {
-    size_t fresh_blocks = 0;  // blocks obtained from the system (each one faults pages)
-    size_t reused_blocks = 0; // requests met from the cache
-    size_t cached_bytes = 0;  // free bytes held in the cache
-    size_t live_bytes = 0;    // bytes handed out and not yet released
-  };
+  // fresh_blocks: blocks obtained from the system (each one faults pages).
+  using Stats = DeviceAllocator::Stats;
 
   CachingAllocator() = default;
-  ~CachingAllocator();
+  ~CachingAllocator() override;
   CachingAllocator(const CachingAllocator&) = delete;
   CachingAllocator& operator=(const CachingAllocator&) = delete;
 
-  void* allocate(size_t bytes);
-  void release(void* p, size_t bytes);  // bytes as passed to allocate
-  Stats stats() const;
-  void empty_cache();  // returns every cached block to the system
+  void* allocate(size_t bytes) override;
+  void release(void* p, size_t bytes) override;  // bytes as passed to allocate
+  Stats stats() const override;
+  void empty_cache() override;  // returns every cached block to the system
 
   static CachingAllocator& host();  // the process-wide CPU allocator
   static constexpr size_t kPopulateMinBytes = size_t{1} << 20;

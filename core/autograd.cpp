@@ -1,20 +1,26 @@
 #include "core/autograd.h"
 
-#include <cstring>
 #include <unordered_map>
 
 #include "base/enforce.h"
+#include "core/device_runtime.h"
+#include "kernels/op_table.h"
 
 namespace rf {
 namespace {
 
 thread_local bool g_grad_enabled = true;
 
+void fill_grad(TensorImpl& t, int64_t n, float value) {
+  DeviceRuntime& r = runtime(t.device, "backward");
+  r.ops().fill(r.exec(), n, value, t.grad_data());
+}
+
 void ensure_zeroed_grad(TensorImpl& t) {
   if (t.grad) return;
   t.grad = Storage::allocate(sizeof(float) * static_cast<size_t>(t.numel()), t.device);
   t.grad_offset = 0;
-  std::memset(t.grad_data(), 0, sizeof(float) * static_cast<size_t>(t.numel()));
+  fill_grad(t, t.numel(), 0.0f);
 }
 
 void fire_hooks(const std::shared_ptr<TensorImpl>& leaf) {
@@ -30,7 +36,7 @@ bool grad_enabled() { return g_grad_enabled; }
 float* grad_of(const std::shared_ptr<TensorImpl>& t) {
   if (!t->requires_grad) return nullptr;
   if (t->grad_fresh) {
-    std::memset(t->grad_data(), 0, sizeof(float) * static_cast<size_t>(t->numel()));
+    fill_grad(*t, t->numel(), 0.0f);
     t->grad_fresh = false;
   }
   return t->grad_data();
@@ -95,8 +101,18 @@ void run_backward(const Tensor& root_t) {
     }
   }
 
-  ensure_zeroed_grad(*root);
-  root->grad_data()[0] += 1.0f;
+  // The seed: d root / d root = 1, added to a fresh zero gradient (a root that is a leaf
+  // with a gradient already keeps accumulating into it).
+  if (!root->grad) {
+    ensure_zeroed_grad(*root);
+    fill_grad(*root, 1, 1.0f);
+  } else {
+    DeviceRuntime& r = runtime(root->device, "backward");
+    float one = 1.0f;
+    auto seed = Storage::allocate(sizeof(float), root->device);
+    r.write(seed->data(), &one, sizeof(float));
+    r.ops().accumulate(r.exec(), 1, seed->data(), root->grad_data(), true);
+  }
   if (root->is_leaf()) {
     fire_hooks(root);
     return;

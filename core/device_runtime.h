@@ -35,7 +35,9 @@ class DeviceAllocator : public kernels::Scratch {
     size_t cached_bytes = 0;   // free bytes held in the cache
     size_t live_bytes = 0;     // bytes handed out and not yet released
   };
-  virtual void* allocate(size_t bytes) = 0;  // 64-byte aligned; throws rf::Error if out of memory
+  // 64-byte aligned. Out of memory throws: std::bad_alloc for host memory, rf::Error
+  // naming the device for a device's own.
+  virtual void* allocate(size_t bytes) = 0;
   virtual void release(void* p, size_t bytes) = 0;
   virtual Stats stats() const = 0;
   virtual void empty_cache() = 0;

@@ -1,10 +1,9 @@
 // log_softmax, nll_loss and cross_entropy = nll_loss(log_softmax(x)).
-#include <cstring>
-
 #include "core/autograd.h"
-#include "core/dispatch.h"
+#include "core/device_runtime.h"
 #include "core/ops.h"
 #include "core/ops_check.h"
+#include "kernels/op_table.h"
 
 namespace rf {
 
@@ -12,12 +11,14 @@ Tensor log_softmax(const Tensor& x) {
   detail::require_dims("log_softmax", x, 2, "x");
   const int64_t rows = x.size(0), cols = x.size(1);
   if (cols == 0) throw InvalidInput("log_softmax: zero classes");
+  DeviceRuntime& rt = runtime(x.device(), "log_softmax");
   Tensor out = make_result(x.shape(), "log_softmax", {x}, [rows, cols](TensorImpl& o) {
-    if (GradOut dx = grad_out(o.inputs[0]))
-      kernels_for(o.device, "log_softmax")
-          .log_softmax_backward(rows, cols, o.data(), o.grad_data(), dx.data, dx.accumulate());
+    if (GradOut dx = grad_out(o.inputs[0])) {
+      DeviceRuntime& r = runtime(o.device, "log_softmax");
+      r.ops().log_softmax_backward(r.exec(), rows, cols, o.data(), o.grad_data(), dx.data, dx.accumulate());
+    }
   }, x.device());
-  kernels_for(x.device(), "log_softmax").log_softmax(rows, cols, x.data(), out.data());
+  rt.ops().log_softmax_forward(rt.exec(), rows, cols, x.data(), out.data());
   return out;
 }
 
@@ -27,23 +28,23 @@ Tensor nll_loss(const Tensor& logp, std::span<const int32_t> labels, Reduction r
   if (static_cast<int64_t>(labels.size()) != rows)
     throw InvalidInput(str("nll_loss: ", labels.size(), " labels for ", rows, " rows"));
   if (rows == 0) throw InvalidInput("nll_loss: empty batch");
+  // The labels are host memory: checked here, before anything is issued to the device.
   for (int64_t i = 0; i < rows; ++i)
     if (labels[i] < 0 || labels[i] >= cols)
       throw InvalidInput(str("nll_loss: label ", labels[i], " of row ", i, " is outside [0, ",
                              cols, ")"));
-  // Backward needs the labels after the caller's buffer may have changed: keep a copy.
-  auto saved = Storage::allocate(sizeof(int32_t) * rows);
-  std::memcpy(saved->data<int32_t>(), labels.data(), sizeof(int32_t) * rows);
+  DeviceRuntime& rt = runtime(logp.device(), "nll_loss");
+  // Backward needs the labels after the caller's buffer may have changed: a device copy.
+  auto saved = Storage::allocate(sizeof(int32_t) * rows, logp.device());
+  rt.write(saved->data(), labels.data(), sizeof(int32_t) * rows);
   const bool mean = r == Reduction::Mean;
   Tensor out = make_result(Shape{}, "nll_loss", {logp}, [=](TensorImpl& o) {
-    const float g = o.grad_data()[0];
-    const float scale = mean ? g / static_cast<float>(rows) : g;
-    if (float* d = grad_of(o.inputs[0]))
-      kernels_for(o.device, "nll_loss").nll_backward(rows, cols, saved->data<int32_t>(), scale, d);
+    if (float* d = grad_of(o.inputs[0])) {
+      DeviceRuntime& rr = runtime(o.device, "nll_loss");
+      rr.ops().nll_backward(rr.exec(), rows, cols, saved->data<int32_t>(), o.grad_data(), mean, d);
+    }
   }, logp.device());
-  const float s = kernels_for(logp.device(), "nll_loss").nll_sum(rows, cols, logp.data(),
-                                                                 saved->data<int32_t>());
-  out.data()[0] = mean ? s / static_cast<float>(rows) : s;
+  rt.ops().nll_forward(rt.exec(), rows, cols, logp.data(), saved->data<int32_t>(), mean, out.data());
   return out;
 }
 

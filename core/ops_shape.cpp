@@ -1,9 +1,10 @@
 // reshape / flatten: views that share the input's storage; their gradient is the output's
 // gradient read with the input's shape (same contiguous layout).
 #include "core/autograd.h"
-#include "core/dispatch.h"
+#include "core/device_runtime.h"
 #include "core/ops.h"
 #include "core/ops_check.h"
+#include "kernels/op_table.h"
 
 namespace rf {
 
@@ -23,10 +24,9 @@ Tensor reshape(const Tensor& x, const Shape& shape) {
     v->op = "reshape";
     v->inputs.push_back(x.impl_ptr());
     v->backward = [n](TensorImpl& o) {
-      const KernelTable& k = kernels_for(o.device, "reshape");
+      DeviceRuntime& r = runtime(o.device, "reshape");
       const GradOut dx = grad_out(o.inputs[0]);
-      if (dx.fresh) k.copy(n, o.grad_data(), dx.data);
-      else k.axpy(n, 1.0f, o.grad_data(), dx.data);
+      r.ops().accumulate(r.exec(), n, o.grad_data(), dx.data, dx.accumulate());
     };
   }
   return Tensor(std::move(v));

@@ -1,13 +1,14 @@
 #include "core/state_digest.h"
 
+#include "core/host_view.h"
+
 namespace rf {
 namespace {
 
 void add_tensors(StateDigestBuilder& d, const std::vector<NamedTensor>& ts) {
   d.group(ts.size());
-  for (const auto& [name, t] : ts)
-    d.tensor(name, t.numel(),
-             std::as_bytes(std::span<const float>(t.data(), static_cast<size_t>(t.numel()))));
+  std::vector<float> scratch;
+  for (const auto& [name, t] : ts) d.tensor(name, t.numel(), std::as_bytes(host_view(t, scratch)));
 }
 
 }  // namespace

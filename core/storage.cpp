@@ -1,24 +1,22 @@
 #include "core/storage.h"
 
-#include "base/error.h"
-#include "core/allocator.h"
+#include "core/device_runtime.h"
 
 namespace rf {
 
 std::shared_ptr<Storage> Storage::allocate(size_t bytes, Device device) {
-  if (device != Device::CPU)
-    throw Error("CUDA storage is not available yet: core has only CPU kernels (issue 2)");
-  void* p = CachingAllocator::host().allocate(bytes);
-  return std::shared_ptr<Storage>(new Storage(p, bytes, device, true));
+  DeviceAllocator& a = runtime(device, "Storage::allocate").allocator();
+  void* p = a.allocate(bytes);
+  return std::shared_ptr<Storage>(new Storage(p, bytes, device, &a));
 }
 
 std::shared_ptr<Storage> Storage::wrap(void* data, size_t bytes, Device device,
                                        std::shared_ptr<const void> owner) {
-  return std::shared_ptr<Storage>(new Storage(data, bytes, device, false, std::move(owner)));
+  return std::shared_ptr<Storage>(new Storage(data, bytes, device, nullptr, std::move(owner)));
 }
 
 Storage::~Storage() {
-  if (owned_) CachingAllocator::host().release(data_, bytes_);
+  if (allocator_) allocator_->release(data_, bytes_);
 }
 
 }  // namespace rf

@@ -1,6 +1,7 @@
 #pragma once
 // Storage — a block of memory that tensors view (with an offset). Either owned (from the
-// caching allocator, returned to it on destruction) or external: a pointer into memory
+// device's caching allocator, runtime(device).allocator(), returned to that same allocator
+// on destruction) or external: a pointer into memory
 // someone else owns, e.g. the ddp layer's flat gradient bucket (a parameter's grad is a
 // view into it, so backward accumulates straight into the buffer that gets all-reduced).
 #include <cstddef>
@@ -9,6 +10,10 @@
 #include <utility>
 
 #include "core/device.h"
+
+namespace rf {
+class DeviceAllocator;
+}
 
 namespace rf {
 
@@ -30,15 +35,16 @@ class Storage {
   T* data() const { return static_cast<T*>(data_); }
   size_t bytes() const { return bytes_; }
   Device device() const { return device_; }
-  bool owned() const { return owned_; }
+  bool owned() const { return allocator_ != nullptr; }
 
  private:
-  Storage(void* data, size_t bytes, Device device, bool owned, std::shared_ptr<const void> owner = {})
-      : data_(data), bytes_(bytes), device_(device), owned_(owned), owner_(std::move(owner)) {}
+  Storage(void* data, size_t bytes, Device device, DeviceAllocator* allocator,
+          std::shared_ptr<const void> owner = {})
+      : data_(data), bytes_(bytes), device_(device), allocator_(allocator), owner_(std::move(owner)) {}
   void* data_;
   size_t bytes_;
   Device device_;
-  bool owned_;
+  DeviceAllocator* allocator_;  // where owned memory goes back to; null when external
   std::shared_ptr<const void> owner_;  // keeps wrapped memory alive (wrap with an owner)
 };
 

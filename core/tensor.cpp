@@ -1,9 +1,9 @@
 #include "core/tensor.h"
 
-#include <cstring>
-
 #include "base/enforce.h"
 #include "core/autograd.h"
+#include "core/device_runtime.h"
+#include "kernels/op_table.h"
 
 namespace rf {
 
@@ -19,17 +19,17 @@ Tensor Tensor::zeros(const Shape& shape, Device device) { return full(shape, 0.0
 
 Tensor Tensor::full(const Shape& shape, float value, Device device) {
   Tensor t = empty(shape, device);
-  float* p = t.data();
-  for (int64_t i = 0; i < t.numel(); ++i) p[i] = value;
+  DeviceRuntime& r = runtime(device, "Tensor::full");
+  r.ops().fill(r.exec(), t.numel(), value, t.data());
   return t;
 }
 
-Tensor Tensor::from(const Shape& shape, std::span<const float> values) {
+Tensor Tensor::from(const Shape& shape, std::span<const float> values, Device device) {
   if (static_cast<int64_t>(values.size()) != shape.numel())
     throw InvalidInput(rf::str("Tensor::from: shape ", shape.str(), " needs ", shape.numel(),
                            " values, got ", values.size()));
-  Tensor t = empty(shape);
-  if (!values.empty()) std::memcpy(t.data(), values.data(), values.size() * sizeof(float));
+  Tensor t = empty(shape, device);
+  if (!values.empty()) runtime(device, "Tensor::from").write(t.data(), values.data(), values.size() * sizeof(float));
   return t;
 }
 
@@ -40,7 +40,35 @@ TensorImpl& Tensor::impl() const {
 
 float Tensor::item() const {
   if (numel() != 1) throw InvalidInput(rf::str("item() needs 1 element, tensor has shape ", shape().str()));
-  return data()[0];
+  float v = 0.0f;
+  runtime(device(), "Tensor::item").read(&v, data(), sizeof(float));
+  return v;
+}
+
+Tensor Tensor::to(Device target) const {
+  if (device() == target) return *this;
+  const size_t bytes = sizeof(float) * static_cast<size_t>(numel());
+  Tensor t = empty(shape(), target);
+  if (bytes == 0) return t;
+  DeviceRuntime& src = runtime(device(), "Tensor::to");
+  DeviceRuntime& dst = runtime(target, "Tensor::to");
+  // Host memory is the bridge: a CPU end is used directly, else a staging block.
+  if (device().is_cpu()) {
+    dst.write(t.data(), data(), bytes);
+  } else if (target.is_cpu()) {
+    src.read(t.data(), data(), bytes);
+  } else {
+    void* host = src.host_staging(bytes);
+    try {
+      src.read(host, data(), bytes);
+      dst.write(t.data(), host, bytes);
+    } catch (...) {
+      src.free_host_staging(host, bytes);
+      throw;
+    }
+    src.free_host_staging(host, bytes);
+  }
+  return t;
 }
 
 Tensor& Tensor::set_requires_grad(bool on) {
@@ -67,7 +95,8 @@ void Tensor::zero_grad() {
     t.grad = Storage::allocate(sizeof(float) * static_cast<size_t>(t.numel()), t.device);
     t.grad_offset = 0;
   }
-  std::memset(t.grad_data(), 0, sizeof(float) * static_cast<size_t>(t.numel()));
+  DeviceRuntime& r = runtime(t.device, "zero_grad");
+  r.ops().fill(r.exec(), t.numel(), 0.0f, t.grad_data());
 }
 
 void Tensor::set_grad_view(std::shared_ptr<Storage> storage, int64_t offset_floats) {

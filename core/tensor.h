@@ -61,7 +61,8 @@ class Tensor {
   static Tensor empty(const Shape& shape, Device device = Device::CPU);  // uninitialised
   static Tensor zeros(const Shape& shape, Device device = Device::CPU);
   static Tensor full(const Shape& shape, float value, Device device = Device::CPU);
-  static Tensor from(const Shape& shape, std::span<const float> values);  // copies
+  // Copies host values into a new tensor on `device`.
+  static Tensor from(const Shape& shape, std::span<const float> values, Device device = Device::CPU);
 
   bool defined() const { return impl_ != nullptr; }
   const Shape& shape() const { return impl().shape; }
@@ -71,7 +72,11 @@ class Tensor {
   Device device() const { return impl().device; }
   float* data() const { return impl().data(); }
   std::span<float> values() const { return {data(), static_cast<size_t>(numel())}; }
-  float item() const;  // the value of a 1-element tensor
+  // data() is memory of device(): host memory only on the CPU (core/host_view.h reads any).
+  float item() const;  // the value of a 1-element tensor: a blocking read (DeviceRuntime)
+  // The same values on `device`: *this when already there, else a copy (through host
+  // memory, blocking) with no graph.
+  Tensor to(Device device) const;
 
   // Autograd.
   bool requires_grad() const { return impl().requires_grad; }

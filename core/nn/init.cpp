@@ -1,9 +1,11 @@
 #include "core/nn/init.h"
 
 #include <cmath>
+#include <vector>
 
 #include "base/error.h"
 #include "base/str.h"
+#include "core/device_runtime.h"
 
 namespace rf::nn {
 
@@ -15,8 +17,11 @@ float kaiming_uniform_bound(int64_t fan_in) {
 }
 
 void uniform_(Tensor& t, float lo, float hi, Generator& gen) {
-  float* p = t.data();
-  for (int64_t i = 0; i < t.numel(); ++i) p[i] = gen.uniform(lo, hi);
+  // Drawn on the host in element order (the generator's sequence), then written to the
+  // tensor's device.
+  std::vector<float> host(static_cast<size_t>(t.numel()));
+  for (float& v : host) v = gen.uniform(lo, hi);
+  if (!host.empty()) runtime(t.device(), "init").write(t.data(), host.data(), sizeof(float) * host.size());
 }
 
 }  // namespace rf::nn

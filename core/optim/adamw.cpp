@@ -3,7 +3,8 @@
 #include "base/error.h"
 #include "base/str.h"
 #include "core/autograd.h"
-#include "core/dispatch.h"
+#include "core/device_runtime.h"
+#include "kernels/op_table.h"
 
 namespace rf::optim {
 
@@ -22,14 +23,14 @@ AdamW::AdamW(std::vector<NamedTensor> params, const AdamWOptions& options)
 
 void AdamW::step() {
   NoGradGuard no_grad;
-  kernels::cpu::AdamWConfig c{lr_, opt_.beta1, opt_.beta2, opt_.eps, opt_.weight_decay};
+  const kernels::AdamWConfig c{lr_, opt_.beta1, opt_.beta2, opt_.eps, opt_.weight_decay};
   for (size_t i = 0; i < params_.size(); ++i) {
     Tensor& p = params_[i].second;
     if (!p.impl().grad) continue;
     ++steps_[i];
-    kernels_for(p.device(), "adamw_step")
-        .adamw_step(c, p.numel(), p.data(), p.impl().grad_data(), exp_avg_[i].data(),
-                    exp_avg_sq_[i].data(), steps_[i]);
+    DeviceRuntime& r = runtime(p.device(), "adamw_step");
+    r.ops().adamw_step(r.exec(), c, p.numel(), p.data(), p.impl().grad_data(), exp_avg_[i].data(),
+                       exp_avg_sq_[i].data(), steps_[i]);
   }
 }
 

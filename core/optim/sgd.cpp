@@ -3,7 +3,8 @@
 #include "base/error.h"
 #include "base/str.h"
 #include "core/autograd.h"
-#include "core/dispatch.h"
+#include "core/device_runtime.h"
+#include "kernels/op_table.h"
 
 namespace rf::optim {
 
@@ -21,13 +22,13 @@ SGD::SGD(std::vector<NamedTensor> params, const SgdOptions& options)
 
 void SGD::step() {
   NoGradGuard no_grad;
-  kernels::cpu::SgdConfig c{lr_, opt_.momentum, opt_.dampening, opt_.weight_decay, opt_.nesterov};
+  const kernels::SgdConfig c{lr_, opt_.momentum, opt_.dampening, opt_.weight_decay, opt_.nesterov};
   for (size_t i = 0; i < params_.size(); ++i) {
     Tensor& p = params_[i].second;
     if (!p.impl().grad) continue;  // never took part in a backward: PyTorch skips it too
     float* buf = momentum_.empty() ? nullptr : momentum_[i].data();
-    kernels_for(p.device(), "sgd_step")
-        .sgd_step(c, p.numel(), p.data(), p.impl().grad_data(), buf, steps_[i] == 0);
+    DeviceRuntime& r = runtime(p.device(), "sgd_step");
+    r.ops().sgd_step(r.exec(), c, p.numel(), p.data(), p.impl().grad_data(), buf, steps_[i] == 0);
     ++steps_[i];
   }
 }

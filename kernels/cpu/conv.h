@@ -8,18 +8,11 @@
 // floats per output row, with no bounds logic in the inner loop.
 #include <cstdint>
 
+#include "kernels/geometry.h"
+
 namespace rf::kernels::cpu {
 
-struct ConvGeometry {
-  int64_t channels, height, width;  // input plane
-  int64_t kernel_h, kernel_w;
-  int64_t stride, padding;
-  int64_t out_h() const { return (height + 2 * padding - kernel_h) / stride + 1; }
-  int64_t out_w() const { return (width + 2 * padding - kernel_w) / stride + 1; }
-  int64_t col_rows() const { return channels * kernel_h * kernel_w; }
-  int64_t col_cols() const { return out_h() * out_w(); }
-  int64_t padded_size() const { return channels * (height + 2 * padding) * (width + 2 * padding); }
-};
+using kernels::ConvGeometry;  // kernels/geometry.h
 
 // ld: the row stride of col (>= col_cols()); several samples' blocks can sit side by side
 // in one column matrix (ld = S * col_cols()) so one GEMM serves S samples.

@@ -4,15 +4,11 @@
 // Ties go to the first element in scan order, as in PyTorch's CPU kernel.
 #include <cstdint>
 
+#include "kernels/geometry.h"
+
 namespace rf::kernels::cpu {
 
-struct PoolGeometry {
-  int64_t planes;  // N * C
-  int64_t height, width;
-  int64_t kernel, stride;
-  int64_t out_h() const { return (height - kernel) / stride + 1; }
-  int64_t out_w() const { return (width - kernel) / stride + 1; }
-};
+using kernels::PoolGeometry;  // kernels/geometry.h
 
 void max_pool2d(const PoolGeometry& g, const float* x, float* out, int32_t* argmax);
 // dx[argmax] += dout; accumulate=false first zeroes each plane (just before its scatter,

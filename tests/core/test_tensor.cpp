@@ -1,4 +1,4 @@
-// Tensor basics, views, the caching allocator and the device dispatch point.
+// Tensor basics, views, the caching allocator, devices and the runtime registry.
 #include <doctest/doctest.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -8,8 +8,9 @@
 
 #include "base/error.h"
 #include "core/allocator.h"
-#include "core/dispatch.h"
+#include "core/device_runtime.h"
 #include "core/ops.h"
+#include "kernels/op_table.h"
 
 using namespace rf;
 
@@ -90,8 +91,33 @@ TEST_CASE("the caching allocator hands out a fresh big block resident (a replace
   alloc.empty_cache();
 }
 
-TEST_CASE("dispatch: CUDA has no kernels yet and says so") {
-  CHECK_NOTHROW(kernels_for(Device::CPU, "matmul"));
-  CHECK_THROWS_AS(kernels_for(Device::CUDA, "matmul"), Error);
-  CHECK_THROWS_AS(Tensor::empty({2}, Device::CUDA), Error);
+TEST_CASE("runtime: the CPU always has one; a device without one is named in the error") {
+  CHECK(std::string(ops_for(Device::CPU, "matmul").device) == "cpu");
+  CHECK(runtime(Device::CPU).device() == Device::CPU);
+  // No machine here has sixteen GPUs: cuda:15 has no runtime in any build.
+  try {
+    ops_for(Device::cuda(15), "matmul");
+    FAIL("expected rf::Error");
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    CHECK(m.find("cuda:15") != std::string::npos);
+    CHECK(m.find("matmul") != std::string::npos);
+  }
+  CHECK_THROWS_AS(Tensor::empty({2}, Device::cuda(15)), Error);
+}
+
+TEST_CASE("device names parse and print") {
+  CHECK(device_name(Device::CPU) == "cpu");
+  CHECK(device_name(Device::cuda(2)) == "cuda:2");
+  CHECK(parse_device("cpu") == Device::CPU);
+  CHECK(parse_device("cuda") == Device::CUDA);
+  CHECK(parse_device("cuda:7") == Device::cuda(7));
+  for (const char* bad : {"", "gpu", "cuda:", "cuda:-1", "cuda:1x", "CPU"}) {
+    try {
+      parse_device(bad);
+      FAIL("expected InvalidInput for '" << bad << "'");
+    } catch (const InvalidInput& e) {
+      CHECK(std::string(e.what()).find(std::string("'") + bad + "'") != std::string::npos);
+    }
+  }
 }
