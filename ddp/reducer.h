@@ -72,7 +72,8 @@ struct ReducerOptions {
   size_t last_bucket_cap_bytes = size_t{256} << 10;
   // Buckets in comm::SharedBuffer memory (memfd, pre-touched), which comm's shared-memory
   // path all-reduces without copies through the ring (docs/comm.md); false: private memory
-  // from the caching allocator (for comparisons). Every rank must choose the same.
+  // from the caching allocator (for comparisons). Every rank must choose the same. CPU
+  // parameters only: a device's buckets are always that device's memory.
   bool shared_buckets = true;
 };
 
