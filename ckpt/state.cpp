@@ -8,19 +8,35 @@
 #include "ckpt/check.h"
 #include "ckpt/format_error.h"
 #include "ckpt/safetensors.h"
+#include "ckpt/host_staging.h"
 #include "core/state_digest.h"
 
 namespace rf::ckpt {
 namespace {
 
-// One tensor of S as the image holds it, pointing at live memory (or, for counters, at
-// `counters` below, which must outlive the part).
+// One tensor of S as the image holds it. `data` is host bytes of it (or, for counters, of
+// State::counters) — unless the state was collected without staging, when a tensor's is
+// its own memory, on whatever device: then only its address and size are used.
 struct Part {
   std::string name;
   DType dtype;
   std::vector<int64_t> shape;
-  void* data;
+  const void* data;
   size_t bytes;
+  Tensor tensor;        // the live tensor (undefined for counters)
+  bool staged = false;  // data is a copy in a HostStaging, not the tensor's own memory
+};
+
+// S, collected: parameters, then optimizer buffers, then counters (the writer puts the
+// 8-byte counters first in the file; the order here only fixes ties). Built in place: the
+// counter parts point into `counters`.
+struct State {
+  std::vector<NamedTensor> params, buffers;
+  std::vector<std::pair<std::string, int64_t>> named_counters;
+  std::vector<int64_t> counters;
+  std::vector<Part> parts;
+  State(const State&) = delete;
+  State() = default;
 };
 
 std::vector<int64_t> dims(const Tensor& t) {
@@ -29,26 +45,46 @@ std::vector<int64_t> dims(const Tensor& t) {
   return out;
 }
 
-void add_tensor(std::vector<Part>& parts, std::string name, const Tensor& t) {
-  // Snapshots move host bytes; a device tensor would need staging first.
-  RF_ENFORCE(t.device() == Device::CPU, "snapshot of '", name, "': only CPU tensors are supported");
-  parts.push_back({std::move(name), DType::F32, dims(t), t.data(), sizeof(float) * static_cast<size_t>(t.numel())});
+// `staging` given: every tensor's bytes through it (HostStaging: a CPU tensor's own
+// memory, another device's copied to the host). Null: no data is read.
+void collect(State& s, const nn::Module& model, const optim::Optimizer& optimizer, HostStaging* staging) {
+  s.params = model.named_parameters();
+  s.buffers = optimizer.named_buffers();
+  std::vector<Tensor> tensors;
+  tensors.reserve(s.params.size() + s.buffers.size());
+  for (const auto& [name, t] : s.params) tensors.push_back(t);
+  for (const auto& [name, t] : s.buffers) tensors.push_back(t);
+  std::vector<std::span<const std::byte>> views;
+  if (staging) views = staging->stage(tensors);
+  for (size_t k = 0; k < tensors.size(); ++k) {
+    const Tensor& t = tensors[k];
+    std::string name = k < s.params.size() ? s.params[k].first : kOptimPrefix + s.buffers[k - s.params.size()].first;
+    const void* data = staging ? static_cast<const void*>(views[k].data()) : static_cast<const void*>(t.data());
+    s.parts.push_back({std::move(name), DType::F32, dims(t), data, sizeof(float) * static_cast<size_t>(t.numel()), t,
+                       staging && HostStaging::copies(t)});
+  }
+  s.named_counters = optimizer.named_counters();
+  s.counters.resize(s.named_counters.size());  // sized before any pointer into it is taken
+  for (size_t i = 0; i < s.named_counters.size(); ++i) {
+    s.counters[i] = s.named_counters[i].second;
+    s.parts.push_back({kOptimPrefix + s.named_counters[i].first, DType::I64, {}, &s.counters[i], sizeof(int64_t), {}});
+  }
 }
 
-// Parameters, then optimizer buffers, then counters (the writer puts the 8-byte counters
-// first in the file; the order here only fixes ties).
-std::vector<Part> state_parts(const nn::Module& model, const optim::Optimizer& optimizer,
-                              std::vector<int64_t>& counters) {
-  std::vector<Part> parts;
-  for (const auto& [name, t] : model.named_parameters()) add_tensor(parts, name, t);
-  for (const auto& [name, t] : optimizer.named_buffers()) add_tensor(parts, kOptimPrefix + name, t);
-  const auto named = optimizer.named_counters();
-  counters.resize(named.size());  // sized before any pointer into it is taken
-  for (size_t i = 0; i < named.size(); ++i) {
-    counters[i] = named[i].second;
-    parts.push_back({kOptimPrefix + named[i].first, DType::I64, {}, &counters[i], sizeof(int64_t)});
-  }
-  return parts;
+// rf::state_digest's format (core's StateDigestBuilder) over the parts' host bytes: the
+// parameters then the buffers by their live names, then the counters.
+std::string digest_of(const State& s) {
+  StateDigestBuilder d;
+  auto hash = [&](const std::vector<NamedTensor>& ts, size_t first_part) {
+    d.group(ts.size());
+    for (size_t k = 0; k < ts.size(); ++k) {
+      const Part& p = s.parts[first_part + k];
+      d.tensor(ts[k].first, ts[k].second.numel(), {static_cast<const std::byte*>(p.data), p.bytes});
+    }
+  };
+  hash(s.params, 0);
+  hash(s.buffers, s.params.size());
+  return d.finish(s.named_counters);
 }
 
 void write_meta(SafetensorsWriter& w, const SnapshotMeta& meta, const std::string& rf_digest) {
@@ -58,24 +94,30 @@ void write_meta(SafetensorsWriter& w, const SnapshotMeta& meta, const std::strin
 
 }  // namespace
 
-std::string state_digest_of(const nn::Module& model, const optim::Optimizer& optimizer) {
-  return rf::state_digest(model, optimizer);
+std::string state_digest_of(const nn::Module& model, const optim::Optimizer& optimizer, HostStaging* staging) {
+  HostStaging local;
+  State s;
+  collect(s, model, optimizer, staging ? staging : &local);
+  return digest_of(s);
 }
 
 size_t snapshot_size(const nn::Module& model, const optim::Optimizer& optimizer, const SnapshotMeta& meta) {
-  std::vector<int64_t> counters;
+  State s;
+  collect(s, model, optimizer, nullptr);  // addresses only: nothing is read
   SafetensorsWriter w;
-  for (auto& p : state_parts(model, optimizer, counters)) w.add(p.name, p.dtype, p.shape, p.data);
+  for (auto& p : s.parts) w.add(p.name, p.dtype, p.shape, p.data);
   write_meta(w, meta, std::string(32, '0'));  // same length as the real digest
   return w.serialized_size();
 }
 
 void serialize_state(const nn::Module& model, const optim::Optimizer& optimizer, const SnapshotMeta& meta,
-                     std::vector<std::byte>& out, const std::string& rf_digest) {
-  std::vector<int64_t> counters;
+                     std::vector<std::byte>& out, const std::string& rf_digest, HostStaging* staging) {
+  HostStaging local;
+  State s;
+  collect(s, model, optimizer, staging ? staging : &local);
   SafetensorsWriter w;
-  for (auto& p : state_parts(model, optimizer, counters)) w.add(p.name, p.dtype, p.shape, p.data);
-  write_meta(w, meta, rf_digest.empty() ? state_digest_of(model, optimizer) : rf_digest);
+  for (auto& p : s.parts) w.add(p.name, p.dtype, p.shape, p.data);
+  write_meta(w, meta, rf_digest.empty() ? digest_of(s) : rf_digest);
   out.resize(w.serialized_size());  // within capacity after the first time: no new pages
   const size_t n = w.serialize_into(out);
   RF_ENFORCE(n == out.size(), "serialized ", n, " bytes, sized ", out.size());
@@ -86,8 +128,9 @@ SnapshotMeta restore_state(std::span<const std::byte> image, nn::Module& model, 
   // 1. The image is the staging buffer: validate all of it before touching S (R6).
   const SafetensorsReader r =
       SafetensorsReader::borrow(image, source, {.verify_integrity = false, .require_integrity = true});
-  std::vector<int64_t> counters;
-  const std::vector<Part> parts = state_parts(model, optimizer, counters);
+  State st;
+  collect(st, model, optimizer, nullptr);  // the live tensors are only written, in the swap
+  const std::vector<Part>& parts = st.parts;
   // rf_state_digest is recomputed from the image's data on a second thread, in
   // rf::state_digest's format (core's StateDigestBuilder), while this one checks the CRCs
   // and the image digest: the two hashes cost about the same, and a recovery's receiver has
@@ -95,7 +138,8 @@ SnapshotMeta restore_state(std::span<const std::byte> image, nn::Module& model, 
   // untouched until the swap); a tensor missing or of another size is left to
   // check_tensors below, which throws. parts[] holds the parameters, then the buffers, in
   // the order and with the numels of the live ones, under their image names.
-  const std::vector<NamedTensor> params = model.named_parameters(), buffers = optimizer.named_buffers();
+  const std::vector<NamedTensor>& params = st.params;
+  const std::vector<NamedTensor>& buffers = st.buffers;
   const size_t n_tensors = params.size() + buffers.size();
   auto live = [&](size_t k) -> const NamedTensor& { return k < params.size() ? params[k] : buffers[k - params.size()]; };
   std::vector<const TensorInfo*> data_of(n_tensors);
@@ -151,7 +195,7 @@ SnapshotMeta restore_state(std::span<const std::byte> image, nn::Module& model, 
     throw ForeignStateError(e.source(), e.tensor(), e.problem());  // intact, but not this model's
   }
 
-  const auto counter_names = optimizer.named_counters();
+  const auto& counter_names = st.named_counters;
   std::vector<std::pair<std::string, int64_t>> new_counters;
   for (size_t i = 0; i < parts.size(); ++i) {
     if (parts[i].dtype != DType::I64) continue;
@@ -176,7 +220,7 @@ SnapshotMeta restore_state(std::span<const std::byte> image, nn::Module& model, 
   // and value. feed hashed the same
   // names (taken from the live model and optimizer), the same numels (check_tensors made
   // every image shape equal the live one) and, for each, the image bytes of the tensor of
-  // that name — exactly what the memcpy below puts into that tensor; and the counters'
+  // that name — exactly what the write-back below puts into that tensor; and the counters'
   // names in named_counters() order with the values set_counter stores below. Nothing
   // else writes S in between.
   for (size_t i = 0, c = 0; i < parts.size(); ++i) {
@@ -185,33 +229,39 @@ SnapshotMeta restore_state(std::span<const std::byte> image, nn::Module& model, 
       ++c;
       continue;
     }
-    auto b = r.bytes(r.at(parts[i].name));
-    if (!b.empty()) std::memcpy(parts[i].data, b.data(), b.size());
+    // A memcpy on the CPU; DeviceRuntime::write for a tensor on another device.
+    HostStaging::write_back(parts[i].tensor, r.bytes(r.at(parts[i].name)));
   }
   if (digest_out) *digest_out = data_digest;
   return meta;
 }
 
 void StateCopy::capture(const nn::Module& model, const optim::Optimizer& optimizer, const SnapshotMeta& meta) {
-  std::vector<int64_t> counters;
-  const std::vector<Part> parts = state_parts(model, optimizer, counters);
+  // Tensors off the CPU are copied into staging_ (owned here until the next capture);
+  // CPU tensors and the counters are copied into data_.
+  State s;
+  collect(s, model, optimizer, &staging_);
   size_t total = 0;
-  for (const auto& p : parts) total += p.bytes;
+  for (const auto& p : s.parts) total += p.staged ? 0 : p.bytes;
   data_.resize(total);  // reused capacity after the first capture
   entries_.clear();
   size_t at = 0;
-  for (const auto& p : parts) {
-    if (p.bytes) std::memcpy(data_.data() + at, p.data, p.bytes);
-    entries_.push_back({p.name, p.dtype, p.shape, at, p.bytes});
-    at += p.bytes;
+  for (auto& p : s.parts) {
+    if (!p.staged) {
+      if (p.bytes) std::memcpy(data_.data() + at, p.data, p.bytes);
+      p.data = data_.data() + at;
+      at += p.bytes;
+    }
+    entries_.push_back({p.name, p.dtype, p.shape, p.data, p.bytes});
   }
   meta_ = meta;
-  rf_digest_ = state_digest_of(model, optimizer);
+  // The digest of the copy: the same bytes as the live state's at this step boundary.
+  rf_digest_ = digest_of(s);
 }
 
 void StateCopy::serialize(std::vector<std::byte>& out) const {
   SafetensorsWriter w;
-  for (const auto& e : entries_) w.add(e.name, e.dtype, e.shape, data_.data() + e.offset);
+  for (const auto& e : entries_) w.add(e.name, e.dtype, e.shape, e.data);
   write_meta(w, meta_, rf_digest_);
   out.resize(w.serialized_size());
   const size_t n = w.serialize_into(out);

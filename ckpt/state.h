@@ -10,6 +10,12 @@
 // rf::state_digest(model, optimizer), the one digest of S used everywhere else (--metrics,
 // recovery steps 2, 4 and 7).
 //
+// S may live on any one device. Its floats reach the host only through HostStaging
+// (host_staging.h): a CPU tensor's memory is read in place; another device's tensors are
+// copied into reusable pinned staging, one explicit read each. Restore writes back through
+// the same path. An image does not record a device: one written from a device restores
+// onto the CPU and the other way round, with the same digest.
+//
 //   std::vector<std::byte> image;                 // reused snapshot after snapshot
 //   serialize_state(model, sgd, meta, image);
 //   ... send or write image ...
@@ -21,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "ckpt/host_staging.h"
 #include "ckpt/snapshot_meta.h"
 #include "core/nn/module.h"
 #include "core/optim/optimizer.h"
@@ -30,20 +37,25 @@ namespace rf::ckpt {
 inline constexpr const char* kOptimPrefix = "optim.";
 inline constexpr const char* kRfDigestKey = "rf_state_digest";
 
-// rf::state_digest(model, optimizer) (core/state_digest.h): the one definition.
-std::string state_digest_of(const nn::Module& model, const optim::Optimizer& optimizer);
+// rf::state_digest(model, optimizer) (core/state_digest.h: the one definition of the
+// format, StateDigestBuilder) of a state on any device, its bytes taken through `staging`
+// (a temporary one when null; pass one kept beside the state to reuse its pinned memory).
+std::string state_digest_of(const nn::Module& model, const optim::Optimizer& optimizer,
+                            HostStaging* staging = nullptr);
 
 // Bytes of the image serialize_state will produce (no pass over the data).
 size_t snapshot_size(const nn::Module& model, const optim::Optimizer& optimizer, const SnapshotMeta& meta);
 
 // Writes the image into `out`, resized to its exact size; `out`'s capacity is reused, so a
-// buffer kept across snapshots is faulted in once. Parameters must be CPU tensors. One pass
-// over S (SafetensorsWriter::serialize_into) plus, unless `rf_digest` is given, one for
-// rf_state_digest. `rf_digest`: the caller's state_digest_of(model, optimizer) of this very
+// buffer kept across snapshots is faulted in once. The tensors' bytes come through
+// `staging` (as state_digest_of). One pass over S (SafetensorsWriter::serialize_into) plus,
+// unless `rf_digest` is given, one for rf_state_digest (over the same host bytes: a device's
+// state is read once). `rf_digest`: the caller's state_digest_of(model, optimizer) of this very
 // state (the trainer's memo), so it is not computed again. A stale one cannot slip through:
 // restore_state recomputes the digest from the image's data and refuses a mismatch.
 void serialize_state(const nn::Module& model, const optim::Optimizer& optimizer, const SnapshotMeta& meta,
-                     std::vector<std::byte>& out, const std::string& rf_digest = {});
+                     std::vector<std::byte>& out, const std::string& rf_digest = {},
+                     HostStaging* staging = nullptr);
 
 // What the receiver expects of an image; unset fields are not checked.
 struct RestoreExpect {
@@ -74,7 +86,8 @@ SnapshotMeta restore_state(std::span<const std::byte> image, nn::Module& model, 
 
 // StateCopy — the state copied out at a step boundary into memory owned here (reused
 // across captures), so a background thread can serialize and write it while training
-// goes on (DESIGN.md data path 5). capture() costs one memcpy of the state.
+// goes on (DESIGN.md data path 5). capture() costs one memcpy of the state (a CPU state)
+// or one read per tensor into pinned staging (a device's), and one digest of the copy.
 class StateCopy {
  public:
   void capture(const nn::Module& model, const optim::Optimizer& optimizer, const SnapshotMeta& meta);
@@ -87,9 +100,11 @@ class StateCopy {
     std::string name;
     DType dtype;
     std::vector<int64_t> shape;
-    size_t offset, bytes;
+    const void* data;  // into data_ or staging_
+    size_t bytes;
   };
-  std::vector<std::byte> data_;
+  std::vector<std::byte> data_;  // CPU tensors and counters
+  HostStaging staging_;          // tensors on another device
   std::vector<Entry> entries_;
   SnapshotMeta meta_;
   std::string rf_digest_;

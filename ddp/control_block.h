@@ -5,7 +5,11 @@
 // by the same global sample count and acts on the same flags after the same step.
 //
 // Encoded as float32 next to the gradients: sample counts and flag counts are small
-// integers, exact in float32 below 2^24 (enforced).
+// integers, exact in float32 below 2^24 (enforced per rank; a sum over ranks stays exact
+// while it is below 2^24). The reducer divides the gradients by the summed samples slot
+// as it lies in device memory; decode accepts only integral floats below 2^40, for which
+// static_cast<float>(samples) is that very float, so the division has the bits of one by
+// the decoded count.
 #include <cstdint>
 
 namespace rf::ddp {

@@ -7,6 +7,7 @@
 #include "base/error.h"
 #include "base/str.h"
 #include "comm/shared_buffer.h"
+#include "kernels/op_table.h"
 
 namespace rf::ddp {
 namespace {
@@ -22,10 +23,24 @@ std::vector<int64_t> parameter_numels(const std::vector<NamedTensor>& params) {
   }
   return numels;
 }
+
+// The device every parameter lives on (the CPU for none).
+Device parameters_device(const std::vector<NamedTensor>& params) {
+  if (params.empty()) return Device::CPU;
+  const auto& [first_name, first] = params.front();
+  for (const auto& [name, p] : params)
+    if (!(p.device() == first.device()))
+      throw InvalidInput(str("ddp reducer: parameters on two devices: '", first_name, "' on ",
+                             device_name(first.device()), ", '", name, "' on ", device_name(p.device()),
+                             " (all parameters must be on one device)"));
+  return first.device();
+}
 }  // namespace
 
 Reducer::Reducer(const std::vector<NamedTensor>& params, ReducerOptions options)
     : opt_(options),
+      device_(parameters_device(params)),
+      rt_(&runtime(device_, "ddp reducer")),
       layout_(make_bucket_layout(parameter_numels(params), opt_.bucket_cap_bytes, opt_.last_bucket_cap_bytes)),
       ops_(layout_, opt_.bucket_cap_bytes),
       self_(std::make_shared<Reducer*>(this)) {
@@ -33,7 +48,10 @@ Reducer::Reducer(const std::vector<NamedTensor>& params, ReducerOptions options)
   for (int b = 0; b < layout_.num_buckets(); ++b) {
     const bool last = b + 1 == layout_.num_buckets();
     const size_t n = static_cast<size_t>(layout_.bucket_floats[b] + (last ? kTail : 0));
-    if (opt_.shared_buckets) {
+    if (!(device_ == Device::CPU)) {
+      buffers_.push_back(Storage::allocate(sizeof(float) * n, device_));
+      rt_->ops().fill(rt_->exec(), static_cast<int64_t>(n), 0.0f, buf(b));
+    } else if (opt_.shared_buckets) {
       auto shared = std::make_shared<comm::SharedBuffer>(sizeof(float) * n);  // zero-filled
       buffers_.push_back(Storage::wrap(shared->data(), sizeof(float) * n, Device::CPU, shared));
     } else {
@@ -42,6 +60,7 @@ Reducer::Reducer(const std::vector<NamedTensor>& params, ReducerOptions options)
     }
     buffer_floats_.push_back(n);
   }
+  tail_host_ = static_cast<float*>(rt_->host_staging(sizeof(float) * kTail));
   pending_.assign(layout_.num_buckets(), 0);
   work_.resize(layout_.num_buckets());
   for (size_t k = 0; k < params.size(); ++k) {
@@ -55,18 +74,26 @@ Reducer::Reducer(const std::vector<NamedTensor>& params, ReducerOptions options)
   }
 }
 
-Reducer::~Reducer() { *self_ = nullptr; }
+Reducer::~Reducer() {
+  *self_ = nullptr;
+  rt_->free_host_staging(tail_host_, sizeof(float) * kTail);
+}
+
+float* Reducer::tail() const { return buf(layout_.num_buckets() - 1) + layout_.bucket_floats.back(); }
 
 void Reducer::begin_step(comm::Communicator& comm, uint64_t step, const ControlBlock& local) {
   RF_ENFORCE(comm_ == nullptr, "begin_step while step ", step_, " is still open");
+  // fill(0.0f) writes the bits memset(0) writes; on another device it only enqueues.
+  const kernels::Exec ex = rt_->exec();
   for (int b = 0; b < layout_.num_buckets(); ++b) {
-    std::memset(buf(b), 0, sizeof(float) * static_cast<size_t>(layout_.bucket_floats[b]));
+    rt_->ops().fill(ex, layout_.bucket_floats[b], 0.0f, buf(b));
     pending_[b] = static_cast<int>(layout_.bucket_params[b].size());
     work_[b].reset();
   }
-  float* tail = buf(layout_.num_buckets() - 1) + layout_.bucket_floats.back();
-  local.encode(tail);
-  tail[ControlBlock::kFloats] = 0.0f;
+  float block[kTail];
+  local.encode(block);
+  block[ControlBlock::kFloats] = 0.0f;
+  rt_->write(tail(), block, sizeof block);  // ordered after the fills, before forward
   comm_ = &comm;
   step_ = step;
   next_start_ = 0;
@@ -76,8 +103,13 @@ void Reducer::begin_step(comm::Communicator& comm, uint64_t step, const ControlB
   timeline_.buckets = layout_.num_buckets();
 }
 
-void Reducer::set_local_loss(float loss_sum) {
-  buf(layout_.num_buckets() - 1)[layout_.bucket_floats.back() + ControlBlock::kFloats] = loss_sum;
+void Reducer::set_local_loss(const Tensor& loss_sum) {
+  if (loss_sum.numel() != 1)
+    throw InvalidInput(str("ddp reducer: the local loss must be one value, got ", loss_sum.numel(), " elements"));
+  if (!(loss_sum.device() == device_))
+    throw InvalidInput(str("ddp reducer: the local loss is on ", device_name(loss_sum.device()),
+                           ", the gradients on ", device_name(device_)));
+  rt_->ops().copy(rt_->exec(), 1, loss_sum.data(), tail() + ControlBlock::kFloats);
 }
 
 void Reducer::on_grad_ready(int param) {
@@ -125,16 +157,21 @@ ControlBlock Reducer::finish() {
     throw;
   }
   comm_ = nullptr;
-  const float* tail = buf(layout_.num_buckets() - 1) + layout_.bucket_floats.back();
-  const ControlBlock sum = ControlBlock::decode(tail);
+  // The summed tail reaches the host through one small copy and one fence: the step's only
+  // wait for the device (no synchronize(), no blocking read).
+  rt_->read_async(tail_host_, tail(), sizeof(float) * kTail);
+  rt_->record(tail_fence_);
+  rt_->wait(tail_fence_);
+  const ControlBlock sum = ControlBlock::decode(tail_host_);
   if (sum.samples <= 0) throw Error(str("ddp reducer: step ", step_, " has no samples on any rank"));
-  global_loss_ = static_cast<double>(tail[ControlBlock::kFloats]) / static_cast<double>(sum.samples);
-  const float n = static_cast<float>(sum.samples);
-  for (int b = 0; b < layout_.num_buckets(); ++b) {
-    float* g = buf(b);
-    const int64_t count = layout_.bucket_floats[b];
-    for (int64_t i = 0; i < count; ++i) g[i] /= n;
-  }
+  global_loss_ = static_cast<double>(tail_host_[ControlBlock::kFloats]) / static_cast<double>(sum.samples);
+  // g[i] /= the summed sample-count slot, read on the device. That float is exactly
+  // static_cast<float>(sum.samples): decode accepted it as an integer below 2^40, which an
+  // int64 holds exactly and which converts back to the same float. So the quotient has the
+  // bits of dividing by the count on the host, for every count decode accepts.
+  const float* divisor = tail();
+  const kernels::Exec ex = rt_->exec();
+  for (int b = 0; b < layout_.num_buckets(); ++b) rt_->ops().divide_by(ex, layout_.bucket_floats[b], divisor, buf(b));
   timeline_.finish_end = Clock::now();
   return sum;
 }

@@ -16,6 +16,14 @@
 // update is the mean over the global batch for any W (R3). The tail of the last bucket is
 // [control block (4 floats), loss sum].
 //
+// Device. The buckets live on the parameters' device (all on one device). Zeroing, the
+// loss hand-off and the division run through that device's op table (fill, copy,
+// divide_by) and only enqueue there; the division reads its divisor on the device, from
+// the summed control block. The host sees the step's outcome only through the control
+// tail: one asynchronous copy into pinned staging and one fence wait in finish() — no
+// synchronize() and no blocking read per step (tests/ddp/test_reducer_device.cpp counts
+// them). On the CPU these are the plain loops and memcpys they always were.
+//
 // Threads: begin_step, the hooks (they run inside backward) and finish all run on the
 // training thread; the communicator moves the bytes on its own thread meanwhile.
 #include <cstddef>
@@ -25,6 +33,7 @@
 
 #include "base/clock.h"
 #include "comm/communicator.h"
+#include "core/device_runtime.h"
 #include "core/storage.h"
 #include "core/tensor.h"
 #include "ddp/bucket_layout.h"
@@ -63,7 +72,8 @@ struct ReducerOptions {
   size_t last_bucket_cap_bytes = size_t{256} << 10;
   // Buckets in comm::SharedBuffer memory (memfd, pre-touched), which comm's shared-memory
   // path all-reduces without copies through the ring (docs/comm.md); false: private memory
-  // from the caching allocator (for comparisons). Every rank must choose the same.
+  // from the caching allocator (for comparisons). Every rank must choose the same. CPU
+  // parameters only: a device's buckets are always that device's memory.
   bool shared_buckets = true;
 };
 
@@ -81,13 +91,16 @@ class Reducer {
   // Before forward of step `step`: zeroes the gradients, writes this rank's control block
   // and arms the hooks for `comm` (which must live until finish() or abandon()).
   void begin_step(comm::Communicator& comm, uint64_t step, const ControlBlock& local);
-  // After forward: this rank's loss (a sum over its samples), carried in the control
-  // tail so every rank learns the global mean loss without another collective.
-  void set_local_loss(float loss_sum);
+  // After forward: this rank's loss (a sum over its samples; one value on the gradients'
+  // device), copied on the device into the control tail, so every rank learns the global
+  // mean loss without another collective and the host never waits for it. Throws
+  // rf::InvalidInput for a tensor of more than one value or on another device.
+  void set_local_loss(const Tensor& loss_sum);
   // After backward: starts the remaining buckets, waits for every bucket, and divides the
   // gradients by the global sample count. Returns the control block summed over ranks.
   // A communication failure is rethrown (comm::CommError); the gradients are then
-  // incomplete and must not be applied (R1). Throws rf::Error when the global count is 0.
+  // incomplete and must not be applied (R1). Throws rf::Error when the global count is 0
+  // (before any division: the gradients are the sums, all zero).
   ControlBlock finish();
   // Overlap on or off from the next begin_step on (the step in flight keeps the setting it
   // began with, so a step never mixes the two). Results are bitwise the same either way:
@@ -114,6 +127,8 @@ class Reducer {
   void start_bucket(int b);
 
   ReducerOptions opt_;
+  Device device_;        // the parameters' (and so the buckets') device
+  DeviceRuntime* rt_;    // its runtime, looked up once (before layout_: the buckets need it)
   BucketLayout layout_;
   OpPlan ops_;  // after layout_: made from it
   // One per bucket (the last also holds the control tail). Shared with the parameters,
@@ -122,6 +137,9 @@ class Reducer {
   std::vector<std::shared_ptr<Storage>> buffers_;
   std::vector<size_t> buffer_floats_;
   float* buf(int b) const { return buffers_[b]->data<float>(); }
+  float* tail() const;  // the control tail, device memory at the end of the last bucket
+  float* tail_host_ = nullptr;  // kTail floats of host staging: the summed tail, each finish()
+  Fence tail_fence_;
   std::vector<int> pending_;                 // gradients not yet final, per bucket
   std::vector<comm::WorkPtr> work_;
   comm::Communicator* comm_ = nullptr;  // armed between begin_step and finish/abandon

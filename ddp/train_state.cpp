@@ -2,14 +2,13 @@
 
 #include "base/populate.h"
 #include "ckpt/state.h"
-#include "core/state_digest.h"
 
 namespace rf::ddp {
 
 TrainState::TrainState(nn::Module& model, optim::Optimizer& optimizer, std::string model_name)
     : model_(model), optimizer_(optimizer), model_name_(std::move(model_name)) {}
 
-std::string TrainState::digest() const { return state_digest(model_, optimizer_); }
+std::string TrainState::digest() const { return ckpt::state_digest_of(model_, optimizer_, &staging_); }
 
 const std::string& TrainState::current_digest() const {
   if (!memo_valid_) {
@@ -42,7 +41,7 @@ void TrainState::prepare_staging(std::vector<std::byte>& buf) const {
 void TrainState::write_image(uint64_t generation, int world, std::vector<std::byte>& out) const {
   // The memo is this state's digest (current_digest), so serialize_state skips its own
   // pass over S; the receiver recomputes it from the image's data anyway (restore_state).
-  ckpt::serialize_state(model_, optimizer_, meta(generation, world), out, current_digest());
+  ckpt::serialize_state(model_, optimizer_, meta(generation, world), out, current_digest(), &staging_);
 }
 
 void TrainState::restore_verified(std::span<const std::byte> image, int64_t expect_step,

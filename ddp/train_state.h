@@ -7,12 +7,17 @@
 // (reused), and ckpt::restore_state validates the whole image (CRCs, shapes, the step T of
 // the plan and the digest every holder of T reported) before it copies anything in. A
 // transfer cut short or corrupted leaves the live S bitwise intact.
+//
+// S may be on any one device: the digest and the image read it through ckpt::HostStaging
+// (in place on the CPU; one read per tensor into pinned staging kept here, elsewhere), and
+// a restore writes it back through the device's runtime.
 #include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "ckpt/host_staging.h"
 #include "ckpt/snapshot_meta.h"
 #include "core/nn/module.h"
 #include "core/optim/optimizer.h"
@@ -66,6 +71,9 @@ class TrainState {
   ckpt::SnapshotMeta meta(uint64_t generation, int world) const;  // of the image of S now
 
   int64_t step_ = -1;
+  // Host copies of a device's S for digest() and write_image() (training thread only;
+  // image_size() and prepare_staging() read no data and never touch it).
+  mutable ckpt::HostStaging staging_;
   mutable std::string memo_;
   mutable bool memo_valid_ = false;
 };

@@ -445,7 +445,7 @@ struct Trainer::Impl {
         reducer.begin_step(*comm, static_cast<uint64_t>(s), cb);
         if (b > 0) {
           Tensor loss = loss_fn(model(x), y_buf);
-          reducer.set_local_loss(loss.item());
+          reducer.set_local_loss(loss);  // stays on the device: the host reads it in finish()
           inj->at(FaultPhase::Backward, s);
           loss.backward();
         } else {

@@ -71,7 +71,7 @@ std::vector<float> train(comm::Communicator& c, const comm::RankEnv& env, int64_
       std::vector<int32_t> y(static_cast<size_t>(b));
       data::gather_batch(ds, idx, x.data(), y.data());
       Tensor loss = ddp::testing::sum_loss((*model)(x), y);
-      red.set_local_loss(loss.item());
+      red.set_local_loss(loss);
       loss.backward();
     }
     const ddp::ControlBlock sum = red.finish();

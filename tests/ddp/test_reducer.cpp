@@ -1,9 +1,11 @@
 // Reducer against a fake communicator: an all-reduce over W identical ranks is the buffer
-// times W, which makes every expectation exact; and the op numbers it gives its buckets
-// (OpPlan). (The real multi-process case is reducer_mp_test.)
+// times W, which makes every expectation exact; the op numbers it gives its buckets
+// (OpPlan); and the reducer on the simulated cuda:0. (The real multi-process case is
+// reducer_mp_test.)
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstring>
 #include <exception>
 #include <vector>
 
@@ -11,10 +13,17 @@
 #include "base/str.h"
 #include "comm/errors.h"
 #include "comm/tag.h"
+#include "core/autograd.h"
+#include "core/device_runtime.h"
 #include "core/optim/sgd.h"
+#include "core/state_digest.h"
 #include "ddp/op_plan.h"
 #include "ddp/reducer.h"
+#include "kernels/cpu/table.h"
+#include "kernels/op_table.h"
 #include "test_model.h"
+#include "tests/ckpt/device_twin.h"
+#include "tests/core/sim_device.h"
 
 using namespace rf;
 
@@ -97,7 +106,7 @@ TEST_CASE("gradients are views into the buckets, buckets start in order during b
   Batch b = batch(5);
   red.begin_step(comm, 7, {.samples = 5});
   Tensor loss = ddp::testing::sum_loss((*model)(b.x), b.y);
-  red.set_local_loss(loss.item());
+  red.set_local_loss(loss);
   comm.in_backward = true;
   loss.backward();
   comm.in_backward = false;
@@ -261,4 +270,134 @@ TEST_CASE("the most buckets that fit: ops 0 .. 251, none of them a trainer's op"
       CHECK(comm.ops[b] != trainer);
   }
   CHECK_THROWS_AS(red.ops().bucket(9, 252), EnforceError);
+}
+
+// The reducer on a device: the simulated cuda:0 (tests/core/sim_device.h: host memory and
+// the CPU's table behind the device's runtime) runs the paths a GPU takes. DivideSpy stands
+// in front of it and counts the table's divide_by, so a division done on the host instead
+// (or as well: then the bits differ) fails the test.
+namespace {
+class DivideSpy final : public DeviceRuntime {
+ public:
+  explicit DivideSpy(DeviceRuntime& inner) : inner_(inner), table_(inner.ops()) {
+    table_.divide_by = [](const kernels::Exec& ex, int64_t n, const float* divisor, float* x) {
+      ++divides;
+      kernels::cpu_table().divide_by(ex, n, divisor, x);
+    };
+  }
+  Device device() const override { return inner_.device(); }
+  const kernels::OpTable& ops() const override { return table_; }
+  DeviceAllocator& allocator() override { return inner_.allocator(); }
+  kernels::Stream stream() const override { return inner_.stream(); }
+  void write(void* dst, const void* src, size_t bytes) override { inner_.write(dst, src, bytes); }
+  void read(void* dst, const void* src, size_t bytes) override { inner_.read(dst, src, bytes); }
+  void read_async(void* dst, const void* src, size_t bytes) override { inner_.read_async(dst, src, bytes); }
+  void record(Fence& f) override { inner_.record(f); }
+  void wait(Fence& f) override { inner_.wait(f); }
+  void synchronize() override { inner_.synchronize(); }
+  void* host_staging(size_t bytes) override { return inner_.host_staging(bytes); }
+  void free_host_staging(void* p, size_t bytes) override { inner_.free_host_staging(p, bytes); }
+  SyncCounts sync_counts() const override { return inner_.sync_counts(); }
+
+  static inline int divides = 0;
+
+ private:
+  DeviceRuntime& inner_;
+  kernels::OpTable table_;
+};
+
+std::vector<float> grads_on_host(const nn::Module& m) {
+  std::vector<float> out;
+  for (const auto& p : m.parameters()) {
+    const Tensor g = p.grad().to(Device::CPU);
+    out.insert(out.end(), g.values().begin(), g.values().end());
+  }
+  return out;
+}
+bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), sizeof(float) * a.size()) == 0;
+}
+}  // namespace
+
+TEST_CASE("on a device: the CPU's bits; a step waits once (one fence), never synchronizes or reads; divides there") {
+  rf::testing::ScopedSimDevice sim;
+  DivideSpy spy(sim.rt);
+  RuntimeOverride installed(spy);
+  auto cpu = ddp::testing::make_test_mlp(3, 32);
+  rf::testing::DeviceTwin dev(*ddp::testing::make_test_mlp(3, 32), Device::CUDA);
+  const ddp::ReducerOptions opt{.bucket_cap_bytes = 4096, .overlap = true};
+  ddp::Reducer red_cpu(cpu->named_parameters(), opt), red_dev(dev.named_parameters(), opt);
+  REQUIRE(red_dev.num_buckets() >= 3);
+  optim::SGD sgd_cpu(cpu->named_parameters(), {.lr = 0.05f, .momentum = 0.9f});
+  optim::SGD sgd_dev(dev.named_parameters(), {.lr = 0.05f, .momentum = 0.9f});
+  const Batch b = batch(5);
+  const Tensor x_dev = b.x.to(Device::CUDA);
+  for (uint64_t s = 0; s < 3; ++s) {
+    CAPTURE(s);
+    TimesW comm_cpu(3), comm_dev(3);
+    red_cpu.begin_step(comm_cpu, s, {.samples = 5});
+    Tensor loss = ddp::testing::sum_loss((*cpu)(b.x), b.y);
+    red_cpu.set_local_loss(loss);
+    loss.backward();
+    red_cpu.finish();
+
+    // The whole device step, update included: one fence wait (the control tail) and nothing
+    // else that blocks.
+    const SyncCounts before = sim.rt.sync_counts();
+    const int divides_before = DivideSpy::divides;
+    red_dev.begin_step(comm_dev, s, {.samples = 5});
+    Tensor loss_dev = ddp::testing::sum_loss(dev(x_dev), b.y);
+    red_dev.set_local_loss(loss_dev);
+    loss_dev.backward();
+    const ddp::ControlBlock sum = red_dev.finish();
+    const std::vector<float> reduced = grads_on_host(dev);  // (outside the count: reads)
+    const SyncCounts mid = sim.rt.sync_counts();
+    {
+      NoGradGuard ng;
+      sgd_dev.step();
+    }
+    const SyncCounts after = sim.rt.sync_counts();
+    CHECK(mid.synchronize == before.synchronize);
+    CHECK(mid.fence_waits == before.fence_waits + 1);
+    CHECK(mid.reads == before.reads + static_cast<int64_t>(dev.parameters().size()));  // grads_on_host's
+    CHECK(after.synchronize == mid.synchronize);
+    CHECK(after.reads == mid.reads);
+    CHECK(after.fence_waits == mid.fence_waits);
+    CHECK(DivideSpy::divides - divides_before == red_dev.num_buckets());
+
+    CHECK(sum.samples == 15);
+    CHECK(red_dev.global_loss() == red_cpu.global_loss());  // the same double, exactly
+    CHECK(bitwise_equal(reduced, grads_on_host(*cpu)));
+    {
+      NoGradGuard ng;
+      sgd_cpu.step();
+    }
+  }
+  CHECK(state_digest(dev, sgd_dev) == state_digest(*cpu, sgd_cpu));
+
+  // No samples anywhere: the error, before any division (the gradients stay the zero sums).
+  TimesW empty(2);
+  const int divides_before = DivideSpy::divides;
+  red_dev.begin_step(empty, 9, {.samples = 0});
+  CHECK_THROWS_WITH(red_dev.finish(), doctest::Contains("no samples"));
+  CHECK(DivideSpy::divides == divides_before);
+  for (float g : grads_on_host(dev)) CHECK(g == 0.0f);
+}
+
+TEST_CASE("the parameters share one device; the loss is one value on it") {
+  rf::testing::ScopedSimDevice sim;
+  Tensor a = Tensor::zeros({2}), b = Tensor::zeros({3}, Device::CUDA);
+  a.set_requires_grad(true);
+  b.set_requires_grad(true);
+  CHECK_THROWS_WITH_AS(ddp::Reducer({{"a", a}, {"b", b}}), doctest::Contains("'a' on cpu, 'b' on cuda:0"),
+                       InvalidInput);
+  ddp::Reducer red({{"b", b}});
+  TimesW one(1);
+  red.begin_step(one, 0, {.samples = 2});
+  CHECK_THROWS_WITH_AS(red.set_local_loss(Tensor::zeros({1})), doctest::Contains("loss is on cpu"), InvalidInput);
+  CHECK_THROWS_WITH_AS(red.set_local_loss(Tensor::zeros({2}, Device::CUDA)), doctest::Contains("one value"),
+                       InvalidInput);
+  red.set_local_loss(Tensor::full({1}, 6.0f, Device::CUDA));
+  CHECK(red.finish().samples == 2);
+  CHECK(red.global_loss() == 3.0);
 }

@@ -1,6 +1,6 @@
 // TrainState: the image (ckpt/state.h's snapshot bytes) round-trips bitwise, and an image
 // that is damaged, cut, of another step or another digest is refused with the live state
-// untouched (R6).
+// untouched (R6); and images cross between a replica on the CPU and one on a device.
 #include <doctest/doctest.h>
 
 #include <cstring>
@@ -13,6 +13,8 @@
 #include "core/state_digest.h"
 #include "ddp/train_state.h"
 #include "test_model.h"
+#include "tests/ckpt/device_twin.h"
+#include "tests/core/sim_device.h"
 
 using namespace rf;
 using rf::ddp::TrainState;
@@ -162,4 +164,40 @@ TEST_CASE("an image carrying a stale memo is refused and the receiver keeps its 
                        doctest::Contains("image from rank 0: the data's state digest is"), rf::InvalidInput);
   CHECK(state_digest(*b.model, b.sgd) == before);
   CHECK(b.state.step() == -1);
+}
+
+TEST_CASE("a replica on a device (the simulated cuda:0) and one on the CPU exchange images: same digest, same bits") {
+  rf::testing::ScopedSimDevice sim;
+  Replica cpu;
+  cpu.train_one(0.5f);
+  cpu.state.set_step(1);
+  rf::testing::DeviceTwin dev_model(*ddp::testing::make_test_mlp(8, 16), Device::CUDA);  // other values
+  optim::SGD dev_sgd(dev_model.named_parameters(), sgd_options());
+  TrainState dev(dev_model, dev_sgd);
+  CHECK(dev.digest() != cpu.state.digest());
+  CHECK(dev.image_size() == cpu.state.image_size());
+
+  // CPU -> device: the restore writes the device and reads nothing back from it.
+  std::vector<std::byte> img;
+  cpu.state.write_image(2, 3, img);
+  SyncCounts c0 = sim.rt.sync_counts();
+  dev.restore_verified(img, 1, cpu.state.digest(), "cpu replica");
+  CHECK(sim.rt.sync_counts().reads == c0.reads);
+  CHECK(dev.current_digest() == cpu.state.digest());  // the memo: the recomputed image digest
+  CHECK(dev.digest() == cpu.state.digest());          // ...and the device's bytes agree
+
+  // Device -> CPU: one read per tensor for the image, none for the digest (memo), no
+  // synchronisation; the very bytes the CPU replica writes.
+  const size_t n = dev_model.named_parameters().size() + dev_sgd.named_buffers().size();
+  (void)dev.current_digest();
+  c0 = sim.rt.sync_counts();
+  std::vector<std::byte> from_dev;
+  dev.write_image(2, 3, from_dev);
+  const SyncCounts c1 = sim.rt.sync_counts();
+  CHECK(c1.reads - c0.reads == static_cast<int64_t>(n));
+  CHECK(c1.synchronize == c0.synchronize);
+  CHECK(from_dev == img);
+  Replica other;
+  other.state.restore_verified(from_dev, 1, dev.current_digest(), "device replica");
+  CHECK(other.state.digest() == cpu.state.digest());
 }
