@@ -2,6 +2,7 @@
 
 #include <time.h>
 
+#include <set>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -25,7 +26,25 @@ int64_t coarse_wall_us() {
   return static_cast<int64_t>(ts.tv_sec) * 1000000 + ts.tv_nsec / 1000;
 }
 
+// The label texts, interned: set_phase_label is called a few times per recovery, and a
+// record started meanwhile may still point at the previous text, so none is ever freed.
+std::mutex g_labels_mu;
+std::set<std::string, std::less<>>& labels() {
+  static auto* s = new std::set<std::string, std::less<>>{std::string()};
+  return *s;
+}
+std::atomic<const char*> g_phase_label{""};
+
 }  // namespace
+
+void set_phase_label(std::string_view label) {
+  std::lock_guard lk(g_labels_mu);
+  auto it = labels().find(label);
+  if (it == labels().end()) it = labels().emplace(label).first;
+  g_phase_label.store(it->c_str(), std::memory_order_release);
+}
+
+const char* phase_label() { return g_phase_label.load(std::memory_order_acquire); }
 
 void FlightRecorder::Lock::lock() {
   // Uncontended on the collective path (one driving thread); snapshot()/dump() from
@@ -56,6 +75,7 @@ uint64_t FlightRecorder::start(const char* collective, uint64_t generation, uint
   r.step = step;
   r.op = op;
   r.bytes = bytes;
+  r.phase = phase_label();
   r.start_us = coarse_wall_us();
   return seq;
 }
@@ -114,6 +134,7 @@ std::string FlightRecorder::to_json(const FlightRecord& r, int rank) {
   // How long it ran (or has been running, at dump time): the "waited 1.0 s" of the issue.
   j["elapsed_us"] = (r.end_us ? r.end_us : rf::wall_us()) - r.start_us;
   if (!r.cause.empty()) j["cause"] = r.cause;
+  j["phase"] = r.phase;
   return j.dump();
 }
 

@@ -4,11 +4,17 @@
 // collective fails, so "rank 2 waited 1.0 s in all-reduce g=3 s=812 op=1 for chunk 5 from
 // rank 1" is one read. Thread-safe; a ring buffer, so it never allocates after creation
 // except for the (rare) cause strings.
+//
+// Each record also carries the phase label current when it started (set_phase_label):
+// what the process was doing around the collective, e.g. the trainer's "train" or a
+// recovery step ("connect", "transfer", "verify"), so a dump says which part of a
+// recovery a failed collective belonged to. comm only stores the text.
 #include <atomic>
 #include <cstdint>
 #include <mutex>
 #include <ostream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace rf::comm {
@@ -27,7 +33,16 @@ struct FlightRecord {
   int64_t start_us = 0;    // wall clock, comparable across processes; coarse (kernel tick)
   int64_t end_us = 0;      // 0 while running; coarse when done, precise (rf::wall_us) when failed
   std::string cause;       // set when failed
+  const char* phase = "";  // the phase label when it started (set_phase_label)
 };
+
+// The process-wide phase label every record started from now on carries ("" until the
+// first call). Thread-safe; reading it is one atomic load (the collective fast path). The
+// texts are kept for the life of the process (a handful of distinct labels), so a record
+// holds a plain pointer. With several trainers in one process the label is the last one
+// set, whichever set it.
+void set_phase_label(std::string_view label);
+const char* phase_label();
 
 class FlightRecorder {
  public:

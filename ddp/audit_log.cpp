@@ -19,9 +19,12 @@ AuditLog::~AuditLog() {
 void AuditLog::record(const char* event, uint64_t generation, int64_t step, const std::string& digest, int rank,
                       int world, const std::string& extra_json) {
   if (!f_) return;
+  const int phase = phase_.load();
+  const std::string phase_json =
+      phase < 0 ? std::string() : str(",\"phase\":\"", recovery_phase_name(static_cast<RecoveryPhase>(phase)), "\"");
   const std::string line =
       str("{\"event\":\"", event, "\",\"ts_us\":", wall_us(), ",\"g\":", generation, ",\"s\":", step, ",\"digest\":\"", digest,
-          "\",\"rank\":", rank, ",\"world\":", world, ",\"slot\":", slot_, ",\"inc\":", incarnation_,
+          "\",\"rank\":", rank, ",\"world\":", world, ",\"slot\":", slot_, ",\"inc\":", incarnation_, phase_json,
           extra_json.empty() ? "" : ",", extra_json, "}\n");
   std::fwrite(line.data(), 1, line.size(), f_);
   std::fflush(f_);

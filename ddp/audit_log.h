@@ -5,11 +5,17 @@
 //   {"event":"transfer","g":2,"s":40,"digest":"…","source":0,…}   state received (R6)
 //   {"event":"start","g":1,"s":-1,"digest":"…",…}                 fresh start
 //   {"event":"inject","g":1,"s":20,"spec":"kill:rank=1:…",…}        a fault about to fire
+// A line written during a recovery also names its phase (ddp/recovery_phase.h), after the
+// fields above: {"event":"transfer",…,"inc":0,"phase":"transfer","source":0,…}.
 // ts_us is wall time (µs since the epoch), comparable across processes on one machine.
 // Lines are written whole and flushed, so a SIGKILL loses at most the line being written.
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
+#include <optional>
 #include <string>
+
+#include "ddp/recovery_phase.h"
 
 namespace rf::ddp {
 
@@ -22,6 +28,9 @@ class AuditLog {
   AuditLog(const AuditLog&) = delete;
   AuditLog& operator=(const AuditLog&) = delete;
   bool enabled() const { return f_ != nullptr; }
+  // The recovery phase the lines written from now on name (nullopt: training, none).
+  // Atomic: a fault's line may be written from the communicator's progress thread.
+  void set_phase(std::optional<RecoveryPhase> phase) { phase_.store(phase ? static_cast<int>(*phase) : -1); }
   void record(const char* event, uint64_t generation, int64_t step, const std::string& digest, int rank,
               int world, const std::string& extra_json = "");
 
@@ -29,6 +38,7 @@ class AuditLog {
   std::FILE* f_ = nullptr;
   int slot_ = 0;
   int64_t incarnation_ = 0;
+  std::atomic<int> phase_{-1};
 };
 
 }  // namespace rf::ddp

@@ -1,22 +1,16 @@
 #pragma once
-// Trainer — the resilient data-parallel training loop (issue 6): a library API that takes
+// Trainer — the resilient data-parallel training loop: a library API that takes
 // a model, a loss, a dataset, an optimizer and a config, joins the job through the
 // elastic client (environment from `ringfence run`), trains, and survives failures by
-// PROTOCOL.md's recovery, rule by rule:
-//
-//   step 1  on revocation (heartbeat thread) or fencing the communicator of g is aborted;
-//           a transport error or stall in the training thread is reported (failure)
-//   step 2-4 report (step, digest) and wait for the plan (Client::next_plan)
-//   step 5  a new UcxCommunicator for the plan's generation, addresses via ElasticStore
-//   step 6  receivers get S_T from their source into a staging buffer, verified by digest
-//           before the swap (R6, TrainState::restore_verified)
-//   step 7  all-gather of digests: every rank must hold the same (T, S), then ready(g)
-//   step 8  resume at T+1; the batch of a step depends on (seed, s), its split on (rank,
-//           W) (R3), so a redone step computes exactly the same samples
+// PROTOCOL.md's recovery, one function per step in ddp/recovery.h (Recovery: abort,
+// report, plan, connect, transfer, verify, resume). Disk checkpoints are
+// ddp/checkpointing.h's, the stall bounds the heartbeats carry ddp/step_watch.h's.
 //
 // The normal step follows R1/R2: forward (loss = SUM over local samples), backward with
 // bucketed all-reduce overlapping it (Reducer), the control block (global sample count,
-// R5 flags) in the last bucket, and the optimizer update as the only writer of S.
+// R5 flags) in the last bucket, and the optimizer update as the only writer of S. After
+// recovery's step 8 the loop resumes at T+1; the batch of a step depends on (seed, s), its
+// split on (rank, W) (R3), so a redone step computes exactly the same samples.
 #include <chrono>
 #include <cstdint>
 #include <functional>

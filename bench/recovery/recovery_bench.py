@@ -128,7 +128,7 @@ def one_run(args, model, fault, trial=0):
         shutil.copytree(work, os.path.join(args.keep, f"{model}-{fault}-{trial}"), dirs_exist_ok=True)
     shutil.rmtree(work, ignore_errors=True)
     ph = rec["phases"]
-    # The receiver's own split of "transfer" (its audit line; ddp/trainer.cpp step 6).
+    # The receiver's own split of "transfer" (its audit line; ddp/recovery.cpp, Recovery::transfer).
     tr = [x for x in lines if x["event"] == "transfer" and x["g"] == g]
     split = {k: tr[0].get(k, float("nan")) if tr else float("nan")
              for k in ("staging_wait_ms", "size_wait_ms", "image_ms", "restore_ms")}

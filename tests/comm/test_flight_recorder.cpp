@@ -42,3 +42,28 @@ TEST_CASE("a failed record dumps as one JSON line naming tag, peer, chunk and ca
   CHECK(j["cause"] == "peer 1 failed (\"reset\")");
   CHECK(j["elapsed_us"].get<int64_t>() >= 0);
 }
+
+TEST_CASE("every record carries the phase label current when it started") {
+  FlightRecorder fr(4, 0);
+  rf::comm::set_phase_label("train");
+  const uint64_t a = fr.start("all-reduce", 2, 10, 1, 64);
+  rf::comm::set_phase_label("transfer");
+  CHECK(std::string(rf::comm::phase_label()) == "transfer");
+  const uint64_t b = fr.start("recv", 3, 11, 7, 64);
+  fr.fail(b, -1, 1, "peer 1 failed");
+  rf::comm::set_phase_label("train");  // the same text again: the same interned label
+  fr.finish(a, 0, -1);
+  const auto recs = fr.snapshot();
+  REQUIRE(recs.size() == 2);
+  CHECK(std::string(recs[0].phase) == "train");
+  CHECK(std::string(recs[1].phase) == "transfer");
+  std::ostringstream out;
+  fr.dump(out);
+  std::istringstream lines(out.str());
+  std::string first, second;
+  std::getline(lines, first);
+  std::getline(lines, second);
+  CHECK(nlohmann::json::parse(first)["phase"] == "train");
+  CHECK(nlohmann::json::parse(second)["phase"] == "transfer");
+  rf::comm::set_phase_label("");
+}

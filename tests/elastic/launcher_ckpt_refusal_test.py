@@ -5,7 +5,7 @@
 
 train_mlp alone writes checkpoints into D (another run's work). Then
 `ringfence run -n 2 -- train_mlp --ckpt-dir D` without --resume: every worker refuses D at
-the fresh-start plan (ddp/trainer.cpp) and reports it to the coordinator as fatal, which
+the fresh-start plan (ddp/recovery.cpp, Recovery::plan) and reports it to the coordinator as fatal, which
 STOPs the job with that error. The launcher's last line names the refusal (not "exited
 before it registered", not "fewer than the minimum world size"), exit status 1, nobody is
 restarted, and D's files keep their bytes. Before: 6 restarts that refused again, 70 s,

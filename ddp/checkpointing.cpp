@@ -1,0 +1,112 @@
+#include "ddp/checkpointing.h"
+
+#include <cstdio>
+#include <iostream>
+
+#include "base/error.h"
+#include "base/str.h"
+#include "ckpt/checkpoint_dir.h"
+#include "ckpt/resume.h"
+#include "ddp/checkpoint_policy.h"
+
+namespace rf::ddp {
+
+namespace {
+class AsyncWriter final : public CheckpointWriter {
+ public:
+  explicit AsyncWriter(const ckpt::CheckpointerOptions& o) : w_(o, &std::cerr) {}
+  bool writing() const override { return w_.writing(); }
+  void save(const nn::Module& m, const optim::Optimizer& o, const ckpt::SnapshotMeta& meta) override {
+    w_.save(m, o, meta);
+  }
+  void report() override { w_.report(); }
+  void flush() override { w_.flush(); }
+
+ private:
+  ckpt::AsyncCheckpointer w_;
+};
+}  // namespace
+
+std::unique_ptr<CheckpointWriter> make_async_writer(const ckpt::CheckpointerOptions& options) {
+  return std::make_unique<AsyncWriter>(options);
+}
+
+Checkpointing::Checkpointing(CheckpointingOptions options, nn::Module& model, optim::Optimizer& optimizer,
+                             TrainState& state, CheckpointWriterFactory make_writer)
+    : opt_(std::move(options)), model_(model), optimizer_(optimizer), state_(state),
+      make_writer_(std::move(make_writer)) {}
+
+void Checkpointing::after_step(const CheckpointOrigin& at, bool forced) {
+  save_if_due(at, forced);
+  if (writer_) writer_->report();
+}
+
+void Checkpointing::final_save(const CheckpointOrigin& at) {
+  save_if_due(at, true);
+  if (writer_) writer_->flush();
+}
+
+// Rank 0 alone writes (every replica holds the same S, R4); a worker that was rank 0 in an
+// earlier generation keeps its writer (report and flush still drain it).
+void Checkpointing::save_if_due(const CheckpointOrigin& at, bool forced) {
+  if (opt_.dir.empty() || at.rank != 0 || state_.step() < 0 || state_.step() == saved_step_) return;
+  const CheckpointAction act = checkpoint_action(state_.step(), opt_.every, forced, deferred_, writer_ && writer_->writing());
+  deferred_ = act == CheckpointAction::Defer;
+  if (act != CheckpointAction::Save) return;
+  if (!writer_) writer_ = make_writer_(ckpt::CheckpointerOptions{.dir = opt_.dir, .keep = opt_.keep});
+  ckpt::SnapshotMeta meta;
+  meta.model = opt_.model_name;
+  meta.step = state_.step();
+  meta.generation = static_cast<int64_t>(at.generation);
+  meta.world_size = at.world;
+  meta.optimizer = optimizer_.kind();
+  meta.job_id = at.job_id;
+  writer_->save(model_, optimizer_, meta);
+  saved_step_ = state_.step();
+}
+
+// A fresh start (nobody holds state: the job's first generation) without `resume` into a
+// directory that already holds checkpoints: they are another run's, and this job's rank 0
+// would replace them (same names) and prune the rest — the one-process rule
+// (models/train_loop.cpp) applied by every worker, before any step and before connecting.
+// Every worker sees the same plan and checks its own directory (any of them may be rank 0
+// later). A replacement never gets here: it joins a job whose members hold state, so its
+// plan is no fresh start, and with `resume` the files are this lineage's.
+// (A job whose every worker died is no first generation: see restore_own.)
+void Checkpointing::refuse_foreign() const {
+  if (opt_.resume || opt_.dir.empty()) return;
+  const auto existing = ckpt::list_checkpoints(opt_.dir);
+  if (existing.empty()) return;
+  throw InvalidInput(str("--ckpt-dir ", opt_.dir, " already holds checkpoints (newest ", existing.front().path,
+                         ") and this job starts fresh; pass --resume to continue from them, or choose another "
+                         "directory"));
+}
+
+bool Checkpointing::restore_newest(const std::string& job_id, uint64_t generation) {
+  ckpt::RestoreExpect expect;
+  expect.model = opt_.model_name;
+  expect.optimizer = optimizer_.kind();
+  expect.job_id = job_id;
+  auto point = ckpt::resume_newest(opt_.dir, model_, optimizer_, expect, std::cerr);
+  if (!point) return false;
+  state_.set_step(point->meta.step);
+  saved_step_ = point->meta.step;
+  resumed_step_ = point->meta.step;
+  std::fprintf(stderr, "ringfence worker slot %d: resumed from %s (step %lld)\n", slot_, point->path.c_str(),
+               static_cast<long long>(point->meta.step));
+  if (audit_) audit_->record("resume", generation, state_.step(), state_.current_digest(), -1, 0);
+  return true;
+}
+
+// PROTOCOL.md "Whole-job failure" without `resume`: the plan is a fresh start, but a
+// generation of this job ran before, so every worker that held state is gone and the only
+// committed state left is on disk: the newest valid checkpoint of *this job* (the job id
+// every checkpoint records; a file of another job is refused, as at the first fresh start).
+// False when there is nothing to restore (quietly when the directory holds no checkpoint at
+// all: nothing was lost).
+bool Checkpointing::restore_own(const std::string& job_id, uint64_t generation) {
+  if (opt_.dir.empty() || ckpt::list_checkpoints(opt_.dir).empty()) return false;
+  return restore_newest(job_id, generation);
+}
+
+}  // namespace rf::ddp

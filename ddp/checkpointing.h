@@ -1,0 +1,93 @@
+#pragma once
+// Checkpointing — the trainer's disk checkpoints (PROTOCOL.md "Whole-job failure"): when
+// rank 0 writes one (checkpoint_policy.h: periodic ones deferred while the writer is busy,
+// forced ones at once, a step never twice), the refusal of another run's checkpoints at a
+// fresh start, and the restores from disk (`resume`, and a whole-job restart's own newest).
+// Owned by the trainer; the writer is made when this worker first saves as rank 0 (the
+// directory's writer lock is taken then: a rank 0 that died released it).
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "ckpt/async_checkpointer.h"
+#include "core/nn/module.h"
+#include "core/optim/optimizer.h"
+#include "ddp/audit_log.h"
+#include "ddp/train_state.h"
+
+namespace rf::ddp {
+
+// What Checkpointing drives: ckpt::AsyncCheckpointer in a job (make_async_writer), a fake
+// in tests.
+class CheckpointWriter {
+ public:
+  virtual ~CheckpointWriter() = default;
+  virtual bool writing() const = 0;  // a saved state is not on disk yet
+  virtual void save(const nn::Module& model, const optim::Optimizer& optimizer, const ckpt::SnapshotMeta& meta) = 0;
+  virtual void report() = 0;         // prints what finished since the last call; never waits
+  virtual void flush() = 0;          // waits until every saved state is on disk
+};
+using CheckpointWriterFactory = std::function<std::unique_ptr<CheckpointWriter>(const ckpt::CheckpointerOptions&)>;
+// ckpt::AsyncCheckpointer logging to stderr.
+std::unique_ptr<CheckpointWriter> make_async_writer(const ckpt::CheckpointerOptions& options);
+
+struct CheckpointingOptions {
+  std::string dir;            // "" = no disk checkpoints
+  int64_t every = 0;          // periodic: after every `every` steps (0 = none)
+  int64_t keep = 3;
+  bool resume = false;        // the job continues from the directory's checkpoints
+  std::string model_name;
+};
+
+// Where a checkpoint's metadata comes from: the membership at the step it records.
+struct CheckpointOrigin {
+  int rank = 0;
+  int world = 1;
+  uint64_t generation = 0;
+  std::string job_id;
+};
+
+class Checkpointing {
+ public:
+  Checkpointing(CheckpointingOptions options, nn::Module& model, optim::Optimizer& optimizer, TrainState& state,
+                CheckpointWriterFactory make_writer = make_async_writer);
+  // Log lines name `slot`; restores write a "resume" line to `audit` (may be null).
+  void attach(int slot, AuditLog* audit) { slot_ = slot, audit_ = audit; }
+
+  // After an applied step: rank 0 saves S when the policy says so (forced: checkpoint-now,
+  // a stop, the end), then reports what the writer finished.
+  void after_step(const CheckpointOrigin& at, bool forced);
+  // The final (or the stop's) state on disk before the worker leaves: forced, then flushed.
+  void final_save(const CheckpointOrigin& at);
+
+  // Throws InvalidInput when a fresh start (without `resume`) finds checkpoints in the
+  // directory: they are another run's.
+  void refuse_foreign() const;
+  // The newest valid checkpoint of this model and optimizer (and, with a job id, of that
+  // job) into the model, optimizer and S. False when there is none.
+  bool restore_newest(const std::string& job_id, uint64_t generation);
+  // A whole-job restart: this job's newest checkpoint, if the directory holds any.
+  bool restore_own(const std::string& job_id, uint64_t generation);
+
+  int64_t saved_step() const { return saved_step_; }
+  bool deferred() const { return deferred_; }
+  int64_t resumed_step() const { return resumed_step_; }
+
+ private:
+  void save_if_due(const CheckpointOrigin& at, bool forced);
+  CheckpointingOptions opt_;
+  nn::Module& model_;
+  optim::Optimizer& optimizer_;
+  TrainState& state_;
+  CheckpointWriterFactory make_writer_;
+  std::unique_ptr<CheckpointWriter> writer_;  // made when this worker first saves as rank 0
+  int slot_ = 0;
+  AuditLog* audit_ = nullptr;
+  int64_t saved_step_ = -1;    // the last step saved or restored: never saved (again)
+  bool deferred_ = false;      // a periodic checkpoint waits for the writer
+  int64_t resumed_step_ = -1;  // the step the last restore from disk brought back
+};
+
+}  // namespace rf::ddp

@@ -1,0 +1,368 @@
+#include "ddp/recovery.h"
+
+#include <cstdio>
+#include <cstring>
+#include <optional>
+
+#include "base/clock.h"
+#include "base/error.h"
+#include "base/str.h"
+#include "comm/flight_recorder.h"
+#include "ddp/elastic_store.h"
+#include "ddp/op_plan.h"
+
+namespace rf::ddp {
+
+using elastic::FaultPhase;
+
+namespace {
+double ms_since(TimePoint t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+
+// A digest (32 hex characters) as 4 u64 words for the all-gather.
+void digest_words(const std::string& hex, uint64_t* out) {
+  char buf[32] = {};
+  std::memcpy(buf, hex.data(), std::min<size_t>(hex.size(), 32));
+  std::memcpy(out, buf, 32);
+}
+std::string words_digest(const uint64_t* w) { return std::string(reinterpret_cast<const char*>(w), 32); }
+}  // namespace
+
+Recovery::Recovery(Parts p)
+    : cfg_(p.cfg), m_(p.member), state_(p.state), reducer_(p.reducer), watch_(p.watch), ckpt_(p.checkpointing) {}
+
+Recovery::~Recovery() {
+  await_staging();
+  if (client_) client_->close();
+}
+
+void Recovery::start(const elastic::ClientOptions& options, FaultInjector& inj, AuditLog& audit) {
+  copt_ = options;
+  inj_ = &inj;
+  audit_ = &audit;
+  ctx_ = comm::UcxContext::create();
+  client_ = std::make_unique<elastic::Client>(copt_);
+  client_->on_revoked([this](const elastic::Revocation& r) {
+    abort(str("generation revoked (", r.cause, "), now ", r.generation));
+  });
+  client_->on_fenced([this](const std::string& why) { abort(str("self-fenced (D4): ", why), true); });
+  client_->on_stopped([this] { abort("the coordinator stopped the job"); });
+}
+
+bool Recovery::join() {
+  try {
+    client_->join();
+    return true;
+  } catch (const elastic::JobFinished&) {
+    return false;
+  }
+}
+
+void Recovery::enter(std::optional<RecoveryPhase> phase) {
+  if (audit_) audit_->set_phase(phase);
+  comm::set_phase_label(phase ? recovery_phase_name(*phase) : kTrainingPhaseLabel);
+}
+
+// ---- step 1 ---------------------------------------------------------------------------
+
+// A revocation aborts (peers that hear of it from us fail as aborted, blaming nobody);
+// self-fencing (D4) aborts as failed: the coordinator has not revoked anything yet, so
+// peers must fail naming this rank and report it (comm::UcxCommunicator::abort_failed).
+void Recovery::abort(const std::string& why, bool as_failed) {
+  std::lock_guard<std::mutex> lk(m_.comm_mu);
+  if (m_.comm && as_failed) m_.comm->abort_failed(why);
+  else if (m_.comm) m_.comm->abort(why);
+}
+
+void Recovery::inject_drop() {
+  std::lock_guard<std::mutex> lk(m_.comm_mu);
+  if (m_.comm) m_.comm->inject_drop();
+}
+
+void Recovery::drop_comm() {
+  std::shared_ptr<comm::UcxCommunicator> old;
+  {
+    std::lock_guard<std::mutex> lk(m_.comm_mu);
+    old.swap(m_.comm);
+  }
+  reducer_.abandon();
+  old.reset();
+}
+
+bool Recovery::generation_over() const {
+  return client_ && (client_->fenced() || client_->seen_generation() > m_.plan.generation);
+}
+
+// A transport error, stall or abort seen by the training thread (step 1 from our side).
+void Recovery::failure(const comm::CommError& e) {
+  if (!client_) throw;  // fault tolerance off: nothing to recover with
+  enter(RecoveryPhase::Abort);
+  if (generation_over()) return;
+  // Aborted, ours or relayed by a peer's farewell, means the coordinator revoked g (step
+  // 1): it knows, and a report naming no peer would name this live worker as the failed one.
+  if (dynamic_cast<const comm::Aborted*>(&e)) return;
+  std::optional<int> peer_slot;
+  if (e.peer() >= 0 && e.peer() < m_.world) peer_slot = m_.plan.ranks[e.peer()].worker.slot;
+  try {
+    client_->failure_report(m_.plan.generation, state_.step(), peer_slot, e.what());
+  } catch (const Error& re) {
+    std::fprintf(stderr, "ringfence worker slot %d: failure report: %s\n", copt_.slot, re.what());
+  }
+}
+
+// ---- steps 2-4 ------------------------------------------------------------------------
+
+elastic::StateReport Recovery::state_report() const {
+  // A worker that never applied a step holds nothing worth sending: it reports no
+  // state, and when nobody holds any the plan says fresh_start (everyone starts from
+  // the identical initial state their program built from the seed).
+  if (state_.step() < 0) return {};
+  return {true, state_.step(), state_.current_digest()};
+}
+
+Recovery::Round Recovery::report() {
+  enter(RecoveryPhase::Report);
+  try {
+    m_.plan = client_->next_plan([this] { return state_report(); }, cfg_.plan_timeout);
+  } catch (const elastic::JobFinished&) {
+    return Round::Finished;
+  } catch (const elastic::Refused&) {
+    if (client_->fenced()) return Round::Again;
+    throw;
+  }
+  return Round::Planned;
+}
+
+// ---- plan, steps 5-7 ------------------------------------------------------------------
+
+bool Recovery::form() {
+  if (!plan()) return false;
+  TimePoint t0 = Clock::now();
+  if (!connect()) return false;
+  const double connect_ms = ms_since(t0);
+  t0 = Clock::now();
+  if (!transfer()) return false;
+  const double transfer_ms = ms_since(t0);
+
+  // Step 7: every rank must hold the same (T, S).
+  enter(RecoveryPhase::Verify);
+  t0 = Clock::now();
+  try {
+    verify(static_cast<uint64_t>(m_.plan.target_step + 1), "recovery");
+  } catch (const comm::CommError& e) {
+    failure(e);
+    return false;
+  }
+  const double verify_ms = ms_since(t0);
+  client_->set_step(state_.step());
+  client_->phase_timing(m_.plan.generation, "connect", connect_ms);
+  client_->phase_timing(m_.plan.generation, "transfer", transfer_ms);
+  client_->phase_timing(m_.plan.generation, "verify", verify_ms);
+  return true;
+}
+
+bool Recovery::plan() {
+  enter(RecoveryPhase::Plan);
+  const elastic::Plan& plan = m_.plan;
+  comm_stall_ = watch_.begin_recovery(plan.generation, state_.image_size());
+  const elastic::PlanRank* me = plan.find(copt_.slot);
+  if (!me) throw Error(str("plan of generation ", plan.generation, " does not include slot ", copt_.slot));
+  m_.rank = me->rank;
+  m_.world = plan.world();
+  inj_->set_rank(m_.rank);
+  if (plan.fresh_start) {
+    try {
+      if (!plan.whole_job_restart) {
+        ckpt_.refuse_foreign();
+      } else if (ckpt_.restore_own(plan.job_id, plan.generation)) {
+        // Holds this job's newest checkpoint now: revoke this generation, so that the next
+        // round plans from what everyone reports (T = the newest restored step, its holders'
+        // digests must agree, step 4; a worker that found none receives S_T from a holder).
+        const std::string why = str("restored step ", state_.step(), " from disk after a whole-job failure; re-planning");
+        std::fprintf(stderr, "ringfence worker slot %d: generation %llu: %s\n", copt_.slot,
+                     static_cast<unsigned long long>(plan.generation), why.c_str());
+        if (!generation_over()) client_->failure_report(plan.generation, state_.step(), std::nullopt, why);
+        return false;
+      }
+    } catch (const InvalidInput& e) {
+      // Every worker and every restart would refuse the same way: the coordinator STOPs
+      // the job with this error (the launcher's last line), instead of restarting us.
+      try {
+        client_->fatal(e.what());
+      } catch (const Error& fe) {
+        std::fprintf(stderr, "ringfence worker slot %d: could not tell the coordinator: %s\n", copt_.slot, fe.what());
+      }
+      throw;
+    }
+  }
+  const int64_t redo = plan.target_step + 1;
+  inj_->on_plan(redo, plan.fresh_start);
+  inj_->at(FaultPhase::Recovery, redo);
+  return true;
+}
+
+// Step 5: the only place a communicator of a recovered generation is made.
+bool Recovery::connect() {
+  enter(RecoveryPhase::Connect);
+  const elastic::Plan& plan = m_.plan;
+  comm::UcxOptions uo;
+  uo.stall_timeout = comm_stall_;
+  uo.connect_timeout = cfg_.connect_timeout;
+  uo.flight_recorder_path = cfg_.flight_recorder;
+  if (!inj_->empty()) uo.on_chunk = [this](const comm::ChunkEvent& e) { inj_->on_chunk(e.step, e.chunks_done); };
+  try {
+    // Connecting waits for every peer to reach this point and publish its address: it has
+    // its own deadline (connect_timeout) and ends at a revocation (ElasticStore), and a
+    // peer stuck before it is judged on its own activity; so it is not judged (idle).
+    ElasticStore store(*client_, plan.generation);
+    watch_.idle();
+    auto c = std::make_shared<comm::UcxCommunicator>(ctx_, store, m_.rank, m_.world, plan.generation, uo);
+    watch_.continue_recovery();
+    std::lock_guard<std::mutex> lk(m_.comm_mu);
+    m_.comm = std::move(c);
+  } catch (const comm::CommError& e) {
+    std::fprintf(stderr, "ringfence worker slot %d: generation %llu: connect failed: %s\n", copt_.slot,
+                 static_cast<unsigned long long>(plan.generation), e.what());
+    return false;
+  }
+  return !generation_over();  // revoked before the abort hook could see comm
+}
+
+// Step 6: S_T to every rank behind T (R6 on the receiving side).
+bool Recovery::transfer() {
+  enter(RecoveryPhase::Transfer);
+  const elastic::Plan& plan = m_.plan;
+  const elastic::PlanRank* me = plan.find(copt_.slot);
+  const int rank = m_.rank, world = m_.world;
+  const int64_t redo = plan.target_step + 1;
+  TimePoint t0 = Clock::now();
+  await_staging();
+  const double staging_wait_ms = ms_since(t0);
+  try {
+    if (plan.fresh_start) {
+      state_.set_step(-1);
+      audit_->record("start", plan.generation, -1, state_.current_digest(), rank, world);
+      return true;
+    }
+    // The image's size travels first (comm's receives name their size), then the image
+    // itself: the same safetensors bytes a disk checkpoint holds.
+    std::vector<comm::WorkPtr> sends;
+    bool involved = me->source_rank.has_value();
+    for (const auto& pr : plan.ranks)
+      if (pr.source_rank == rank) involved = true;
+    if (involved) inj_->at(FaultPhase::Transfer, redo);
+    const comm::OpId size_op = OpPlan::transfer_size(static_cast<uint64_t>(redo));
+    const comm::OpId image_op = OpPlan::transfer_image(static_cast<uint64_t>(redo));
+    for (const auto& pr : plan.ranks) {
+      if (pr.source_rank != rank) continue;
+      if (sends.empty()) {
+        state_.write_image(plan.generation, world, staging_);
+        staging_size_ = staging_.size();
+      }
+      sends.push_back(m_.comm->send_start(pr.rank, &staging_size_, sizeof staging_size_, size_op));
+      sends.push_back(m_.comm->send_start(pr.rank, staging_.data(), staging_.size(), image_op));
+    }
+    {
+      ActivityBoard::WaitScope waiting(watch_.board());
+      for (auto& w : sends) w->wait();
+    }
+    if (!me->source_rank) return true;
+    // Where a receiver's step 6 goes (its audit line; recovery_bench prints them): the
+    // staging wait above, the size (sent once the source's image is written, so this wait
+    // is the source's serialisation), the image itself, then R6's validation and the copy
+    // in. restore_verified leaves the digest memo set (no pass after the swap).
+    TimePoint tp = Clock::now();
+    uint64_t size = 0;
+    {
+      ActivityBoard::WaitScope waiting(watch_.board());
+      m_.comm->recv(*me->source_rank, &size, sizeof size, size_op);
+    }
+    if (size > (uint64_t{1} << 40)) throw InvalidInput(str("state image of ", size, " bytes announced"));
+    const double size_ms = ms_since(tp);
+    // The staging buffer of R6, pre-touched at start (start_staging_pretouch): grown only if
+    // this image is larger, never shrunk (a shrink then a grow would zero-fill again).
+    if (size > staging_.size()) staging_.resize(size);
+    tp = Clock::now();
+    {
+      ActivityBoard::WaitScope waiting(watch_.board());
+      m_.comm->recv(*me->source_rank, staging_.data(), size, image_op);
+    }
+    const double image_ms = ms_since(tp);
+    tp = Clock::now();
+    state_.restore_verified({staging_.data(), size}, plan.target_step, plan.target_digest,
+                            str("state image from rank ", *me->source_rank, " (generation ", plan.generation, ")"));
+    const double restore_ms = ms_since(tp);
+    audit_->record("transfer", plan.generation, state_.step(), state_.current_digest(), rank, world,
+                   str("\"source\":", *me->source_rank, ",\"staging_wait_ms\":", staging_wait_ms,
+                       ",\"size_wait_ms\":", size_ms, ",\"image_ms\":", image_ms, ",\"restore_ms\":", restore_ms));
+    return true;
+  } catch (const comm::CommError& e) {
+    std::fprintf(stderr, "ringfence worker slot %d: generation %llu: transfer failed: %s\n", copt_.slot,
+                 static_cast<unsigned long long>(plan.generation), e.what());
+    failure(e);
+    return false;
+  } catch (const InvalidInput& e) {
+    // A damaged image (R6 kept the old state): this generation cannot start; say so and
+    // go round again (a new round picks a source again).
+    std::fprintf(stderr, "ringfence worker slot %d: generation %llu: state transfer refused: %s\n", copt_.slot,
+                 static_cast<unsigned long long>(plan.generation), e.what());
+    if (!generation_over()) client_->failure_report(plan.generation, state_.step(), std::nullopt, e.what());
+    return false;
+  }
+}
+
+void Recovery::verify(uint64_t tag_step, const char* when) {
+  // (step, digest) of every rank: 1 + 4 words each.
+  const int world = m_.world;
+  const std::string mine = state_.current_digest();
+  std::vector<uint64_t> in(5), out(5 * static_cast<size_t>(world));
+  in[0] = static_cast<uint64_t>(state_.step());
+  digest_words(mine, in.data() + 1);
+  {
+    ActivityBoard::WaitScope waiting(watch_.board());
+    m_.comm->allgather({in.data(), in.size(), comm::DType::u64}, {out.data(), out.size(), comm::DType::u64},
+                       OpPlan::verify(tag_step));
+  }
+  std::string bad;
+  for (int r = 0; r < world; ++r) {
+    const uint64_t* w = out.data() + 5 * r;
+    const std::string d = words_digest(w + 1);
+    if (d != mine || w[0] != in[0]) bad += str(" rank ", r, " has step ", static_cast<int64_t>(w[0]), " digest ", d, ";");
+  }
+  if (!bad.empty())
+    throw DivergenceError(str("replicas diverged (", when, ", generation ", m_.plan.generation, "): rank ", m_.rank,
+                              " has step ", state_.step(), " digest ", mine, ";", bad));
+}
+
+// ---- step 8 ---------------------------------------------------------------------------
+
+Recovery::Resumed Recovery::resume() {
+  enter(RecoveryPhase::Resume);
+  const elastic::ReadyQuery rq = client_->ready(m_.plan.generation, cfg_.ready_timeout);
+  if (rq.kind == elastic::ReadyQuery::Stopped) throw elastic::JobStopped(str("the coordinator stopped the job: ", rq.error));
+  if (rq.kind == elastic::ReadyQuery::Done) return Resumed::Done;
+  if (rq.kind != elastic::ReadyQuery::Running) return Resumed::Again;
+  enter(std::nullopt);  // back to training at T+1
+  return Resumed::Train;
+}
+
+// ---- the staging buffer of step 6 ------------------------------------------------------
+
+// It is as large as the state image (parameters + optimizer buffers: 800 MB for 100M
+// parameters with momentum). Faulting it in during a transfer would cost ~13 us per 4 KiB
+// page here (2.6 s for 800 MB), so it is faulted in once, ahead of need — on a thread of its
+// own started right after join(), so a replacement reports at once and its page faults
+// overlap the round, the connect and the source's serialisation instead of delaying all of
+// them (await_staging() before step 6 and before training). Only the pages are wanted: a
+// zero fill of the image's size, not an image (no digest, no CRCs). The slack covers the
+// header's few varying digits (step, generation); the buffer is never shrunk, so it stays
+// resident. (TrainState::prepare_staging: the pages made resident by one madvise, then the
+// fill.)
+void Recovery::start_staging_pretouch() {
+  staging_thread_ = std::thread([this] { state_.prepare_staging(staging_); });
+}
+
+void Recovery::await_staging() {
+  if (staging_thread_.joinable()) staging_thread_.join();
+}
+
+}  // namespace rf::ddp

@@ -1,0 +1,138 @@
+#pragma once
+// Recovery — the worker's half of PROTOCOL.md's recovery from generation g to g+1, one
+// function per step (and per RecoveryPhase, recovery_phase.h):
+//
+//   abort     step 1    on revocation (the heartbeat thread) or self-fencing (D4) the
+//                       communicator of g is aborted; a transport error, stall or abort
+//                       seen by the training thread is reported (failure)
+//   report    steps 2-4 report (step, digest), wait for the coordinator's plan
+//   plan                adopt it: rank and world; a fresh start refuses another run's
+//                       checkpoints, a whole-job restart restores this job's newest
+//   connect   step 5    the communicator of the plan's generation, addresses through the
+//                       coordinator's store (ElasticStore)
+//   transfer  step 6    sources send S_T, receivers take it into a staging buffer and swap
+//                       it in only after its digest checks (R6, TrainState::restore_verified)
+//   verify    step 7    all-gather of (step, digest): every rank holds the same (T, S)
+//   resume    step 8    ready(g+1); the step loop continues at T+1 (R3 recomputes its batch)
+//
+// A failure anywhere in plan..verify returns false: the trainer goes back to report with the
+// next generation (recovery is idempotent). The step loop and recovery share a Membership;
+// the trainer owns it, the checkpointing unit, the watch and this object.
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "comm/errors.h"
+#include "comm/ucx/ucx_communicator.h"
+#include "ddp/audit_log.h"
+#include "ddp/checkpointing.h"
+#include "ddp/fault_injector.h"
+#include "ddp/recovery_phase.h"
+#include "ddp/reducer.h"
+#include "ddp/step_watch.h"
+#include "ddp/train_state.h"
+#include "ddp/trainer.h"
+#include "elastic/client.h"
+
+namespace rf::ddp {
+
+// The generation this worker works in, as the step loop and recovery see it.
+struct Membership {
+  elastic::Plan plan;
+  int rank = 0, world = 1;
+  // The heartbeat thread aborts it on revocation (step 1); the training thread swaps it
+  // between generations, under comm_mu.
+  std::mutex comm_mu;
+  std::shared_ptr<comm::UcxCommunicator> comm;
+};
+
+class Recovery {
+ public:
+  struct Parts {
+    const TrainerConfig& cfg;
+    Membership& member;
+    TrainState& state;
+    Reducer& reducer;
+    StepWatch& watch;
+    Checkpointing& checkpointing;
+  };
+  explicit Recovery(Parts parts);
+  // Waits for the staging thread and closes the client: its heartbeat thread calls abort().
+  ~Recovery();
+  Recovery(const Recovery&) = delete;
+  Recovery& operator=(const Recovery&) = delete;
+
+  // Set-up, fault tolerance on: the transport context, the coordinator's client (not yet
+  // joined) and its step-1 callbacks. inj and audit outlive this object's use of them.
+  void start(const elastic::ClientOptions& options, FaultInjector& inj, AuditLog& audit);
+  elastic::Client* client() const { return client_.get(); }
+  // Joins (again, after a self-fence). False when the job had already finished.
+  bool join();
+  // The staging buffer of step 6, faulted in on a thread of its own (see recovery.cpp).
+  void start_staging_pretouch();
+  void await_staging();
+
+  // --- step 1 --------------------------------------------------------------------------
+  // Any thread: aborts the communicator (as_failed: peers name this rank, D4).
+  void abort(const std::string& why, bool as_failed = false);
+  // The training thread, inside the catch of `e`: tells the coordinator who failed, unless it
+  // already moved on. Rethrows `e` when there is no coordinator (fault tolerance off).
+  void failure(const comm::CommError& e);
+  // Fault injection's drop: the communicator's endpoints fail now.
+  void inject_drop();
+  // Destroys the communicator (outside comm_mu: its destructor may run the chunk hook).
+  void drop_comm();
+  // Revoked or fenced since the plan of the current generation.
+  bool generation_over() const;
+
+  // --- steps 2-4 -----------------------------------------------------------------------
+  enum class Round { Planned, Again, Finished };
+  // Planned: member.plan is the new plan. Again: fenced meanwhile (join again). Finished:
+  // the job finished before this worker got a plan.
+  Round report();
+
+  // --- plan, steps 5-7 -----------------------------------------------------------------
+  // The whole formation of member.plan's generation: plan, connect, transfer, verify, then
+  // the phase times to the coordinator. False when it must start again at report.
+  bool form();
+  bool plan();
+  bool connect();
+  bool transfer();
+  // Step 7's all-gather, also verify-every's: DivergenceError names every rank's digest on a
+  // mismatch. tag_step: the step the collective's tag carries; when: for the message.
+  void verify(uint64_t tag_step, const char* when);
+
+  // --- step 8 --------------------------------------------------------------------------
+  enum class Resumed { Train, Again, Done };
+  // ready(g): Train when g runs, Again when it was revoked, Done when the job finished.
+  // Throws elastic::JobStopped when the coordinator stopped the job.
+  Resumed resume();
+
+ private:
+  // The phase recovery is in (nullopt: back to training), for the audit lines and comm's
+  // flight recorder.
+  void enter(std::optional<RecoveryPhase> phase);
+  elastic::StateReport state_report() const;
+
+  const TrainerConfig& cfg_;
+  Membership& m_;
+  TrainState& state_;
+  Reducer& reducer_;
+  StepWatch& watch_;
+  Checkpointing& ckpt_;
+  elastic::ClientOptions copt_;
+  FaultInjector* inj_ = nullptr;
+  AuditLog* audit_ = nullptr;
+  std::shared_ptr<comm::UcxContext> ctx_;
+  std::unique_ptr<elastic::Client> client_;
+  std::chrono::milliseconds comm_stall_{0};  // the new generation's D3 (StepWatch::begin_recovery)
+  std::vector<std::byte> staging_;           // the image buffer, reused by every transfer (R6)
+  uint64_t staging_size_ = 0;
+  std::thread staging_thread_;
+  double connect_ms_ = 0, staging_wait_ms_ = 0;
+};
+
+}  // namespace rf::ddp

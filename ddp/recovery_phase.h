@@ -1,0 +1,27 @@
+#pragma once
+// RecoveryPhase — which part of PROTOCOL.md's recovery a worker is in, as its audit lines
+// ("phase") and comm's flight recorder (comm::set_phase_label) record it. One value per
+// function of ddp/recovery.h: Abort (step 1), Report (steps 2-4), Plan (adopting the plan),
+// Connect (step 5), Transfer (step 6), Verify (step 7), Resume (step 8).
+namespace rf::ddp {
+
+enum class RecoveryPhase { Abort, Report, Plan, Connect, Transfer, Verify, Resume };
+
+// The lower-case name the audit log and the flight recorder write ("transfer").
+constexpr const char* recovery_phase_name(RecoveryPhase p) {
+  switch (p) {
+    case RecoveryPhase::Abort: return "abort";
+    case RecoveryPhase::Report: return "report";
+    case RecoveryPhase::Plan: return "plan";
+    case RecoveryPhase::Connect: return "connect";
+    case RecoveryPhase::Transfer: return "transfer";
+    case RecoveryPhase::Verify: return "verify";
+    case RecoveryPhase::Resume: return "resume";
+  }
+  return "?";
+}
+
+// The label the flight recorder carries while the step loop runs (no recovery phase).
+inline constexpr const char* kTrainingPhaseLabel = "train";
+
+}  // namespace rf::ddp

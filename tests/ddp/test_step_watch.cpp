@@ -1,0 +1,56 @@
+// StepWatch: which stall bound the heartbeats carry for what the training thread does, and
+// the communicator stall timeout each implies (D3). The board is read at a chosen time.
+#include <doctest/doctest.h>
+
+#include "ddp/step_watch.h"
+
+using namespace rf::ddp;
+using namespace std::chrono_literals;
+using rf::Clock;
+using rf::elastic::Activity;
+
+TEST_CASE("step watch: a step is judged by the learned bound, the communicator gets 1.5 of it") {
+  StepWatch w(StallBoundOptions{});  // floor 1 s, ceiling 30 s, x20, warm after 3 steps
+  CHECK(w.begin_step(0) == 45s);     // not warm: the ceiling
+  Activity a = w.board().read(Clock::now() + 10s);
+  CHECK(a.kind == Activity::Compute);
+  CHECK(a.bound == 30s);
+  CHECK(a.where == "step 0");
+  CHECK(a.elapsed >= 10s);
+  for (int i = 0; i < 3; ++i) w.end_step(100ms);
+  CHECK(w.begin_step(3) == 3s);  // 20 x 100 ms = 2 s, x1.5
+  a = w.board().read(Clock::now());
+  CHECK(a.bound == 2s);
+  CHECK(a.where == "step 3");
+}
+
+TEST_CASE("step watch: a recovery is judged by the state's size, the same bound through its phases") {
+  StepWatch w(StallBoundOptions{});
+  for (int i = 0; i < 10; ++i) w.end_step(4s);  // slow steps do not change a recovery's bound
+  CHECK(w.begin_recovery(4, 100'000'000) == 3000ms);  // 1 s + 100 MB at 100 MB/s = 2 s, x1.5
+  Activity a = w.board().read(Clock::now());
+  CHECK(a.kind == Activity::Compute);
+  CHECK(a.bound == 2s);
+  CHECK(a.where == "recovery to generation 4");
+  w.idle();  // connecting: not judged
+  CHECK(w.board().read(Clock::now() + 1h).kind == Activity::Idle);
+  w.continue_recovery();
+  a = w.board().read(Clock::now());
+  CHECK(a.kind == Activity::Compute);
+  CHECK(a.bound == 2s);
+  CHECK(a.where == "recovery to generation 4");
+  {
+    ActivityBoard::WaitScope waiting(w.board());  // inside a collective of the recovery
+    CHECK(w.board().read(Clock::now()).kind == Activity::Wait);
+  }
+  CHECK(w.board().read(Clock::now()).kind == Activity::Compute);
+}
+
+TEST_CASE("step watch: without a coordinator the communicator keeps the fixed ceiling") {
+  StallBoundOptions o;
+  o.ceiling = 12s;
+  StepWatch w(o);
+  CHECK(w.fixed_comm_stall() == 12000ms);
+  CHECK(StepWatch::whole_ms(200us) == 1ms);   // never 0: a zero timeout would fire at once
+  CHECK(StepWatch::whole_ms(1500200us) == 1501ms);  // rounded up, never shorter
+}
