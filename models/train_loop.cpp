@@ -146,9 +146,11 @@ TrainResult train(const TrainOptions& opt, std::ostream& log) {
 
     sgd.zero_grad();
     Tensor loss = classification_loss((*model)(x), labels, Reduction::Mean);
-    const float loss_value = loss.item();
     loss.backward();
     sgd.step();
+    // The loss reaches the host once the whole step is issued: on a device, reading it
+    // earlier would make backward wait for the forward (every step's loss is recorded).
+    const float loss_value = loss.item();
     // Step boundary: S is the state after `step` (R1). save() copies it and returns.
     if (checkpointer && opt.ckpt_every > 0 && (step + 1) % opt.ckpt_every == 0) {
       meta.step = step;
