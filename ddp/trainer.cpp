@@ -16,10 +16,10 @@
 #include "ckpt/async_checkpointer.h"
 #include "ckpt/checkpoint_dir.h"
 #include "ckpt/resume.h"
+#include "comm/communicator.h"
 #include "comm/errors.h"
 #include "comm/file_store.h"
 #include "comm/local_launcher.h"
-#include "comm/ucx/ucx_communicator.h"
 #include "core/autograd.h"
 #include "core/data/data.h"
 #include "ddp/activity.h"
@@ -66,14 +66,13 @@ struct Trainer::Impl {
 
   elastic::ClientOptions copt;
   std::unique_ptr<elastic::Client> client;
-  std::shared_ptr<comm::UcxContext> ctx;
   std::unique_ptr<FaultInjector> inj;
   std::unique_ptr<AuditLog> audit_;
 
   // The communicator of the generation this worker works in. The heartbeat thread aborts
   // it on revocation (step 1); the training thread swaps it between generations.
   std::mutex comm_mu;
-  std::shared_ptr<comm::UcxCommunicator> comm;
+  std::shared_ptr<comm::Communicator> comm;
 
   elastic::Plan plan;
   int rank = 0, world = 1;
@@ -97,7 +96,7 @@ struct Trainer::Impl {
 
   // A revocation aborts (peers that hear of it from us fail as aborted, blaming nobody);
   // self-fencing (D4) aborts as failed: the coordinator has not revoked anything yet, so
-  // peers must fail naming this rank and report it (comm::UcxCommunicator::abort_failed).
+  // peers must fail naming this rank and report it (comm::Communicator::abort_failed).
   void abort_comm(const std::string& why, bool as_failed = false) {
     std::lock_guard<std::mutex> lk(comm_mu);
     if (comm && as_failed) comm->abort_failed(why);
@@ -106,7 +105,7 @@ struct Trainer::Impl {
 
   // Destroys the communicator outside the lock: its destructor may run the chunk hook.
   void drop_comm() {
-    std::shared_ptr<comm::UcxCommunicator> old;
+    std::shared_ptr<comm::Communicator> old;
     {
       std::lock_guard<std::mutex> lk(comm_mu);
       old.swap(comm);
@@ -161,18 +160,22 @@ struct Trainer::Impl {
 
     // Step 5: connect.
     TimePoint t0 = Clock::now();
-    comm::UcxOptions uo;
-    uo.stall_timeout = whole_ms(StallBound::comm_stall(bound));
-    uo.connect_timeout = cfg.connect_timeout;
-    uo.flight_recorder_path = cfg.flight_recorder;
-    if (!inj->empty()) uo.on_chunk = [this](const comm::ChunkEvent& e) { inj->on_chunk(e.step, e.chunks_done); };
+    comm::CommOptions co;
+    co.rank = rank;
+    co.world = world;
+    co.generation = plan.generation;
+    co.stall_timeout = whole_ms(StallBound::comm_stall(bound));
+    co.connect_timeout = cfg.connect_timeout;
+    co.flight_recorder_path = cfg.flight_recorder;
+    if (!inj->empty()) co.on_chunk = [this](const comm::ChunkEvent& e) { inj->on_chunk(e.step, e.chunks_done); };
     try {
       // Connecting waits for every peer to reach this point and publish its address: it has
       // its own deadline (connect_timeout) and ends at a revocation (ElasticStore), and a
       // peer stuck before it is judged on its own activity; so it is not judged (idle).
       ElasticStore store(*client, plan.generation);
       activity.idle();
-      auto c = std::make_shared<comm::UcxCommunicator>(ctx, store, rank, world, plan.generation, uo);
+      co.store = &store;
+      auto c = comm::make_communicator(comm::Backend::Ucx, co);
       activity.compute(ActivityBoard::Region::Recovery, static_cast<int64_t>(plan.generation), bound);
       std::lock_guard<std::mutex> lk(comm_mu);
       comm = std::move(c);
@@ -526,14 +529,18 @@ struct Trainer::Impl {
     plan.generation = 1;
     inj = std::make_unique<FaultInjector>();
     audit_ = std::make_unique<AuditLog>(cfg.audit_log, env.rank, 0);
-    ctx = comm::UcxContext::create();
+    comm::prepare_backend(comm::Backend::Ucx);
     refuse_foreign_checkpoints();
     comm::FileStore store(env.store_dir);
-    comm::UcxOptions uo;
-    uo.stall_timeout = whole_ms(cfg.stall.ceiling);  // no coordinator, no recovery: the fixed D3
-    uo.connect_timeout = cfg.connect_timeout;
-    uo.flight_recorder_path = cfg.flight_recorder;
-    comm = std::make_shared<comm::UcxCommunicator>(ctx, store, rank, world, 1, uo);
+    comm::CommOptions co;
+    co.store = &store;
+    co.rank = rank;
+    co.world = world;
+    co.generation = 1;
+    co.stall_timeout = whole_ms(cfg.stall.ceiling);  // no coordinator, no recovery: the fixed D3
+    co.connect_timeout = cfg.connect_timeout;
+    co.flight_recorder_path = cfg.flight_recorder;
+    comm = comm::make_communicator(comm::Backend::Ucx, co);
     const TimePoint t0 = Clock::now();
     train_generation();
     checkpoint(true);
@@ -578,7 +585,7 @@ struct Trainer::Impl {
       // the call above must not be inside what it measures.
       audit_->record("inject", plan.generation, s, "", rank, world, str("\"spec\":\"", f.to_string(), "\""));
     });
-    ctx = comm::UcxContext::create();
+    comm::prepare_backend(comm::Backend::Ucx);
     client = std::make_unique<elastic::Client>(copt);
     client->on_revoked([this](const elastic::Revocation& r) {
       abort_comm(str("generation revoked (", r.cause, "), now ", r.generation));

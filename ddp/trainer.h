@@ -7,7 +7,7 @@
 //   step 1  on revocation (heartbeat thread) or fencing the communicator of g is aborted;
 //           a transport error or stall in the training thread is reported (failure)
 //   step 2-4 report (step, digest) and wait for the plan (Client::next_plan)
-//   step 5  a new UcxCommunicator for the plan's generation, addresses via ElasticStore
+//   step 5  a new communicator (comm::make_communicator) for the plan's generation, addresses via ElasticStore
 //   step 6  receivers get S_T from their source into a staging buffer, verified by digest
 //           before the swap (R6, TrainState::restore_verified)
 //   step 7  all-gather of digests: every rank must hold the same (T, S), then ready(g)
