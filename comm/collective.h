@@ -31,16 +31,6 @@ struct Round {
   bool exact_length = false;  // the receive must get exactly recv_bytes (blobs)
 };
 
-// Fired by the driving thread after each completed round of an all-reduce (fault
-// injection: "after k chunks of the all-reduce of step s").
-struct ChunkEvent {
-  uint64_t generation = 0;
-  uint64_t step = 0;
-  uint32_t op = 0;
-  uint64_t chunks_done = 0;
-};
-using ChunkCallback = std::function<void(const ChunkEvent&)>;
-
 class Collective {
  public:
   static constexpr int kMaxFlows = 4;

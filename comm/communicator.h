@@ -1,8 +1,9 @@
 #pragma once
 // Communicator — what the rest of ringfence sees of the data plane: collectives on typed
-// buffers of one generation, asynchronous, abortable from any thread. UcxCommunicator
-// (comm/ucx/) is the only implementation so far; a GPU backend (NCCL) is to implement the
-// same class.
+// buffers of one generation, asynchronous, abortable from any thread. Callers make one with
+// make_communicator(backend, options) below and see nothing of the backend behind it: the
+// trainer and the reducer include this header and no backend's. UCX (comm/ucx/, host
+// memory) is the backend built so far; a GPU backend (NCCL) implements the same class.
 //
 // Contract
 // * Every collective is named by an OpId (step, op) which becomes its tag with the
@@ -13,10 +14,23 @@
 // * Failures are typed (comm/errors.h). After one failure the communicator is poisoned:
 //   every pending and future operation fails with that error (or Aborted after abort()).
 // * all-reduce delivers bitwise identical results on every rank (PROTOCOL.md R4).
+// * Registered memory is an argument: a Buffer names the RegisteredMemory it lies in
+//   (Buffer::registered, from allocate_registered below) and a backend uses what it knows
+//   of that memory (the UCX backend: zero-copy through the peers' mappings of a
+//   SharedBuffer). Nothing is looked up by address. Whether every rank's buffer is
+//   registered is agreed inside the collective, so mixing is correct, only slower.
+// * Every backend implements the seams the recovery protocol and its tests rely on:
+//   abort_failed() (D4 self-fencing: peers fail naming this rank), inject_drop() (a test
+//   seam: this rank's connections drop as if the network cut them) and the chunk hook
+//   (CommOptions::on_chunk, comm/types.h ChunkEvent), called as every all-reduce
+//   progresses.
+#include <chrono>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "base/clock.h"
+#include "comm/bootstrap_store.h"
 #include "comm/types.h"
 
 namespace rf::comm {
@@ -63,12 +77,60 @@ class Communicator {
   // flag: every pending and future operation then fails within 10 ms with Aborted naming
   // the generation and `reason`.
   virtual void abort(const std::string& reason) = 0;
+  // Like abort(), but peers are told that THIS rank failed, so they fail with PeerFailed
+  // naming it and report it: for a rank that cuts itself off (D4 self-fencing, which the
+  // coordinator has not revoked yet). Locally: Aborted(reason). Callable from any thread,
+  // the chunk hook's included.
+  virtual void abort_failed(const std::string& reason) = 0;
   virtual bool aborted() const = 0;
+  // Test seam (fault injection): this rank's connections drop as if the network had cut
+  // them. Only sets a flag (callable from any thread, the chunk hook's included); the
+  // pending collectives of every rank then fail with PeerFailed naming this rank.
+  virtual void inject_drop() = 0;
   // D3: a collective that makes no progress this long fails with TimedOut. Callable from
   // any thread at any time (the trainer sets the bound it learned from its step times,
   // ddp/stall_bound.h); it applies to the next check of every pending collective.
   virtual void set_stall_timeout(Duration timeout) = 0;
   virtual Duration stall_timeout() const = 0;
 };
+
+// ---- making one ------------------------------------------------------------------------
+
+enum class Backend { Ucx, Nccl };
+const char* backend_name(Backend b);  // "ucx", "nccl"
+// "ucx" or "nccl"; anything else throws rf::InvalidInput naming the text and the choices.
+Backend parse_backend(std::string_view text);
+
+// What every backend needs to form the communicator of one generation.
+struct CommOptions {
+  // Where ranks publish and find each other's addresses (keys scoped by the generation).
+  // Used only while make_communicator runs. Required.
+  BootstrapStore* store = nullptr;
+  int rank = 0;
+  int world = 1;
+  uint64_t generation = 0;
+  std::chrono::milliseconds stall_timeout{30000};    // D3 at first; set_stall_timeout() changes it
+  std::chrono::milliseconds connect_timeout{30000};  // waiting for the peers' addresses
+  std::string flight_recorder_path;                  // JSON lines appended here on failure; "" = stderr
+  // The chunk hook (comm/types.h): called on the driving thread as every all-reduce
+  // progresses; it may call abort(), abort_failed() and inject_drop().
+  ChunkCallback on_chunk;
+};
+
+// Connects to the other ranks of options.generation (publishes this rank's address, waits
+// for theirs up to connect_timeout) and returns the communicator. Throws rf::InvalidInput
+// for bad options or a backend this build does not have (Nccl so far), comm errors
+// (TimedOut, PeerFailed) when connecting fails. The UCX backend's process-wide state (its
+// UCP context) is made once, by the first call or by prepare_backend, whichever is first.
+std::shared_ptr<Communicator> make_communicator(Backend backend, const CommOptions& options);
+// Makes the backend's process-wide state now, so that the first make_communicator does not
+// pay for it (a trainer calls it at start-up). Thread-safe; a no-op after the first call.
+void prepare_backend(Backend backend);
+
+// Memory for large all-reduces (gradient buckets), zero-filled and resident: pass it as the
+// Buffers' `registered` (comm/types.h). Host: a SharedBuffer (comm/shared_buffer.h), which
+// the UCX backend all-reduces zero-copy; device memory (Device::cuda) throws
+// rf::InvalidInput until a device backend exists. Belongs to no communicator.
+std::shared_ptr<RegisteredMemory> allocate_registered(size_t bytes, Device device = Device::host, int index = 0);
 
 }  // namespace rf::comm

@@ -6,8 +6,6 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
-#include <map>
-#include <mutex>
 
 #include "base/error.h"
 #include "base/populate.h"
@@ -17,24 +15,9 @@ namespace rf::comm {
 
 namespace {
 
-struct Entry {
-  size_t bytes;
-  int fd;
-  uint64_t id;
-  size_t mapped;
-};
-
-// The process-wide registry: base address -> entry. Small (one entry per bucket), looked up
-// once per large all-reduce.
-struct Registry {
-  std::mutex mu;
-  std::map<uintptr_t, Entry> by_address;
-  uint64_t next_id = 1;
-};
-Registry& registry() {
-  static Registry* r = new Registry;  // never destroyed: buffers may outlive static teardown
-  return *r;
-}
+// SharedRange::id of the next shared buffer: unique for the process's lifetime, where fd
+// numbers are reused (the peers' mapping cache is keyed by it, comm/shm_mappings.h).
+std::atomic<uint64_t> next_id{1};
 
 size_t round_to_pages(size_t n) {
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
@@ -72,26 +55,25 @@ SharedBuffer::SharedBuffer(size_t bytes) : bytes_(bytes) {
     }
   }
   if (fd_ < 0) {
-    // No memfd here: private memory, pre-touched the same way, not registered (the
-    // ordinary paths).
+    // No memfd here: private memory, pre-touched the same way, not shared (the ordinary
+    // paths).
     void* p = mmap(nullptr, mapped_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) throw rf::Error(rf::str("SharedBuffer: cannot map ", bytes, " bytes: ", std::strerror(errno)));
     data_ = p;
     populate_pages(p, mapped_);
     return;
   }
-  Registry& r = registry();
-  std::lock_guard lk(r.mu);
-  r.by_address[reinterpret_cast<uintptr_t>(data_)] = Entry{bytes_, fd_, r.next_id++, mapped_};
+  id_ = next_id.fetch_add(1, std::memory_order_relaxed);
 }
 
 SharedBuffer::~SharedBuffer() { release(); }
 
 SharedBuffer::SharedBuffer(SharedBuffer&& o) noexcept
-    : data_(o.data_), bytes_(o.bytes_), mapped_(o.mapped_), fd_(o.fd_) {
+    : RegisteredMemory(), data_(o.data_), bytes_(o.bytes_), mapped_(o.mapped_), fd_(o.fd_), id_(o.id_) {
   o.data_ = nullptr;
   o.bytes_ = o.mapped_ = 0;
   o.fd_ = -1;
+  o.id_ = 0;
 }
 
 SharedBuffer& SharedBuffer::operator=(SharedBuffer&& o) noexcept {
@@ -101,20 +83,17 @@ SharedBuffer& SharedBuffer::operator=(SharedBuffer&& o) noexcept {
     bytes_ = o.bytes_;
     mapped_ = o.mapped_;
     fd_ = o.fd_;
+    id_ = o.id_;
     o.data_ = nullptr;
     o.bytes_ = o.mapped_ = 0;
     o.fd_ = -1;
+    o.id_ = 0;
   }
   return *this;
 }
 
 void SharedBuffer::release() {
   if (data_ == nullptr) return;
-  if (fd_ >= 0) {
-    Registry& r = registry();
-    std::lock_guard lk(r.mu);
-    r.by_address.erase(reinterpret_cast<uintptr_t>(data_));
-  }
   // Peers that mapped the memfd keep their pages until they unmap: our munmap/close
   // never pulls memory out from under a reader (no SIGBUS).
   munmap(data_, mapped_);
@@ -122,19 +101,13 @@ void SharedBuffer::release() {
   data_ = nullptr;
   bytes_ = mapped_ = 0;
   fd_ = -1;
+  id_ = 0;
 }
 
-bool find_shared(const void* data, size_t bytes, SharedRange* out) {
-  const auto a = reinterpret_cast<uintptr_t>(data);
-  Registry& r = registry();
-  std::lock_guard lk(r.mu);
-  auto it = r.by_address.upper_bound(a);
-  if (it == r.by_address.begin()) return false;
-  --it;
-  const Entry& e = it->second;
-  const uintptr_t base = it->first;
-  if (a < base || a - base > e.bytes || bytes > e.bytes - (a - base)) return false;
-  if (out) *out = SharedRange{e.fd, e.id, a - base, e.mapped};
+bool SharedBuffer::range_of(const void* data, size_t bytes, SharedRange* out) const {
+  if (!shared() || !contains(data, bytes)) return false;
+  const auto offset = reinterpret_cast<uintptr_t>(data) - reinterpret_cast<uintptr_t>(data_);
+  if (out) *out = SharedRange{fd_, id_, offset, mapped_};
   return true;
 }
 

@@ -25,6 +25,12 @@ const char* dtype_name(DType t) {
   return "?";
 }
 
+bool RegisteredMemory::contains(const void* p, size_t n) const {
+  const auto a = reinterpret_cast<uintptr_t>(p), base = reinterpret_cast<uintptr_t>(data());
+  const size_t size = bytes();
+  return a >= base && a - base <= size && n <= size - (a - base);
+}
+
 namespace {
 // Plain loops the compiler vectorises. The order of the operands is fixed by the caller
 // (R4): float addition is commutative but not associative, so each algorithm decides the

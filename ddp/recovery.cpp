@@ -39,7 +39,7 @@ void Recovery::start(const elastic::ClientOptions& options, FaultInjector& inj, 
   copt_ = options;
   inj_ = &inj;
   audit_ = &audit;
-  ctx_ = comm::UcxContext::create();
+  comm::prepare_backend(comm::Backend::Ucx);
   client_ = std::make_unique<elastic::Client>(copt_);
   client_->on_revoked([this](const elastic::Revocation& r) {
     abort(str("generation revoked (", r.cause, "), now ", r.generation));
@@ -66,7 +66,7 @@ void Recovery::enter(std::optional<RecoveryPhase> phase) {
 
 // A revocation aborts (peers that hear of it from us fail as aborted, blaming nobody);
 // self-fencing (D4) aborts as failed: the coordinator has not revoked anything yet, so
-// peers must fail naming this rank and report it (comm::UcxCommunicator::abort_failed).
+// peers must fail naming this rank and report it (comm::Communicator::abort_failed).
 void Recovery::abort(const std::string& why, bool as_failed) {
   std::lock_guard<std::mutex> lk(m_.comm_mu);
   if (m_.comm && as_failed) m_.comm->abort_failed(why);
@@ -79,7 +79,7 @@ void Recovery::inject_drop() {
 }
 
 void Recovery::drop_comm() {
-  std::shared_ptr<comm::UcxCommunicator> old;
+  std::shared_ptr<comm::Communicator> old;
   {
     std::lock_guard<std::mutex> lk(m_.comm_mu);
     old.swap(m_.comm);
@@ -204,18 +204,22 @@ bool Recovery::plan() {
 bool Recovery::connect() {
   enter(RecoveryPhase::Connect);
   const elastic::Plan& plan = m_.plan;
-  comm::UcxOptions uo;
-  uo.stall_timeout = comm_stall_;
-  uo.connect_timeout = cfg_.connect_timeout;
-  uo.flight_recorder_path = cfg_.flight_recorder;
-  if (!inj_->empty()) uo.on_chunk = [this](const comm::ChunkEvent& e) { inj_->on_chunk(e.step, e.chunks_done); };
+  comm::CommOptions co;
+  co.rank = m_.rank;
+  co.world = m_.world;
+  co.generation = plan.generation;
+  co.stall_timeout = comm_stall_;
+  co.connect_timeout = cfg_.connect_timeout;
+  co.flight_recorder_path = cfg_.flight_recorder;
+  if (!inj_->empty()) co.on_chunk = [this](const comm::ChunkEvent& e) { inj_->on_chunk(e.step, e.chunks_done); };
   try {
     // Connecting waits for every peer to reach this point and publish its address: it has
     // its own deadline (connect_timeout) and ends at a revocation (ElasticStore), and a
     // peer stuck before it is judged on its own activity; so it is not judged (idle).
     ElasticStore store(*client_, plan.generation);
     watch_.idle();
-    auto c = std::make_shared<comm::UcxCommunicator>(ctx_, store, m_.rank, m_.world, plan.generation, uo);
+    co.store = &store;
+    auto c = comm::make_communicator(comm::Backend::Ucx, co);
     watch_.continue_recovery();
     std::lock_guard<std::mutex> lk(m_.comm_mu);
     m_.comm = std::move(c);

@@ -25,8 +25,8 @@
 #include <thread>
 #include <vector>
 
+#include "comm/communicator.h"
 #include "comm/errors.h"
-#include "comm/ucx/ucx_communicator.h"
 #include "ddp/audit_log.h"
 #include "ddp/checkpointing.h"
 #include "ddp/fault_injector.h"
@@ -46,7 +46,7 @@ struct Membership {
   // The heartbeat thread aborts it on revocation (step 1); the training thread swaps it
   // between generations, under comm_mu.
   std::mutex comm_mu;
-  std::shared_ptr<comm::UcxCommunicator> comm;
+  std::shared_ptr<comm::Communicator> comm;
 };
 
 class Recovery {
@@ -126,7 +126,6 @@ class Recovery {
   elastic::ClientOptions copt_;
   FaultInjector* inj_ = nullptr;
   AuditLog* audit_ = nullptr;
-  std::shared_ptr<comm::UcxContext> ctx_;
   std::unique_ptr<elastic::Client> client_;
   std::chrono::milliseconds comm_stall_{0};  // the new generation's D3 (StepWatch::begin_recovery)
   std::vector<std::byte> staging_;           // the image buffer, reused by every transfer (R6)

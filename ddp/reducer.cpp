@@ -6,7 +6,6 @@
 #include "base/enforce.h"
 #include "base/error.h"
 #include "base/str.h"
-#include "comm/shared_buffer.h"
 #include "kernels/op_table.h"
 
 namespace rf::ddp {
@@ -51,12 +50,15 @@ Reducer::Reducer(const std::vector<NamedTensor>& params, ReducerOptions options)
     if (!(device_ == Device::CPU)) {
       buffers_.push_back(Storage::allocate(sizeof(float) * n, device_));
       rt_->ops().fill(rt_->exec(), static_cast<int64_t>(n), 0.0f, buf(b));
+      registered_.push_back(nullptr);  // device memory: no registration yet
     } else if (opt_.shared_buckets) {
-      auto shared = std::make_shared<comm::SharedBuffer>(sizeof(float) * n);  // zero-filled
-      buffers_.push_back(Storage::wrap(shared->data(), sizeof(float) * n, Device::CPU, shared));
+      std::shared_ptr<comm::RegisteredMemory> mem = comm::allocate_registered(sizeof(float) * n);  // zero-filled
+      buffers_.push_back(Storage::wrap(mem->data(), sizeof(float) * n, Device::CPU, mem));
+      registered_.push_back(mem.get());
     } else {
       buffers_.push_back(Storage::allocate(sizeof(float) * n));
       std::memset(buf(b), 0, sizeof(float) * n);
+      registered_.push_back(nullptr);
     }
     buffer_floats_.push_back(n);
   }
@@ -133,8 +135,17 @@ void Reducer::start_ready_buckets() {
 
 void Reducer::start_bucket(int b) {
   if (b == 0) timeline_.first_start = Clock::now();
-  comm::Buffer whole{buf(b), buffer_floats_[b], comm::DType::f32};
-  work_[b] = comm_->allreduce_start(whole, ops_.bucket(step_, b));
+  work_[b] = comm_->allreduce_start(whole(b), ops_.bucket(step_, b));
+}
+
+comm::Buffer Reducer::whole(int b) const {
+  comm::Buffer w{buf(b), buffer_floats_[b], comm::DType::f32};
+  w.registered = registered_[b];
+  if (!device_.is_cpu()) {  // the backend learns where the bucket lives from the buffer
+    w.device = comm::Device::cuda;
+    w.device_index = device_.index;
+  }
+  return w;
 }
 
 ControlBlock Reducer::finish() {
@@ -148,9 +159,8 @@ ControlBlock Reducer::finish() {
     // still join the collective: all ranks start the same ones in the same order.
     for (int b = 0; b < next_start_; ++b) work_[b]->wait();
     for (; next_start_ < layout_.num_buckets(); ++next_start_) {
-      comm::Buffer whole{buf(next_start_), buffer_floats_[next_start_], comm::DType::f32};
       if (next_start_ == 0) timeline_.first_start = Clock::now();
-      comm_->allreduce(whole, ops_.bucket(step_, next_start_));
+      comm_->allreduce(whole(next_start_), ops_.bucket(step_, next_start_));
     }
   } catch (...) {
     abandon();

@@ -70,10 +70,11 @@ struct ReducerOptions {
   // gradients backward finalises last (bucket_layout.h); 0 = off. See docs/ddp.md for the
   // measurement behind the default.
   size_t last_bucket_cap_bytes = size_t{256} << 10;
-  // Buckets in comm::SharedBuffer memory (memfd, pre-touched), which comm's shared-memory
-  // path all-reduces without copies through the ring (docs/comm.md); false: private memory
-  // from the caching allocator (for comparisons). Every rank must choose the same. CPU
-  // parameters only: a device's buckets are always that device's memory.
+  // Buckets in registered memory (comm::allocate_registered: on the host a memfd,
+  // pre-touched), named in every all-reduce, which comm's shared-memory path all-reduces
+  // without copies through the ring (docs/comm.md); false: private memory from the caching
+  // allocator (for comparisons). Every rank must choose the same. CPU parameters
+  // only: a device's buckets are always that device's memory.
   bool shared_buckets = true;
 };
 
@@ -132,14 +133,16 @@ class Reducer {
   BucketLayout layout_;
   OpPlan ops_;  // after layout_: made from it
   // One per bucket (the last also holds the control tail). Shared with the parameters,
-  // whose gradients view them, so a parameter never points at freed memory (a SharedBuffer
+  // whose gradients view them, so a parameter never points at freed memory (a registered
   // bucket is owned by the Storage that wraps it).
   std::vector<std::shared_ptr<Storage>> buffers_;
   std::vector<size_t> buffer_floats_;
+  std::vector<const comm::RegisteredMemory*> registered_;  // per bucket; null: private memory
   float* buf(int b) const { return buffers_[b]->data<float>(); }
   float* tail() const;  // the control tail, device memory at the end of the last bucket
   float* tail_host_ = nullptr;  // kTail floats of host staging: the summed tail, each finish()
   Fence tail_fence_;
+  comm::Buffer whole(int b) const;  // bucket b as the all-reduce sees it, registration included
   std::vector<int> pending_;                 // gradients not yet final, per bucket
   std::vector<comm::WorkPtr> work_;
   comm::Communicator* comm_ = nullptr;  // armed between begin_step and finish/abandon

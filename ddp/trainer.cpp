@@ -10,11 +10,11 @@
 #include "base/error.h"
 #include "base/str.h"
 #include "base/thread_sched.h"
+#include "comm/communicator.h"
 #include "comm/errors.h"
 #include "comm/file_store.h"
 #include "comm/flight_recorder.h"
 #include "comm/local_launcher.h"
-#include "comm/ucx/ucx_communicator.h"
 #include "core/autograd.h"
 #include "core/data/data.h"
 #include "ddp/audit_log.h"
@@ -198,15 +198,19 @@ struct Trainer::Impl {
     inj = std::make_unique<FaultInjector>();
     audit_ = std::make_unique<AuditLog>(cfg.audit_log, env.rank, 0);
     checkpointing.attach(slot, audit_.get());
-    const auto ctx = comm::UcxContext::create();
+    comm::prepare_backend(comm::Backend::Ucx);
     checkpointing.refuse_foreign();
     // The plain-mode communicator: no coordinator, no recovery, the fixed D3.
     comm::FileStore store(env.store_dir);
-    comm::UcxOptions uo;
-    uo.stall_timeout = watch.fixed_comm_stall();
-    uo.connect_timeout = cfg.connect_timeout;
-    uo.flight_recorder_path = cfg.flight_recorder;
-    member.comm = std::make_shared<comm::UcxCommunicator>(ctx, store, member.rank, member.world, 1, uo);
+    comm::CommOptions co;
+    co.store = &store;
+    co.rank = member.rank;
+    co.world = member.world;
+    co.generation = 1;
+    co.stall_timeout = watch.fixed_comm_stall();
+    co.connect_timeout = cfg.connect_timeout;
+    co.flight_recorder_path = cfg.flight_recorder;
+    member.comm = comm::make_communicator(comm::Backend::Ucx, co);
     comm::set_phase_label(kTrainingPhaseLabel);  // for the flight recorder's records
     const TimePoint t0 = Clock::now();
     train_generation();

@@ -6,6 +6,8 @@
 #include <memory>
 #include <string>
 
+#include "comm/types.h"
+
 namespace rf::bench {
 
 class BenchBackend {
@@ -13,7 +15,9 @@ class BenchBackend {
   virtual ~BenchBackend() = default;
   virtual int rank() const = 0;
   virtual int world() const = 0;
-  virtual void allreduce(float* data, size_t count) = 0;  // sum, in place
+  // Sum, in place. `registered`: the registered memory data lies in (comm/types.h), or null;
+  // only our backend uses it.
+  virtual void allreduce(float* data, size_t count, const comm::RegisteredMemory* registered) = 0;
   virtual void allreduce_u64(uint64_t* data, size_t count) = 0;
   virtual void barrier() = 0;
 };
@@ -25,7 +29,7 @@ struct BenchTuning {  // knobs of our backend (the others have their own default
   long long idle_spins = -1, idle_yields = -1;
   long long single_copy_bytes = -1;  // -1: default; 0: single-copy path off
   long long single_copy_max_bytes = -1;  // -1: default (auto); cap on the collective's size
-  bool unregistered = false;  // plain memory instead of a SharedBuffer (no zero-copy path)
+  bool unregistered = false;  // plain memory instead of registered memory (no zero-copy path)
   bool no_shm = false;        // the shared-memory path off (slots and zero-copy)
   long long shm_slot_bytes = -1;  // -1: default
 };

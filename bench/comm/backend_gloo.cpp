@@ -25,7 +25,7 @@ class GlooBackend : public BenchBackend {
   }
   int rank() const override { return env_.rank; }
   int world() const override { return env_.world; }
-  void allreduce(float* data, size_t count) override { run(data, count); }
+  void allreduce(float* data, size_t count, const comm::RegisteredMemory*) override { run(data, count); }
   void allreduce_u64(uint64_t* data, size_t count) override { run(data, count); }
   void barrier() override {
     gloo::BarrierOptions o(context_);

@@ -18,7 +18,7 @@ class MpiBackend : public BenchBackend {
   ~MpiBackend() override { MPI_Finalize(); }
   int rank() const override { return rank_; }
   int world() const override { return world_; }
-  void allreduce(float* data, size_t count) override {
+  void allreduce(float* data, size_t count, const comm::RegisteredMemory*) override {
     MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
   }
   void allreduce_u64(uint64_t* data, size_t count) override {

@@ -26,8 +26,10 @@ class UcxBackend : public BenchBackend {
   }
   int rank() const override { return env_.rank; }
   int world() const override { return env_.world; }
-  void allreduce(float* data, size_t count) override {
-    comm_->allreduce(comm::Buffer{data, count, comm::DType::f32}, next());
+  void allreduce(float* data, size_t count, const comm::RegisteredMemory* registered) override {
+    comm::Buffer b{data, count, comm::DType::f32};
+    b.registered = registered;
+    comm_->allreduce(b, next());
   }
   void allreduce_u64(uint64_t* data, size_t count) override {
     comm_->allreduce(comm::Buffer{data, count, comm::DType::u64}, next());

@@ -7,8 +7,8 @@
 //              [--unregistered] [--no-shm] [--shm-slot-bytes N]
 //              (our backend's knobs, for tuning)
 //
-// Our backend all-reduces a registered buffer (comm/shared_buffer.h) by default, as ddp's
-// buckets are, so large sizes take the zero-copy path; --unregistered uses plain memory
+// Our backend all-reduces registered memory (comm::allocate_registered, named in every
+// call) by default, as ddp's buckets are, so large sizes take the zero-copy path; --unregistered uses plain memory
 // (the ring / recursive doubling), --no-shm turns the shared-memory path off altogether.
 // The header line says which.
 //
@@ -125,7 +125,7 @@ int run_rank(const Args& a, int argc, char** argv) {
   (void)argv;
   const int rank = be->rank(), world = be->world();
   // One buffer, allocated and touched once: page faults cost ~13 us / 4 KiB here.
-  // Ours: a SharedBuffer (registered, zero-copy) unless --unregistered.
+  // Ours: registered memory (a SharedBuffer: zero-copy) unless --unregistered.
   const size_t elems = std::max<size_t>(a.max_bytes / 4, 1);
   const bool registered = a.backend == "ucx" && !a.tuning.unregistered && !a.tuning.no_shm;
   rf::comm::SharedBuffer shared(registered ? elems * 4 : 0);
@@ -156,7 +156,7 @@ int run_rank(const Args& a, int argc, char** argv) {
       for (size_t i = 0; i < count; ++i) buf[i] = value(rank, i);
       be->barrier();
       const auto t0 = rf::Clock::now();
-      be->allreduce(buf, count);
+      be->allreduce(buf, count, registered ? &shared : nullptr);
       const auto t1 = rf::Clock::now();
       for (size_t i = 0; i < count; ++i) wrong += buf[i] != expect[i];
       if (it >= a.warmup) times.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());

@@ -23,6 +23,15 @@ void UcxCommunicator::validate(const Buffer& b, OpId id, Stream stream, const ch
   if (id.op > StepTag::kMaxUserOp) {
     throw rf::InvalidInput(rf::str(what, ": op ", id.op, " does not fit the tag (max ", StepTag::kMaxUserOp, ")"));
   }
+  if (const RegisteredMemory* m = b.registered) {
+    if (m->device() != b.device) {
+      throw rf::InvalidInput(rf::str(what, ": a host buffer names registered memory on cuda:", m->device_index()));
+    }
+    if (!m->contains(b.data, b.bytes())) {
+      throw rf::InvalidInput(rf::str(what, ": buffer [", b.data, ", +", b.bytes(), " bytes) is not inside the registered memory it names [",
+                                     m->data(), ", +", m->bytes(), " bytes)"));
+    }
+  }
 }
 
 std::unique_ptr<Collective> UcxCommunicator::allreduce_op(Buffer buf, OpId id, Stream stream) {
@@ -40,9 +49,11 @@ std::unique_ptr<Collective> UcxCommunicator::allreduce_op(Buffer buf, OpId id, S
   // relies on every rank having read every `entered` word before anyone can finish).
   if (!shm_ || buf.bytes() == 0) return c;
   // Registered on this rank or not, the zero-copy collective decides with the others which
-  // way to go (all zero-copy, or all `c`).
+  // way to go (all zero-copy, or all `c`). Only a SharedBuffer that peers can map counts
+  // (validate() checked that the range lies inside what the buffer names).
   SharedRange range;
-  const bool registered = find_shared(buf.data, buf.bytes(), &range);
+  const auto* shared = dynamic_cast<const SharedBuffer*>(buf.registered);
+  const bool registered = shared != nullptr && shared->range_of(buf.data, buf.bytes(), &range);
   return make_allreduce_zero_copy(buf, id, rank_, world_, *shm_, registered ? &range : nullptr, std::move(c),
                                   zero_copy_scratch_.data(), zero_copy_scratch_.size());
 }

@@ -82,14 +82,14 @@ struct UcxOptions {
   // Shared-memory path (comm/shm_session.h), used when every pair of ranks can map each
   // other's memory (same host; probed when connecting, else off for the whole communicator,
   // logged once): all-reduces of at most shm_slot_bytes go through shared slots (one round,
-  // no message); larger ones on buffers every rank registered (comm/shared_buffer.h) are
-  // zero-copy: each rank sums its segment straight from the peers' buffers. Larger ones
-  // on unregistered buffers keep the algorithms above. Every rank must use the same values.
+  // no message); larger ones on buffers every rank registered (Buffer::registered naming a
+  // SharedBuffer, comm/shared_buffer.h) are zero-copy: each rank sums its segment straight
+  // from the peers' buffers. Larger ones on unregistered buffers keep the algorithms above. Every rank must use the same values.
   bool shm = true;
   size_t shm_slot_bytes = 4096;
   size_t flight_records = 256;
   std::string flight_recorder_path;  // JSON lines appended here on failure; "" = stderr
-  ChunkCallback on_chunk;            // fault injection hook, called on the driving thread
+  ChunkCallback on_chunk;            // the chunk hook (comm/types.h), called on the driving thread
 };
 
 class UcxCommunicator : public Communicator {
@@ -123,10 +123,8 @@ class UcxCommunicator : public Communicator {
   // Peers learn of an abort through this rank's "aborted" farewell and fail with Aborted
   // too ("relayed by rank r"): an abort is a revocation (or a stop), nobody's fault.
   void abort(const std::string& reason) override;
-  // Like abort(), but peers are told that THIS rank failed (a "failed" farewell naming it,
-  // so they fail with PeerFailed and report it): for a rank that cuts itself off (D4
-  // self-fencing, which the coordinator has not revoked yet). Locally: Aborted(reason).
-  void abort_failed(const std::string& reason);
+  // Peers learn of it through a "failed" farewell naming this rank (comm/communicator.h).
+  void abort_failed(const std::string& reason) override;
   bool aborted() const override { return abort_flag_.load(std::memory_order_acquire); }
   void set_stall_timeout(Duration timeout) override {
     stall_ns_.store(std::chrono::duration_cast<std::chrono::nanoseconds>(timeout).count(), std::memory_order_relaxed);
@@ -134,8 +132,8 @@ class UcxCommunicator : public Communicator {
   Duration stall_timeout() const override {
     return std::chrono::nanoseconds(stall_ns_.load(std::memory_order_relaxed));
   }
-  // Fault injection: force-closes this rank's endpoints, as if its network went away.
-  void inject_drop();
+  // Force-closes this rank's endpoints, as if its network went away (comm/communicator.h).
+  void inject_drop() override;
   // Fault injection: releases the buffers offered for single-copy reads (clears the hold
   // word, as a failing rank does right after its farewells) without failing or telling
   // anyone, as if the farewell were lost: a peer reading afterwards must fail

@@ -87,7 +87,8 @@ bool no_shm() { return std::getenv("RF_TEST_NOSHM") != nullptr; }
 bool all_registered() { return std::getenv("RF_TEST_REG") != nullptr; }
 bool registered(int rank) { return all_registered() || (std::getenv("RF_TEST_HALFREG") != nullptr && rank != 0); }
 
-// A test buffer: a SharedBuffer (registered) or a vector, as the scenario's suffix says.
+// A test buffer: a SharedBuffer (registered: every Buffer of it names it) or a vector, as
+// the scenario's suffix says.
 template <typename T>
 struct TestBuf {
   using value_type = T;
@@ -107,11 +108,24 @@ struct TestBuf {
   T* begin() { return p; }
   T* end() { return p + count; }
   T& back() { return p[count - 1]; }
+  const RegisteredMemory* registration() const { return registered(g_rank) ? &shared : nullptr; }
   size_t count;
   SharedBuffer shared;
   std::vector<T> plain;
   T* p = nullptr;
 };
+
+// The first `count` elements of v as a Buffer, naming v's registration if it has one.
+template <typename T>
+const RegisteredMemory* registration_of(const std::vector<T>&) { return nullptr; }
+template <typename T>
+const RegisteredMemory* registration_of(const TestBuf<T>& b) { return b.registration(); }
+template <typename V>
+Buffer whole(V& v, size_t count, DType dt) {
+  Buffer b{v.data(), count, dt};
+  b.registered = registration_of(v);
+  return b;
+}
 
 // Which all-reduce paths a communicator took, as the suffix says it must.
 void check_paths(const UcxCommunicator& c, bool expect_zero_copy, bool expect_slots) {
@@ -164,7 +178,7 @@ void check_allreduce(Communicator& c, V& buf, size_t count, DType dt, uint64_t s
   using T = typename V::value_type;
   const int W = c.world_size(), r = c.rank();
   for (size_t i = 0; i < count; ++i) buf[i] = typed_value<T>(r, i);
-  c.allreduce(Buffer{buf.data(), count, dt}, OpId{step, 0});
+  c.allreduce(whole(buf, count, dt), OpId{step, 0});
   size_t bad = 0, first_bad = 0;
   for (size_t i = 0; i < count; ++i) {
     bool ok;
@@ -235,7 +249,7 @@ int scenario_allreduce(bool large) {
   std::vector<WorkPtr> work;
   for (size_t b = 0; b < buckets.size(); ++b) {
     for (size_t i = 0; i < buckets[b].size(); ++i) buckets[b][i] = static_cast<float>(e.re.rank + 1) * static_cast<float>(b + 1);
-    work.push_back(c.allreduce_start(Buffer{buckets[b].data(), buckets[b].size(), DType::f32}, OpId{step, static_cast<uint32_t>(b)}));
+    work.push_back(c.allreduce_start(whole(buckets[b], buckets[b].size(), DType::f32), OpId{step, static_cast<uint32_t>(b)}));
   }
   work[2]->wait();
   EXPECT(work[0]->test() && work[1]->test(), "earlier buckets finished before the last one");
@@ -373,8 +387,8 @@ int scenario_abort(bool as_failed) {
       e.store->set("aborted", {1});
     });
   }
-  auto w1 = c.allreduce_start(Buffer{big.data(), big.size(), DType::f32}, OpId{812, 1});
-  auto w2 = c.allreduce_start(Buffer{second.data(), second.size(), DType::f32}, OpId{812, 2});
+  auto w1 = c.allreduce_start(whole(big, big.size(), DType::f32), OpId{812, 1});
+  auto w2 = c.allreduce_start(whole(second, second.size(), DType::f32), OpId{812, 2});
   for (auto* w : {&w1, &w2}) {
     try {
       (*w)->wait();
@@ -477,7 +491,7 @@ int scenario_kill() {
   auto comm = std::make_unique<UcxCommunicator>(e.ctx, *e.store, r, W, 2, o);
   TestBuf<float> big(size_t{8} << 20, 1.0f);
   try {
-    comm->allreduce(Buffer{big.data(), big.size(), DType::f32}, OpId{150, 0});
+    comm->allreduce(whole(big, big.size(), DType::f32), OpId{150, 0});
     EXPECT(false, "all-reduce finished although rank ", victim, " was killed");
   } catch (const CommError& err) {
     const int64_t now = rf::wall_us();
@@ -663,7 +677,7 @@ int scenario_sc_abort(bool release_only) {
   UcxCommunicator c(e.ctx, *e.store, r, e.re.world, 12, o);
   self = &c;
   try {
-    c.allreduce(Buffer{buf.data(), buf.size(), DType::f32}, OpId{7, 0});
+    c.allreduce(whole(buf, buf.size(), DType::f32), OpId{7, 0});
     EXPECT(r == 1, "rank 0 completed although it aborted");
     size_t bad = 0;
     for (float v : buf) bad += v != 3.0f;
@@ -822,9 +836,12 @@ int scenario_zc_refd(bool same_size) {
   std::fill(a.as<float>(), a.as<float>() + n, 1.0f);
   std::fill(b.as<float>(), b.as<float>() + n, 2.0f);
   const uint64_t maps = peer_buffer_maps_made();  // rank 0 maps rank 1's A, and only A
-  auto w1 = c.allreduce_start(Buffer{a.data(), n, DType::f32}, OpId{1, 0});
+  Buffer whole_a{a.data(), n, DType::f32}, whole_b{b.data(), n, DType::f32};
+  whole_a.registered = &a;
+  whole_b.registered = &b;
+  auto w1 = c.allreduce_start(whole_a, OpId{1, 0});
   if (r == 0) {
-    auto w2 = c.allreduce_start(Buffer{b.data(), n, DType::f32}, OpId{2, 0});
+    auto w2 = c.allreduce_start(whole_b, OpId{2, 0});
     w1->wait();
     try {
       w2->wait();
@@ -850,8 +867,8 @@ int scenario_zc_refd(bool same_size) {
     return 1;
   }
   SharedRange old;
-  EXPECT(find_shared(b.data(), b.bytes(), &old), "buffer B not registered");
-  auto w2 = c.allreduce_start(Buffer{b.data(), n, DType::f32}, OpId{2, 0});
+  EXPECT(b.range_of(b.data(), b.bytes(), &old), "buffer B is not shared");
+  auto w2 = c.allreduce_start(whole_b, OpId{2, 0});
   // Entered all-reduce 2 (rank 0 is held, so it cannot have gone further).
   const TimePoint until = rf::Clock::now() + std::chrono::seconds(20);
   while (seg->entered.load(std::memory_order_acquire) >> 1 < 2 && rf::Clock::now() < until) std::this_thread::yield();
@@ -868,7 +885,7 @@ int scenario_zc_refd(bool same_size) {
   b = SharedBuffer();
   for (int i = 0; i < 64; ++i) {
     pages.emplace_back(reuse_bytes);
-    if (find_shared(pages.back().data(), reuse_bytes, &now) && now.fd == old.fd) break;
+    if (pages.back().range_of(pages.back().data(), reuse_bytes, &now) && now.fd == old.fd) break;
   }
   EXPECT(now.fd == old.fd, "fd ", old.fd, " was not reused");
   e.store->set("swapped", {1});
@@ -909,7 +926,7 @@ int scenario_tag_mismatch() {
     UcxCommunicator c(e.ctx, *e.store, r, e.re.world, g++, o);
     TestBuf<float> f(n, 1.0f);
     try {
-      c.allreduce(Buffer{f.data(), n, DType::f32}, OpId{r == 1 ? 6u : 5u, 0});
+      c.allreduce(whole(f, n, DType::f32), OpId{r == 1 ? 6u : 5u, 0});
       EXPECT(false, "count ", n, ": all-reduce of step 5 with step 6 completed (sum ", f[0], ")");
     } catch (const CommError& err) {
       std::cerr << "rank " << r << " count " << n << " failed as it should: " << err.what() << "\n";

@@ -1,5 +1,5 @@
-// SharedBuffer: memfd memory registered by address, found for any range inside it, and
-// gone from the registry when freed or moved from; a peer's read-only mapping of it.
+// SharedBuffer: memfd memory, the host kind of RegisteredMemory; where every range inside it
+// lies in the memfd (and nothing outside it); moves carry it; a peer's read-only mapping.
 #include <doctest/doctest.h>
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -16,42 +16,54 @@
 
 using namespace rf::comm;
 
-TEST_CASE("shared buffer: zero-filled, registered, every inside range found") {
+TEST_CASE("shared buffer: zero-filled host memory, every inside range found, nothing outside") {
   SharedBuffer b(10000);
   REQUIRE(b.data() != nullptr);
   CHECK(b.bytes() == 10000);
+  CHECK(b.device() == Device::host);
   REQUIRE(b.shared());
   const char* p = b.as<char>();
   for (size_t i = 0; i < b.bytes(); ++i) REQUIRE(p[i] == 0);
   SharedRange r;
-  REQUIRE(find_shared(p, 10000, &r));
+  REQUIRE(b.range_of(p, 10000, &r));
   CHECK(r.offset == 0);
   CHECK(r.fd >= 0);
   CHECK(r.file_bytes >= 10000);
-  REQUIRE(find_shared(p + 4000, 6000, &r));
+  REQUIRE(b.range_of(p + 4000, 6000, &r));
   CHECK(r.offset == 4000);
-  CHECK(find_shared(p + 10000, 0, nullptr));
-  CHECK_FALSE(find_shared(p + 4000, 6001, nullptr));  // runs past the end
-  CHECK_FALSE(find_shared(p - 1, 2, nullptr));
+  CHECK(b.range_of(p + 10000, 0, nullptr));
+  CHECK(b.contains(p + 4000, 6000));
+  CHECK_FALSE(b.range_of(p + 4000, 6001, nullptr));  // runs past the end
+  CHECK_FALSE(b.contains(p + 4000, 6001));
+  CHECK_FALSE(b.range_of(p - 1, 2, nullptr));
+  CHECK_FALSE(b.contains(p - 1, 2));
   int local = 0;
-  CHECK_FALSE(find_shared(&local, sizeof(local), nullptr));
+  CHECK_FALSE(b.range_of(&local, sizeof(local), nullptr));
+  // Another buffer's range is not this one's.
+  SharedBuffer other(4096);
+  CHECK_FALSE(b.range_of(other.data(), 1, nullptr));
+  CHECK_FALSE(b.contains(other.data(), 1));
 }
 
-TEST_CASE("shared buffer: ids are unique, moves carry the registration, freeing removes it") {
+TEST_CASE("shared buffer: ids are unique, moves carry them, a moved-from or empty buffer holds nothing") {
   SharedRange r1, r2;
   SharedBuffer a(4096), b(4096);
-  REQUIRE(find_shared(a.data(), 4096, &r1));
-  REQUIRE(find_shared(b.data(), 4096, &r2));
+  REQUIRE(a.range_of(a.data(), 4096, &r1));
+  REQUIRE(b.range_of(b.data(), 4096, &r2));
   CHECK(r1.id != r2.id);
+  CHECK(r1.fd != r2.fd);
   void* pa = a.data();
   SharedBuffer c(std::move(a));
   CHECK(a.data() == nullptr);
+  CHECK_FALSE(a.shared());
+  CHECK_FALSE(a.range_of(pa, 1, nullptr));
   CHECK(c.data() == pa);
-  REQUIRE(find_shared(pa, 4096, &r2));
+  REQUIRE(c.range_of(pa, 4096, &r2));
   CHECK(r2.id == r1.id);
+  CHECK(r2.fd == r1.fd);
   std::memset(c.data(), 7, 4096);
   c = SharedBuffer();
-  CHECK_FALSE(find_shared(pa, 1, nullptr));
+  CHECK_FALSE(c.range_of(pa, 1, nullptr));
   SharedBuffer empty(0);
   CHECK(empty.data() == nullptr);
   CHECK_FALSE(empty.shared());
@@ -78,7 +90,7 @@ TEST_CASE("shared buffer: a peer's mapping (map_remote_fd) has every page mapped
   auto* w = b.as<unsigned char>();
   for (size_t i = 0; i < bytes; i += 4093) w[i] = static_cast<unsigned char>(i % 251 + 1);
   SharedRange r;
-  REQUIRE(find_shared(b.data(), bytes, &r));
+  REQUIRE(b.range_of(b.data(), bytes, &r));
   std::string why;
   const auto* p = static_cast<const unsigned char*>(map_remote_fd(::getpid(), r.fd, bytes, &why));
   REQUIRE_MESSAGE(p != nullptr, why);

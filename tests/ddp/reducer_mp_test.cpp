@@ -24,7 +24,7 @@
 #include "base/str.h"
 #include "comm/file_store.h"
 #include "comm/local_launcher.h"
-#include "comm/ucx/ucx_communicator.h"
+#include "comm/communicator.h"
 #include "core/data/data.h"
 #include "core/optim/sgd.h"
 #include "ddp/reducer.h"
@@ -97,8 +97,13 @@ std::vector<float> train(comm::Communicator& c, const comm::RankEnv& env, int64_
 int run_rank(int64_t batch, size_t cap, const std::string& mode) {
   const comm::RankEnv env = comm::rank_env_from_environment();
   comm::FileStore store(env.store_dir);
-  auto ctx = comm::UcxContext::create();
-  comm::UcxCommunicator c(ctx, store, env.rank, env.world, 1);
+  comm::CommOptions co;
+  co.store = &store;
+  co.rank = env.rank;
+  co.world = env.world;
+  co.generation = 1;
+  const std::shared_ptr<comm::Communicator> comm_ptr = comm::make_communicator(comm::Backend::Ucx, co);
+  comm::Communicator& c = *comm_ptr;
   std::vector<float> p;
   if (mode == "ab") {
     const std::vector<float> on = train(c, env, batch, cap, 0, [](int64_t) { return true; });

@@ -53,6 +53,8 @@ class TimesW : public comm::Communicator {
   comm::WorkPtr allreduce_start(comm::Buffer b, comm::OpId id, comm::Stream) override {
     ops.push_back(id.op);
     steps.push_back(id.step);
+    inside_registration.push_back(b.registered != nullptr && b.registered->contains(b.data, b.bytes()));
+    plain.push_back(b.registered == nullptr);
     during_backward.push_back(in_backward);
     if (fail_op >= 0 && static_cast<int>(id.op) == fail_op) {
       comm::CommErrorInfo info;
@@ -70,6 +72,8 @@ class TimesW : public comm::Communicator {
   comm::WorkPtr send_start(int, const void*, size_t, comm::OpId) override { return nullptr; }
   comm::WorkPtr recv_start(int, void*, size_t, comm::OpId) override { return nullptr; }
   void abort(const std::string&) override {}
+  void abort_failed(const std::string&) override {}
+  void inject_drop() override {}
   void set_stall_timeout(rf::Duration t) override { stall = t; }
   rf::Duration stall_timeout() const override { return stall; }
   rf::Duration stall{};
@@ -78,6 +82,7 @@ class TimesW : public comm::Communicator {
   std::vector<uint32_t> ops;
   std::vector<uint64_t> steps;
   std::vector<bool> during_backward;
+  std::vector<bool> inside_registration, plain;  // of each all-reduce's Buffer
   bool in_backward = false;
   int fail_op = -1;
 
@@ -130,6 +135,25 @@ TEST_CASE("gradients are views into the buckets, buckets start in order during b
   for (size_t k = 0; k < mine.size(); ++k) {
     auto g = mine[k].second.grad().values(), r = theirs[k].second.grad().values();
     for (size_t i = 0; i < g.size(); ++i) CHECK(g[i] == doctest::Approx(r[i]).epsilon(1e-5));
+  }
+}
+
+TEST_CASE("shared buckets are registered memory, named by every all-reduce; private buckets name none") {
+  for (const bool shared : {true, false}) {
+    CAPTURE(shared);
+    auto model = ddp::testing::make_test_mlp(3, 32);
+    ddp::Reducer red(model->named_parameters(), {.bucket_cap_bytes = 4096, .shared_buckets = shared});
+    REQUIRE(red.num_buckets() >= 3);
+    TimesW comm(2);
+    Batch b = batch(3);
+    red.begin_step(comm, 1, {.samples = 3});
+    ddp::testing::sum_loss((*model)(b.x), b.y).backward();
+    red.finish();
+    REQUIRE(comm.ops.size() == static_cast<size_t>(red.num_buckets()));
+    for (size_t i = 0; i < comm.ops.size(); ++i) {
+      CHECK(comm.inside_registration[i] == shared);
+      CHECK(comm.plain[i] == !shared);
+    }
   }
 }
 
