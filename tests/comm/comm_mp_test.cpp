@@ -39,23 +39,15 @@
 #include "comm/shm_mappings.h"
 #include "comm/shm_session.h"
 #include "comm/ucx/ucx_communicator.h"
+#include "tests/comm/mp_check.h"
 
 using namespace rf::comm;
 using rf::TimePoint;
 
 namespace {
 
-int g_failures = 0;
-int g_rank = -1;
-
-#define EXPECT(cond, ...)                                                                              \
-  do {                                                                                                 \
-    if (!(cond)) {                                                                                     \
-      ++g_failures;                                                                                    \
-      std::cerr << "rank " << g_rank << ": " << __FILE__ << ":" << __LINE__ << ": check failed: " #cond \
-                << " " << rf::str(__VA_ARGS__) << std::endl;                                           \
-    }                                                                                                  \
-  } while (0)
+using rf::comm::testing::g_failures;
+using rf::comm::testing::g_rank;
 
 struct Env {
   RankEnv re;

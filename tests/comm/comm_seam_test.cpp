@@ -29,6 +29,7 @@
 #include "base/error.h"
 #include "base/str.h"
 #include "comm/communicator.h"
+#include "tests/comm/mp_check.h"
 #include "comm/errors.h"
 #include "comm/file_store.h"
 #include "comm/local_launcher.h"
@@ -38,17 +39,8 @@ using namespace rf::comm;
 
 namespace {
 
-int g_failures = 0;
-int g_rank = -1;
-
-#define EXPECT(cond, ...)                                                                              \
-  do {                                                                                                 \
-    if (!(cond)) {                                                                                     \
-      ++g_failures;                                                                                    \
-      std::cerr << "rank " << g_rank << ": " << __FILE__ << ":" << __LINE__ << ": check failed: " #cond \
-                << " " << rf::str(__VA_ARGS__) << std::endl;                                           \
-    }                                                                                                  \
-  } while (0)
+using rf::comm::testing::g_failures;
+using rf::comm::testing::g_rank;
 
 struct Env {
   RankEnv re;
