@@ -39,3 +39,26 @@ endfunction()
 
 add_library(rf_test_main STATIC ${PROJECT_SOURCE_DIR}/tests/doctest_main.cpp)
 target_link_libraries(rf_test_main PUBLIC doctest::doctest rf_flags)
+
+# rf_gpu_test(NAME <name> LAYER <layer> SOURCES <files...> [LIBS <targets...>]
+#             CASES <ctest name>=<doctest -tc filter>... [TIMEOUT s])
+#   A doctest executable for a GPU (tests/gpu_main.cpp): one ctest entry per CASES item,
+#   labelled `gpu` and its layer. Without a GPU each exits 77 after printing why, and
+#   ctest reports it as skipped (SKIP_RETURN_CODE 77), never as passed. Only in builds
+#   with CUDA; not `unit` (the sanitizer pass does not build them).
+function(rf_gpu_test)
+  cmake_parse_arguments(T "" "NAME;LAYER;TIMEOUT" "SOURCES;LIBS;CASES" ${ARGN})
+  if(NOT T_TIMEOUT)
+    set(T_TIMEOUT 300)
+  endif()
+  add_executable(${T_NAME} ${PROJECT_SOURCE_DIR}/tests/gpu_main.cpp ${T_SOURCES})
+  target_link_libraries(${T_NAME} PRIVATE doctest::doctest rf_core_cuda ${T_LIBS} rf_flags)
+  set_target_properties(${T_NAME} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin/tests)
+  foreach(c ${T_CASES})
+    string(REPLACE "=" ";" pair "${c}")
+    list(GET pair 0 test_name)
+    list(GET pair 1 filter)
+    add_test(NAME ${test_name} COMMAND ${T_NAME} --test-case=${filter})
+    set_tests_properties(${test_name} PROPERTIES LABELS "${T_LAYER};gpu" TIMEOUT ${T_TIMEOUT} SKIP_RETURN_CODE 77)
+  endforeach()
+endfunction()

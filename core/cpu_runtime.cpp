@@ -55,12 +55,13 @@ CpuRuntime& cpu_runtime() {
   return *instance;
 }
 
-// Installed runtimes: overrides (RuntimeOverride) and, for CUDA, a device's own once a
-// build provides one. The CPU slot falls back to the CPU runtime.
+// Installed runtimes: overrides (RuntimeOverride). An empty CPU slot falls back to the CPU
+// runtime, an empty CUDA slot to the CUDA provider (set_cuda_runtime_provider).
 constexpr int kMaxCuda = 16;
 struct Registry {
   DeviceRuntime* cpu = nullptr;
   std::array<DeviceRuntime*, kMaxCuda> cuda{};
+  std::atomic<CudaRuntimeProvider> cuda_provider{nullptr};
 };
 Registry& registry() {
   static Registry r;
@@ -73,6 +74,14 @@ DeviceRuntime** slot(Device d) {
   return d.index >= 0 && d.index < kMaxCuda ? &r.cuda[static_cast<size_t>(d.index)] : nullptr;
 }
 
+// RINGFENCE_HAVE_CUDA is defined for this file by core/CMakeLists.txt.
+#if RINGFENCE_HAVE_CUDA
+constexpr const char* kNoCudaProvider = "this program did not register the CUDA runtime (rf::register_cuda_runtime, "
+                                        "core/cuda_runtime.h)";
+#else
+constexpr const char* kNoCudaProvider = "this build has no CUDA (no nvcc was found when it was configured)";
+#endif
+
 }  // namespace
 
 DeviceRuntime& runtime(Device device, const char* what) {
@@ -80,8 +89,17 @@ DeviceRuntime& runtime(Device device, const char* what) {
     if (*s) return **s;
     if (device.kind == DeviceKind::CPU) return cpu_runtime();
   }
+  if (device.kind == DeviceKind::CUDA) {
+    if (CudaRuntimeProvider provider = registry().cuda_provider.load(std::memory_order_acquire))
+      return provider(device.index, what);
+    throw Error(str(what ? str("'", what, "': ") : std::string(), device_name(device), ": ", kNoCudaProvider));
+  }
   throw Error(str(what ? str("'", what, "': ") : std::string(), "no runtime for device ", device_name(device),
                   " in this build"));
+}
+
+void set_cuda_runtime_provider(CudaRuntimeProvider provider) {
+  registry().cuda_provider.store(provider, std::memory_order_release);
 }
 
 RuntimeOverride::RuntimeOverride(DeviceRuntime& replacement) : device_(replacement.device()) {

@@ -1,6 +1,7 @@
 #pragma once
 // Where a tensor's memory lives: a device kind and its index (the GPU's number). Only the
-// CPU has a runtime in every build (core/device_runtime.h); CUDA's comes with kernels/cuda.
+// CPU has a runtime in every build (core/device_runtime.h); CUDA's come from
+// core/cuda_runtime.h once a program registers them.
 #include <string>
 
 namespace rf {

@@ -2,8 +2,9 @@
 // DeviceRuntime — what core needs from a device besides arithmetic: its op table
 // (kernels/op_table.h), memory from its caching allocator, the stream ops run on, copies
 // to and from the host, and synchronisation. One runtime per device; runtime(device)
-// finds it and throws rf::Error naming the device when it has none (CUDA until kernels/cuda
-// fills it).
+// finds it and throws rf::Error naming the device when it has none. The CPU's is always
+// there; CUDA's come from a provider a program installs with rf::register_cuda_runtime()
+// (core/cuda_runtime.h, library rf_core_cuda), so only programs that want a GPU link CUDA.
 //
 // Synchronisation is explicit. Nothing on the step path waits for the device: an op only
 // enqueues. The host waits in three places only, and the runtime counts each (SyncCounts),
@@ -89,6 +90,12 @@ class DeviceRuntime {
 // when the device has none in this build or on this machine.
 DeviceRuntime& runtime(Device device, const char* what = nullptr);
 inline const kernels::OpTable& ops_for(Device device, const char* what = nullptr);
+
+// Where runtime(cuda:i, what) gets device i's runtime when no override is installed:
+// returns it or throws rf::Error naming `what` and the device (no such GPU). Installed by
+// register_cuda_runtime (core/cuda_runtime.h); null uninstalls it.
+using CudaRuntimeProvider = DeviceRuntime& (*)(int index, const char* what);
+void set_cuda_runtime_provider(CudaRuntimeProvider provider);
 
 // Test seam: while alive, runtime(device of `replacement`) returns `replacement` (e.g. a
 // counting wrapper around the CPU runtime). Not thread-safe against concurrent runtime()

@@ -7,9 +7,10 @@
 // how it computes.
 //
 // Tables: kernels/cpu (always), kernels/cuda (when nvcc is found) and kernels/reference,
-// the oracle: plain loops that are obviously correct and slow. tests/kernels/test_oracle
-// checks every entry of every compiled table against the reference on random inputs, and
-// fails when an entry has no check (kOpTableEntries counts them).
+// the oracle: plain loops that are obviously correct and slow. tests/kernels/oracle_checks
+// checks every entry of a table against the reference on random inputs, and fails when an
+// entry has no check (kOpTableEntries counts them): the CPU table in test_oracle, the CUDA
+// table in test_kernels_cuda (label gpu, on a GPU only).
 //
 // Conventions. Pointers are device memory of the table's device. "accumulate" false
 // means the output may hold garbage and every element is written; true means +=. Shapes

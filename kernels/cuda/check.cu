@@ -7,4 +7,9 @@ void throw_cuda_error(cudaError_t err, const char* call, const char* file, int l
                           cudaGetErrorString(err), ")"));
 }
 
+void throw_cublas_error(cublasStatus_t status, const char* call, const char* file, int line) {
+  throw CudaError(rf::str(file, ":", line, ": ", call, " failed: ", cublasGetStatusName(status), " (",
+                          cublasGetStatusString(status), ")"));
+}
+
 }  // namespace rf::cuda

@@ -1,7 +1,8 @@
 #pragma once
-// The harness of test_oracle.cpp: a table under test and the memory its pointers live in,
-// random inputs, and Case — one call of one entry on the reference and on the table under
-// test, every buffer compared afterwards (inputs bitwise, outputs within a tolerance).
+// The harness of the oracle tests (oracle_checks.h): a table under test and the memory its
+// pointers live in, random inputs, and Case — one call of one entry on the reference and
+// on the table under test, every buffer compared afterwards (inputs bitwise, outputs
+// within a tolerance), or, in a determinism run, two calls on the table compared bitwise.
 #include <doctest/doctest.h>
 
 #include <chrono>
@@ -55,9 +56,12 @@ class HostMemory final : public TableMemory, public Scratch {
   long outstanding_ = 0;
 };
 
+// twice: instead of against the reference, every call runs on the table twice, on fresh
+// copies of the same inputs, and both runs must agree bit for bit (determinism).
 struct TableUnderTest {
   const OpTable* table;
   TableMemory* memory;
+  bool twice = false;
 };
 
 // ---- random inputs ----
@@ -114,6 +118,7 @@ class Case {
   int out_i32(std::vector<int32_t> v) { return add_i32(std::move(v)); }
 
   void run(const TableUnderTest& t, const Call& call) {
+    if (t.twice) return run_twice(t, call);
     // The reference, on host copies.
     std::vector<std::vector<float>> rf = f_;
     std::vector<std::vector<int32_t>> ri = i_;
@@ -123,7 +128,40 @@ class Case {
     HostMemory ref_mem;
     call(reference_table(), ref_mem.exec(), hp);
 
-    // The table under test, in its memory.
+    std::vector<std::vector<float>> df;
+    std::vector<std::vector<int32_t>> di;
+    run_on(t, call, df, di);
+    for (size_t k = 0; k < df.size(); ++k) compare_f(k, rf[k], df[k]);
+    for (size_t k = 0; k < di.size(); ++k) {
+      CAPTURE(k);
+      size_t bad = 0;
+      for (size_t e = 0; e < di[k].size(); ++e) bad += di[k][e] != ri[k][e];
+      CHECK_MESSAGE(bad == 0, "int32 buffer ", k, ": ", bad, " of ", di[k].size(), " elements differ");
+    }
+  }
+
+ private:
+  // Two runs on the table under test, compared bitwise (NaN bits included).
+  void run_twice(const TableUnderTest& t, const Call& call) {
+    std::vector<std::vector<float>> f1, f2;
+    std::vector<std::vector<int32_t>> i1, i2;
+    run_on(t, call, f1, i1);
+    run_on(t, call, f2, i2);
+    for (size_t k = 0; k < f1.size(); ++k) {
+      CAPTURE(k);
+      size_t bad = 0;
+      for (size_t e = 0; e < f1[k].size(); ++e) bad += std::memcmp(&f1[k][e], &f2[k][e], sizeof(float)) != 0;
+      CHECK_MESSAGE(bad == 0, "float buffer ", k, ": ", bad, " of ", f1[k].size(), " elements differ between two runs");
+    }
+    for (size_t k = 0; k < i1.size(); ++k) {
+      CAPTURE(k);
+      CHECK_MESSAGE(i1[k] == i2[k], "int32 buffer ", k, " differs between two runs");
+    }
+  }
+
+  // One call on the table under test, in its memory; every buffer read back.
+  void run_on(const TableUnderTest& t, const Call& call, std::vector<std::vector<float>>& df,
+              std::vector<std::vector<int32_t>>& di) {
     TableMemory& m = *t.memory;
     Ptrs dp;
     for (size_t k = 0; k < f_.size(); ++k) {
@@ -137,8 +175,8 @@ class Case {
       dp.i.push_back(p);
     }
     call(*t.table, m.exec(), dp);
-    std::vector<std::vector<float>> df = f_;
-    std::vector<std::vector<int32_t>> di = i_;
+    df = f_;
+    di = i_;
     for (size_t k = 0; k < df.size(); ++k)
       if (dp.f[k] && !df[k].empty()) m.download(df[k].data(), dp.f[k], sizeof(float) * df[k].size());
     for (size_t k = 0; k < di.size(); ++k)
@@ -147,17 +185,8 @@ class Case {
       if (p) m.free(p);
     for (int32_t* p : dp.i) m.free(p);
     CHECK(m.outstanding_scratch() == 0);
-
-    for (size_t k = 0; k < df.size(); ++k) compare_f(k, rf[k], df[k]);
-    for (size_t k = 0; k < di.size(); ++k) {
-      CAPTURE(k);
-      size_t bad = 0;
-      for (size_t e = 0; e < di[k].size(); ++e) bad += di[k][e] != ri[k][e];
-      CHECK_MESSAGE(bad == 0, "int32 buffer ", k, ": ", bad, " of ", di[k].size(), " elements differ");
-    }
   }
 
- private:
   int add(std::vector<float> v, Tol t, bool is_null) {
     f_.push_back(std::move(v));
     tol_.push_back(t);

@@ -1,0 +1,22 @@
+#pragma once
+// Row-major GEMM on the CUDA table's stream through cuBLAS:
+//   C[M, N] = alpha op(A) op(B) + beta C, lda/ldb/ldc row strides as stored (the CPU's
+//   kernels/cpu/gemm.h signature). beta 0 never reads C.
+// cuBLAS is column-major: a row-major [R, S] matrix is its column-major [S, R] transpose,
+// so C^T = op(B)^T op(A)^T is computed with the operands swapped and each op kept.
+//
+// Determinism (cuBLAS gives the same bits run to run on one GPU model when each stream has
+// its own handle and workspace): one handle per stream, made on the stream's first GEMM
+// with a 32 MiB workspace of its own, atomics not allowed, CUBLAS_DEFAULT_MATH (full fp32;
+// TF32 only ever comes with CUBLAS_TF32_TENSOR_OP_MATH, which is never set). Handles and
+// workspaces live for the process.
+#include <cstdint>
+
+#include "kernels/exec.h"
+
+namespace rf::kernels::cuda_ops {
+
+void gemm(const Exec& e, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+          int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+
+}  // namespace rf::kernels::cuda_ops
