@@ -3,6 +3,7 @@
 //
 //   CommError            base; carries where it happened and why
 //   ├─ PeerFailed        a peer's endpoint failed (crash, reset, injected drop)   D1
+//   │                    (peer() is -1 when the transport cannot say which: NCCL)
 //   ├─ TimedOut          no progress for the stall timeout, or a deadline passed  D3
 //   └─ Aborted           abort(reason) was called on the communicator, or a peer's step 1
 //                        "aborted" farewell relayed its abort ("...; relayed by rank r"):

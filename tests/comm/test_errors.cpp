@@ -25,6 +25,9 @@ TEST_CASE("errors read as one line: who, which collective and tag, what happened
   i.peer = -1;
   i.cause = "coordinator revoked g=3";
   CHECK(std::string(Aborted(i).what()) == "rank 2: all-reduce g=3 s=812 op=1: aborted (coordinator revoked g=3)");
+  i.cause = "NCCL async error 6: remote process exited";
+  CHECK(std::string(PeerFailed(i).what()) ==
+        "rank 2: all-reduce g=3 s=812 op=1: a peer failed (NCCL async error 6: remote process exited)");
 }
 
 TEST_CASE("reduce_sum adds in the given operand order, integers wrap") {
