@@ -2,8 +2,10 @@
 // Communicator — what the rest of ringfence sees of the data plane: collectives on typed
 // buffers of one generation, asynchronous, abortable from any thread. Callers make one with
 // make_communicator(backend, options) below and see nothing of the backend behind it: the
-// trainer and the reducer include this header and no backend's. UCX (comm/ucx/, host
-// memory) is the backend built so far; a GPU backend (NCCL) implements the same class.
+// trainer and the reducer include this header and no backend's. Backends: UCX (comm/ucx/,
+// host memory; device memory through pinned host staging, comm/cuda/device_staging.h) and
+// NCCL (comm/nccl/, device memory), whose CUDA halves a program installs with
+// register_cuda_comm() (comm/cuda/register.h, library rf_comm_cuda).
 //
 // Contract
 // * Every collective is named by an OpId (step, op) which becomes its tag with the
@@ -11,6 +13,11 @@
 //   the same order; a communicator runs them one after the other, so several outstanding
 //   collectives (gradient buckets) complete in the order they were started.
 // * Buffers stay valid and untouched until the collective's Work finished (done or failed).
+// * Device buffers and streams: for a buffer on a device, `stream` (a cudaStream_t) is the
+//   stream its producer enqueued its writes on. The collective reads the buffer only after
+//   all work enqueued on `stream` before the call, and work enqueued on `stream` after the
+//   Work finished (test() returned true, or wait() returned) sees the result. A host
+//   buffer takes no stream (null).
 // * Failures are typed (comm/errors.h). After one failure the communicator is poisoned:
 //   every pending and future operation fails with that error (or Aborted after abort()).
 // * all-reduce delivers bitwise identical results on every rank (PROTOCOL.md R4).
@@ -28,6 +35,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "base/clock.h"
 #include "comm/bootstrap_store.h"
@@ -115,11 +123,24 @@ struct CommOptions {
   // The chunk hook (comm/types.h): called on the driving thread as every all-reduce
   // progresses; it may call abort(), abort_failed() and inject_drop().
   ChunkCallback on_chunk;
+  // Where the collectives' buffers live. Device::cuda with Backend::Nccl: the GPU the NCCL
+  // communicator is bound to; with Backend::Ucx: the GPU whose buffers are staged through
+  // pinned host memory (host buffers still go straight to UCX).
+  Device device = Device::host;
+  int device_index = 0;
+  // Each rank's member identity in rank order (the trainer passes slot and incarnation, so
+  // a restarted worker is a new member), and the previous generation's communicator: the
+  // NCCL backend forms this generation with ncclCommShrink when its members are the
+  // previous one's with some removed (comm/nccl/regroup.h), else a fresh communicator.
+  // Empty / null: always fresh. Other backends ignore both.
+  std::vector<std::string> members;
+  std::shared_ptr<Communicator> previous;
 };
 
 // Connects to the other ranks of options.generation (publishes this rank's address, waits
 // for theirs up to connect_timeout) and returns the communicator. Throws rf::InvalidInput
-// for bad options or a backend this build does not have (Nccl so far), comm errors
+// for bad options or a backend this build or program does not have (Nccl, or a device
+// buffer's staging, without register_cuda_comm()), comm errors
 // (TimedOut, PeerFailed) when connecting fails. The UCX backend's process-wide state (its
 // UCP context) is made once, by the first call or by prepare_backend, whichever is first.
 std::shared_ptr<Communicator> make_communicator(Backend backend, const CommOptions& options);
@@ -129,8 +150,9 @@ void prepare_backend(Backend backend);
 
 // Memory for large all-reduces (gradient buckets), zero-filled and resident: pass it as the
 // Buffers' `registered` (comm/types.h). Host: a SharedBuffer (comm/shared_buffer.h), which
-// the UCX backend all-reduces zero-copy; device memory (Device::cuda) throws
-// rf::InvalidInput until a device backend exists. Belongs to no communicator.
+// the UCX backend all-reduces zero-copy; device memory (Device::cuda) comes from the CUDA
+// halves (register_cuda_comm(); without them rf::InvalidInput says so). Belongs to no
+// communicator.
 std::shared_ptr<RegisteredMemory> allocate_registered(size_t bytes, Device device = Device::host, int index = 0);
 
 }  // namespace rf::comm

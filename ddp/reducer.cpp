@@ -135,7 +135,13 @@ void Reducer::start_ready_buckets() {
 
 void Reducer::start_bucket(int b) {
   if (b == 0) timeline_.first_start = Clock::now();
-  work_[b] = comm_->allreduce_start(whole(b), ops_.bucket(step_, b));
+  work_[b] = comm_->allreduce_start(whole(b), ops_.bucket(step_, b), stream());
+}
+
+comm::Stream Reducer::stream() const {
+  // A device bucket's gradients are enqueued on the runtime's stream: the collective is
+  // ordered after them, and the division after it (comm/communicator.h).
+  return device_.is_cpu() ? nullptr : rt_->stream();
 }
 
 comm::Buffer Reducer::whole(int b) const {
@@ -160,7 +166,11 @@ ControlBlock Reducer::finish() {
     for (int b = 0; b < next_start_; ++b) work_[b]->wait();
     for (; next_start_ < layout_.num_buckets(); ++next_start_) {
       if (next_start_ == 0) timeline_.first_start = Clock::now();
-      comm_->allreduce(whole(next_start_), ops_.bucket(step_, next_start_));
+      if (device_.is_cpu()) {
+        comm_->allreduce(whole(next_start_), ops_.bucket(step_, next_start_));
+      } else {
+        comm_->allreduce_start(whole(next_start_), ops_.bucket(step_, next_start_), stream())->wait();
+      }
     }
   } catch (...) {
     abandon();

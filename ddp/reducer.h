@@ -143,6 +143,7 @@ class Reducer {
   float* tail_host_ = nullptr;  // kTail floats of host staging: the summed tail, each finish()
   Fence tail_fence_;
   comm::Buffer whole(int b) const;  // bucket b as the all-reduce sees it, registration included
+  comm::Stream stream() const;     // the device's stream for device buckets, null on the CPU
   std::vector<int> pending_;                 // gradients not yet final, per bucket
   std::vector<comm::WorkPtr> work_;
   comm::Communicator* comm_ = nullptr;  // armed between begin_step and finish/abandon

@@ -48,13 +48,25 @@ TEST_CASE("backend names round-trip; an unknown name is refused naming it and th
   CHECK(has(error_of([] { parse_backend("UCX"); }), "'UCX'"));
 }
 
-TEST_CASE("make_communicator: no NCCL backend in this build and no store are clear errors") {
+// This test program does not call register_cuda_comm(): every CUDA half is missing, and the
+// errors say which and why (no CUDA in the build, or not registered in the program).
+const char* const kMissingHalf = RINGFENCE_HAVE_CUDA ? "is not registered in this program" : "this build has none";
+
+TEST_CASE("make_communicator: the CUDA halves unregistered, NCCL on the host and no store are clear errors") {
   FileStore store(temp_dir());
   CommOptions o;
   o.store = &store;
+  const std::string host = error_of([&] { make_communicator(Backend::Nccl, o); });
+  CHECK_MESSAGE(has(host, "the NCCL backend needs a GPU"), host);
+  o.device = Device::cuda;
   const std::string nccl = error_of([&] { make_communicator(Backend::Nccl, o); });
-  CHECK_MESSAGE(has(nccl, "no NCCL backend"), nccl);
-  CHECK(has(error_of([] { prepare_backend(Backend::Nccl); }), "no NCCL backend"));
+  CHECK_MESSAGE(has(nccl, "the NCCL backend"), nccl);
+  CHECK_MESSAGE(has(nccl, kMissingHalf), nccl);
+  const std::string staged = error_of([&] { make_communicator(Backend::Ucx, o); });
+  CHECK_MESSAGE(has(staged, "staging of device buffers"), staged);
+  CHECK_MESSAGE(has(staged, kMissingHalf), staged);
+  const std::string prepare = error_of([] { prepare_backend(Backend::Nccl); });
+  CHECK_MESSAGE(has(prepare, kMissingHalf), prepare);
   CommOptions none;
   const std::string e = error_of([&] { make_communicator(Backend::Ucx, none); });
   CHECK_MESSAGE(has(e, "no bootstrap store"), e);
@@ -74,4 +86,5 @@ TEST_CASE("allocate_registered: host memory is a zero-filled SharedBuffer; devic
   CHECK_FALSE(m->contains(p + 100, 12246));
   const std::string e = error_of([] { allocate_registered(64, Device::cuda, 1); });
   CHECK_MESSAGE(has(e, "cuda:1"), e);
+  CHECK_MESSAGE(has(e, kMissingHalf), e);
 }
