@@ -13,6 +13,7 @@
 #include "base/str.h"
 #include "comm/algorithms.h"
 #include "comm/shm_session.h"
+#include "comm/host_identity.h"
 #include "comm/tag.h"
 #include "comm/ucx/single_copy.h"
 #include "comm/ucx/ucx_transport.h"
@@ -57,6 +58,7 @@ class HelloAll : public Collective {
     uint64_t single_copy_max_bytes = 0;  // its cap on the collective's size
     int64_t shm_fd = -1;                 // its shared-memory segment (-1: path off)
     uint64_t shm_token = 0;
+    uint64_t host = 0;                   // host_identity_hash(): shared memory only within one host
   };
   // What pass 1 tells a peer about it (bits), and pass 2 everyone about this rank.
   static constexpr uint64_t kReadsSingleCopy = 1, kMapsShm = 2;
@@ -117,7 +119,12 @@ class HelloAll : public Collective {
     if (id.rank != r.recv_peer) {
       throw rf::InvalidInput(rf::str("connect: rank ", r.recv_peer, " introduced itself as ", id.rank));
     }
-    if (shm_ != nullptr && id.shm_fd >= 0 && id.shm_fd <= INT32_MAX) {
+    // Another host (comm/host_identity.h) may share this kernel's memory, but a network
+    // separates them: no shared-memory path and no single copy between them.
+    const bool same_host = id.host == me_.host;
+    if (shm_ != nullptr && !same_host) {
+      if (shm_failure_.empty()) shm_failure_ = rf::str("rank ", r.recv_peer, ": it is on another host");
+    } else if (shm_ != nullptr && id.shm_fd >= 0 && id.shm_fd <= INT32_MAX) {
       const std::string why = shm_->attach(r.recv_peer, static_cast<pid_t>(id.pid), static_cast<int>(id.shm_fd),
                                            id.shm_token);
       if (why.empty()) can_read_[r.recv_peer] |= kMapsShm;
@@ -125,7 +132,7 @@ class HelloAll : public Collective {
     } else if (shm_ != nullptr && shm_failure_.empty()) {
       shm_failure_ = rf::str("rank ", r.recv_peer, ": it has the shared-memory path off");
     }
-    if (!probe_) return;
+    if (!probe_ || !same_host) return;  // across hosts UCX carries every byte: nothing to report
     // A pair takes the path only if both ends use it with the same threshold: then every
     // message's "offer or bytes" is decided alike on both sides (else FIFOs, logged).
     std::string why;
@@ -267,6 +274,7 @@ UcxCommunicator::UcxCommunicator(std::shared_ptr<UcxContext> context, BootstrapS
   me.pid = static_cast<int64_t>(getpid());
   me.hold_address = transport_->hold_address();
   me.hold_token = transport_->hold_token();
+  me.host = host_identity_hash();
   if (opt_.single_copy && opt_.single_copy_bytes == 0) opt_.single_copy = false;
   if (opt_.single_copy_max_bytes < 0) {
     const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
