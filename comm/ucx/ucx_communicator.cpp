@@ -268,7 +268,17 @@ UcxCommunicator::UcxCommunicator(std::shared_ptr<UcxContext> context, BootstrapS
       throw TimedOut(i);
     }
   }
-  transport_->connect(addresses);
+  try {
+    transport_->connect(addresses);
+  } catch (const PeerFailed& e) {
+    CommErrorInfo i = e.info();
+    i.rank = rank;
+    i.generation = static_cast<int64_t>(generation);
+    throw PeerFailed(i);
+  }
+  // Before the handshake: pump() reads departed_ as soon as any endpoint fails, and a peer
+  // may die while the handshake runs.
+  departed_.assign(world, false);
   HelloAll::Identity me;
   me.rank = rank;
   me.pid = static_cast<int64_t>(getpid());

@@ -1,5 +1,7 @@
 #include "comm/ucx/ucx_transport.h"
 
+#include "comm/errors.h"
+
 #include <unistd.h>
 
 #include <cstring>
@@ -67,7 +69,16 @@ void UcxTransport::connect(const std::vector<std::vector<uint8_t>>& addresses) {
     ep.err_handler.cb = &UcxTransport::on_endpoint_error;
     ep.err_handler.arg = peers_[r].get();
     ucs_status_t st = ucp_ep_create(worker_, &ep, &peers_[r]->ep);
-    if (st != UCS_OK) throw rf::Error(rf::str("ucp_ep_create to rank ", r, ": ", ucs_status_string(st)));
+    if (st != UCS_OK) {
+      // The peer published an address it no longer serves (it died while we connect):
+      // a peer failure like any other, so recovery starts again rather than the worker
+      // dying on an untyped error.
+      CommErrorInfo info;
+      info.collective = "connect";
+      info.peer = r;
+      info.cause = rf::str("ucp_ep_create: ", ucs_status_string(st));
+      throw PeerFailed(info);
+    }
   }
 }
 

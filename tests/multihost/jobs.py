@@ -1,0 +1,142 @@
+"""One ringfence job across the test hosts of a netlab.Lab: `ringfence coord` on host 0 and
+one `ringfence run --nnodes K` launcher per host, with a callback that injects faults while
+it runs; then what the launchers and workers said, parsed.
+
+UCX recognises "the same machine" by the kernel's boot id, which the test hosts share, so it
+would carry their bytes through shared memory; the launchers run with UCX_TLS=self,tcp, as
+separate machines talk. ringfence's own shared-memory paths key on the host identity
+(comm/host_identity.h) and stay within a host by themselves.
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, ".."))
+sys.path.insert(0, os.path.join(HERE, "..", "ddp"))
+import netlab  # noqa: E402
+from auditlog import exactly_once_problems  # noqa: E402
+from rf_testlib import check  # noqa: E402
+
+PORT = 29411
+
+
+def wait_for(cond, what, deadline_s):
+    """Polls cond until it holds; False (and a failed check) when deadline_s passes first."""
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        if cond():
+            return True
+        time.sleep(0.02)  # a poll interval; the condition decides
+    check(False, f"{what} within {deadline_s} s")
+    return False
+
+
+def read(path):
+    try:
+        with open(path) as f:
+            return f.read()
+    except FileNotFoundError:
+        return ""
+
+
+class Job:
+    """Everything one run left: exit codes, logs, final states, audit records."""
+
+    def __init__(self, name, tmp):
+        self.name, self.tmp = name, tmp
+        self.codes, self.logs, self.coord_log = [], [], ""
+        self.digests = {}      # slot -> final state digest
+        self.final_loss = None
+        self.audit = os.path.join(tmp, f"{name}-audit.jsonl")
+        self.link_bytes = []   # per host: (rx, tx) of eth0 at the end
+
+    def text(self, host):
+        return read(self.logs[host])
+
+    def audits(self):
+        """{"slotS-incI": records} from the shared audit log (one file, a line per write)."""
+        out = {}
+        text = read(self.audit)
+        for line in text[:text.rfind("\n") + 1].splitlines():
+            if line.strip():
+                r = json.loads(line)
+                out.setdefault(f"slot{r['slot']}-inc{r['inc']}", []).append(r)
+        return out
+
+    def exactly_once_problems(self):
+        return exactly_once_problems(self.audits())
+
+    def applied_steps(self):
+        """Every step some worker applied."""
+        return sorted({r["s"] for rs in self.audits().values() for r in rs if r["event"] == "apply"})
+
+    def dump(self):
+        print(f"---- job {self.name}: codes {self.codes}, digests {self.digests}")
+        for path in [self.coord_log] + self.logs:
+            lines = [ln for ln in read(path).splitlines() if "UCX  WARN" not in ln]
+            print(f"---- {path} (last 20 lines)\n" + "\n".join(lines[-20:]))
+
+
+def run_job(bindir, tmp, name, hosts=3, per_host=2, steps=200, launcher_args=None, coord_args=(), worker_args=(),
+            during=None, deadline_s=120, lab=None):
+    """Runs one job; returns its Job. launcher_args: {host: [extra ringfence run flags]}.
+    during(lab, job, procs) runs once every launcher has started (faults, heals); it may
+    replace procs[i] (a host that returns). Uses `lab` when given (hosts beyond the job's
+    stay idle), else a fresh netlab.Lab(hosts)."""
+    job = Job(name, tmp)
+    own = lab is None
+    lab = lab or netlab.Lab(hosts)
+    try:
+        token = os.path.join(tmp, f"{name}.token")
+        job.coord_log = os.path.join(tmp, f"{name}-coord.log")
+        world = hosts * per_host
+        lab.spawn(0, [f"{bindir}/ringfence", "coord", "-n", str(world), "--host", lab.addr(0), "--port", str(PORT),
+                      "--token-file", token, "--event-log", os.path.join(tmp, f"{name}-events.jsonl"), *coord_args],
+                  job.coord_log)
+        if not wait_for(lambda: "listening" in read(job.coord_log), f"{name}: coordinator listening", 20):
+            return job
+        job.env = dict(os.environ, UCX_TLS="self,tcp")
+        job.launch = lambda i, log: lab.spawn(i, launcher_argv(i), log, env=job.env)
+
+        def launcher_argv(i):
+            return [f"{bindir}/ringfence", "run", "-n", str(per_host), "--coord", f"{lab.addr(0)}:{PORT}", "--token-file",
+                    token, "--nnodes", str(hosts), "--node-rank", str(i), *(launcher_args or {}).get(i, []), "--",
+                    f"{bindir}/train_mlp", "--epochs", "10", "--max-steps", str(steps), "--log-interval", "20",
+                    "--audit-log", job.audit, "--metrics", os.path.join(tmp, f"{name}-metrics.json"), *worker_args]
+        procs = []
+        for i in range(hosts):
+            job.logs.append(os.path.join(tmp, f"{name}-h{i}.log"))
+            procs.append(job.launch(i, job.logs[-1]))
+        if during:
+            during(lab, job, procs)
+        end = time.monotonic() + deadline_s
+        for p in procs:
+            try:
+                job.codes.append(p.wait(timeout=max(0.1, end - time.monotonic())))
+            except subprocess.TimeoutExpired:
+                job.codes.append(None)
+        for i in range(hosts):
+            out = lab.run(i, ["cat", "/sys/class/net/eth0/statistics/rx_bytes",
+                              "/sys/class/net/eth0/statistics/tx_bytes"], 10).stdout.split()
+            job.link_bytes.append((int(out[0]), int(out[1])) if len(out) == 2 else (0, 0))
+    finally:
+        if own:
+            lab.close()
+    for path in job.logs:
+        for slot, digest in re.findall(r"== train_mlp slot (\d+) incarnation \d+: step \d+, .*state ([0-9a-f]{32})",
+                                       read(path)):
+            job.digests[int(slot)] = digest
+    metrics = read(os.path.join(tmp, f"{name}-metrics.json"))
+    if metrics:
+        job.final_loss = json.loads(metrics).get("final_loss")
+    return job
+
+
+def step_seen(job, host, at_least):
+    """Whether host's launcher printed a live line at step >= at_least."""
+    return any(int(s) >= at_least for s in re.findall(r"\| step (\d+) \|", job.text(host)))
