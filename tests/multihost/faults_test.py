@@ -1,0 +1,208 @@
+"""Faults across three test hosts x two workers (label multihost), each case against the
+failure-free run of the same job, at default settings (lease 1 s, join window 2 s, the
+learned stall bound):
+
+  host_lost_spares   host 2's launcher and workers are killed; launchers 0 and 1 hold a
+                     spare slot each, which replace them: DONE at W = 6, bitwise equal.
+  host_lost_shrink   no spares (min world 4): the job shrinks to W = 4, goes on, and grows
+                     back to 6 when host 2's launcher returns; every step applied exactly
+                     once with one digest per step, and the final loss (the mean of the
+                     last 50 steps) within 1 %.
+  partition          host 2's link goes down: its workers self-fence within about one lease
+                     (D4) and apply no step past the shrink's T; the others go on at W = 4;
+                     after the heal the fenced workers rejoin as new members (incarnation 1).
+  oneway             host 1's packets to host 2 are dropped (iptables, one direction) until
+                     the first recovery begins: DONE, exactly once, bitwise equal.
+  slow_link          host 2's link is throttled to 100 Mbit/s (tbf) for the last steps:
+                     slower, but no failure is declared (generation 1 throughout), bitwise
+                     equal.
+
+  faults_test.py BUILD_BIN_DIR CASE     exit 0 passed, 1 failed, 77 skipped (no namespaces)
+"""
+import glob
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, ".."))
+import jobs  # noqa: E402
+import netlab  # noqa: E402
+from rf_testlib import check, failures  # noqa: E402
+
+STEPS = 200
+
+
+def job_done(job, what, world=6):
+    check(job.codes and all(c == 0 for c in job.codes if c is not None) and None not in job.codes,
+          f"{what}: launchers exit 0 (got {job.codes})")
+    check(all("job DONE" in job.text(i) for i in range(len(job.logs))), f"{what}: every launcher says job DONE")
+    ends = re.findall(r"g \d+ DONE \| members (\d+)/", job.text(0))
+    check(ends and int(ends[-1]) == world, f"{what}: the job ends at W = {world} (got {ends[-1:] or 'none'})")
+    problems = job.exactly_once_problems()
+    check(not problems, f"{what}: every step applied exactly once, one digest per step: {problems[:3]}")
+    check(job.applied_steps() == list(range(STEPS)), f"{what}: steps 0..{STEPS - 1} applied")
+
+
+def same_digest(job, ref, what):
+    want = set(ref.digests.values())
+    check(len(want) == 1 and len(job.digests) == 6 and set(job.digests.values()) == want,
+          f"{what}: every slot ends bitwise equal to the failure-free run {want} (got {job.digests})")
+
+
+def at_step(step):
+    def wait(lab, job, procs):
+        jobs.wait_for(lambda: jobs.step_seen(job, 0, step), f"{job.name}: step {step} reached", 60)
+    return wait
+
+
+def case_host_lost_spares(bindir, tmp):
+    spares = {0: ["--spares", "1"], 1: ["--spares", "1"]}
+    ref = jobs.run_job(bindir, tmp, "ref", steps=STEPS, launcher_args=spares)
+
+    def kill_host(lab, job, procs):
+        at_step(50)(lab, job, procs)
+        lab.kill(procs[2])  # the launcher's process group: it and its workers (PDEATHSIG)
+    job = jobs.run_job(bindir, tmp, "spares", steps=STEPS, launcher_args=spares, during=kill_host)
+    check(job.codes[2] == -9, f"host 2's launcher was killed (got {job.codes[2]})")
+    job.codes = job.codes[:2]
+    job.logs = job.logs[:2]
+    job_done(job, "host lost, spares")
+    same_digest(job, ref, "host lost, spares")
+    return [ref, job]
+
+
+def final_loss(job, last=50):
+    loss = {r["s"]: r["loss"] for rs in job.audits().values() for r in rs if r["event"] == "apply"}
+    steps = [s for s in range(STEPS - last, STEPS) if s in loss]
+    return sum(loss[s] for s in steps) / len(steps) if len(steps) == last else None
+
+
+def case_host_lost_shrink(bindir, tmp):
+    ref = jobs.run_job(bindir, tmp, "ref", steps=STEPS)
+
+    def lose_and_return(lab, job, procs):
+        at_step(50)(lab, job, procs)
+        lab.kill(procs[2])
+        procs[2].wait()
+        jobs.wait_for(lambda: re.search(r"RUNNING \| members 4/6", job.text(0)), "shrunk to W = 4", 30)
+        job.logs[2] = os.path.join(tmp, "shrink-h2-back.log")
+        procs[2] = job.launch(2, job.logs[2])  # the host returns: its launcher starts again
+    job = jobs.run_job(bindir, tmp, "shrink", steps=STEPS, coord_args=["--min-world", "4"], during=lose_and_return)
+    job_done(job, "host lost, shrink and grow")
+    check(len(set(job.digests.values())) == 1, f"shrink: one final digest on every slot (got {job.digests})")
+    check("members 4/6" in job.text(0), "shrink: the job ran at W = 4 while host 2 was away")
+    # The final loss as the mean global loss of the last 50 steps: one batch's loss swings by
+    # several percent from step to step, and the two runs' float sums differ in order after
+    # the shrink, so their last batches' losses differ by more than their level does.
+    a, b = final_loss(ref), final_loss(job)
+    check(a and b and abs(b - a) <= 0.01 * a, f"shrink: final loss (mean of the last 50 steps) {b} within 1 % of "
+          f"the failure-free {a}")
+    return [ref, job]
+
+
+def flight_records(flight_dir):
+    out = []
+    for path in glob.glob(os.path.join(flight_dir, "*.jsonl")):
+        for line in open(path):
+            if line.startswith("{"):
+                out.append((os.path.basename(path), json.loads(line)))
+    return out
+
+
+def case_partition(bindir, tmp):
+    flight = os.path.join(tmp, "flight")
+    os.makedirs(flight)
+    marks = {}
+
+    def cut_and_heal(lab, job, procs):
+        at_step(50)(lab, job, procs)
+        marks["down_us"] = time.time() * 1e6
+        lab.link_down(2)
+        jobs.wait_for(lambda: re.search(r"RUNNING \| members 4/6", job.text(0)), "the others go on at W = 4", 30)
+        lab.link_up(2)
+    job = jobs.run_job(bindir, tmp, "partition", steps=STEPS, coord_args=["--min-world", "4"],
+                       worker_args=["--flight-dir", flight], during=cut_and_heal)
+    job_done(job, "partition")
+    check(len(set(job.digests.values())) == 1, f"partition: one final digest on every slot (got {job.digests})")
+    # D4: the cut-off workers' collective failed as self-fenced, within about one lease.
+    fenced = [(f, r) for f, r in flight_records(flight) if "self-fenced" in r.get("cause", "")]
+    check(fenced, "partition: a cut-off worker's flight record shows it self-fenced (D4)")
+    for f, r in fenced:
+        late_ms = (r["end_us"] - marks.get("down_us", 0)) / 1000
+        check(late_ms <= 1500, f"partition: {f} self-fenced {late_ms:.0f} ms after the cut (one lease: 1000 ms)")
+    # Never a step of a revoked generation: the fenced incarnations applied nothing past T.
+    t = re.search(r"recovery 1: .* -> generation \d+ \(world 4, T (\d+)\)", job.text(0))
+    check(t is not None, "partition: the launcher's summary names the shrink's T")
+    if t:
+        audits = job.audits()
+        for slot in (4, 5):
+            applied = [r["s"] for r in audits.get(f"slot{slot}-inc0", []) if r["event"] == "apply"]
+            check(applied and max(applied) <= int(t.group(1)),
+                  f"partition: slot {slot} incarnation 0 applied nothing past T = {t.group(1)} (last {max(applied or [-1])})")
+            check(f"slot{slot}-inc1" in audits, f"partition: slot {slot} rejoined as a new member (incarnation 1)")
+    return [job]
+
+
+def case_oneway(bindir, tmp):
+    ref = jobs.run_job(bindir, tmp, "ref", steps=STEPS)
+
+    def oneway(lab, job, procs):
+        at_step(50)(lab, job, procs)
+        before = job.text(0).count("RECOVERING")
+        lab.partition(1, 2)
+        jobs.wait_for(lambda: job.text(0).count("RECOVERING") > before, "a recovery begins", 60)
+        lab.heal(1, 2)
+    job = jobs.run_job(bindir, tmp, "oneway", steps=STEPS, during=oneway)
+    job_done(job, "one-way partition")
+    same_digest(job, ref, "one-way partition")
+    return [ref, job]
+
+
+def case_slow_link(bindir, tmp):
+    ref = jobs.run_job(bindir, tmp, "ref", steps=STEPS)
+
+    def throttle(lab, job, procs):
+        at_step(140)(lab, job, procs)
+        lab.shape(2, 100_000)
+    job = jobs.run_job(bindir, tmp, "slow", steps=STEPS, during=throttle)
+    job_done(job, "slow link")
+    for i in range(3):
+        check(re.search(r"job DONE \(exit 0\): generation 1, 0 restart\(s\), 0 recovery", job.text(i)),
+              f"slow link: host {i}'s launcher ends in generation 1 with no restart and no recovery")
+    same_digest(job, ref, "slow link")
+    return [ref, job]
+
+
+CASES = {"host_lost_spares": case_host_lost_spares, "host_lost_shrink": case_host_lost_shrink,
+         "partition": case_partition, "oneway": case_oneway, "slow_link": case_slow_link}
+
+
+def main():
+    if len(sys.argv) != 3 or sys.argv[2] not in CASES:
+        sys.exit(f"usage: faults_test.py BUILD_BIN_DIR {{{','.join(CASES)}}}")
+    why = netlab.unavailable_reason()
+    if why:
+        print(f"SKIPPED: no network namespaces: {why}")
+        return 77
+    bindir, case = os.path.abspath(sys.argv[1]), sys.argv[2]
+    tmp = tempfile.mkdtemp(prefix=f"rf-multihost-{case}-")
+    t0 = time.monotonic()
+    ran = CASES[case](bindir, tmp)
+    if failures:
+        for job in ran:
+            job.dump()
+        print(f"faults_test {case}: {len(failures)} check(s) failed in {time.monotonic() - t0:.1f} s; files in {tmp}")
+        return 1
+    subprocess.run(["rm", "-rf", tmp])
+    print(f"faults_test {case}: passed in {time.monotonic() - t0:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
