@@ -1,5 +1,7 @@
 #include "elastic/admin_client.h"
 
+#include "elastic/auth.h"
+
 #include "base/str.h"
 #include "elastic/errors.h"
 
@@ -10,7 +12,7 @@ using nlohmann::json;
 AdminClient::AdminClient(std::string host, int port, std::string token, Duration timeout) : timeout_(timeout) {
   const TimePoint deadline = Clock::now() + timeout;
   conn_.connect(host, port, deadline);
-  conn_.call({{"type", "hello"}, {"token", token}, {"role", "launcher"}}, deadline);
+  authenticate(conn_, token, {{"type", "hello"}, {"role", "launcher"}}, deadline);
 }
 
 json AdminClient::call(json req) { return conn_.call(req, Clock::now() + timeout_); }

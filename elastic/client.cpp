@@ -1,5 +1,7 @@
 #include "elastic/client.h"
 
+#include "elastic/auth.h"
+
 #include <algorithm>
 #include <cstdlib>
 #include <string_view>
@@ -128,11 +130,10 @@ JoinInfo Client::join() {
   caller_.close();
   const TimePoint deadline = Clock::now() + opt_.connect_timeout;
   member_.connect(opt_.host, opt_.port, deadline);
-  json hello = {{"type", "hello"}, {"token", opt_.token}, {"role", "member"}, {"slot", opt_.slot},
-                {"incarnation", opt_.incarnation}};
+  json hello = {{"type", "hello"}, {"role", "member"}, {"slot", opt_.slot}, {"incarnation", opt_.incarnation}};
   // A spare or a restart that arrives after every member left gets JobFinished (the
   // coordinator's "finished" code): nothing to do, not an error.
-  json w = member_.call(hello, deadline);
+  json w = authenticate(member_, opt_.token, hello, deadline);
   JoinInfo info;
   info.generation = static_cast<uint64_t>(get_int(w, "generation", 0, int64_t{1} << 53));
   info.phase = get_str(w, "phase", 32);
@@ -141,7 +142,7 @@ JoinInfo Client::join() {
   opt_.lease = ms(get_int(w, "lease_ms", 1, 3'600'000));
   caller_.connect(opt_.host, opt_.port, deadline);
   hello["role"] = "caller";
-  caller_.call(hello, deadline);
+  authenticate(caller_, opt_.token, hello, deadline);
   fenced_ = false;
   active_ = 0;
   notified_ = 0;

@@ -21,6 +21,7 @@
 #include "elastic/kv_store.h"
 #include "elastic/membership.h"
 #include "elastic/messages.h"
+#include "elastic/auth.h"
 #include "elastic/token.h"
 
 namespace rf::elastic {
@@ -83,7 +84,9 @@ struct Coordinator::Impl {
     std::string peer;
     FrameReader reader;
     std::string out;
-    bool hello = false;
+    bool hello = false;                // admitted: the challenge was answered
+    std::optional<Hello> challenged;   // hello received, challenge sent, auth awaited
+    std::string server_nonce;
     Role role = Role::Caller;
     WorkerId worker;
     bool closing = false;  // flush `out`, then close
@@ -285,7 +288,8 @@ struct Coordinator::Impl {
 
   // --- requests ------------------------------------------------------------------------
   void handle(Conn& c, const Request& req, TimePoint now) {
-    if (const auto* h = std::get_if<Hello>(&req)) return handle_hello(c, *h, now);
+    if (const auto* h = std::get_if<Hello>(&req)) return challenge(c, *h);
+    if (const auto* a = std::get_if<Auth>(&req)) return handle_auth(c, *a, now);
     if (!c.hello) throw ProtocolError(rf::str("request '", request_name(req), "' before hello"));
     const bool launcher = c.role == Role::Launcher;
     const bool launcher_only = std::holds_alternative<Status>(req) || std::holds_alternative<Exited>(req) ||
@@ -376,13 +380,31 @@ struct Coordinator::Impl {
     return {{"type", type}, {"result", answer_name(a.kind)}, {"generation", a.generation}, {"reason", a.reason}};
   }
 
-  void handle_hello(Conn& c, const Hello& h, TimePoint now) {
-    if (c.hello) throw ProtocolError("hello sent twice");
-    if (!token_equal(h.token, opt.token)) {
+  // Admission (elastic/auth.h): prove we hold the token over the client's nonce, and ask
+  // it to prove the same over ours. Nothing about the job is said before it has.
+  void challenge(Conn& c, const Hello& h) {
+    if (c.hello || c.challenged) throw ProtocolError("hello sent twice");
+    c.challenged = h;
+    c.server_nonce = random_token();
+    send(c, {{"type", "challenge"}, {"nonce", c.server_nonce}, {"proof", coordinator_proof(opt.token, h.nonce, c.server_nonce)}});
+  }
+
+  void handle_auth(Conn& c, const Auth& a, TimePoint now) {
+    if (c.hello || !c.challenged) throw ProtocolError("auth without a challenge (send hello first)");
+    const Hello h = *c.challenged;
+    c.challenged.reset();
+    static const char* roles[] = {"member", "caller", "launcher"};
+    const std::string want =
+        client_proof(opt.token, c.server_nonce, h.nonce, roles[static_cast<int>(h.role)], h.slot, h.incarnation);
+    if (!token_equal(a.mac, want)) {
       log.write({{"ts_us", rf::wall_us()}, {"event", "refused"}, {"cause", "wrong_token"}, {"peer", c.peer}});
       send_error(c, "wrong job token");
       return;
     }
+    handle_hello(c, h, now);
+  }
+
+  void handle_hello(Conn& c, const Hello& h, TimePoint now) {
     c.role = h.role;
     c.worker = {h.slot, h.incarnation};
     if (h.role == Role::Member) {
@@ -445,6 +467,10 @@ struct Coordinator::Impl {
       Conn& c = *it;
       if (c.closing && !c.dead && !c.out.empty()) write_to(c);
       if (c.dead || (c.closing && c.out.empty())) {
+        // Gone between our challenge and its answer: a client whose token did not match our
+        // proof (it refuses us first: elastic/auth.h), or a stranger that gave up.
+        if (c.challenged)
+          log.write({{"ts_us", rf::wall_us()}, {"event", "refused"}, {"cause", "challenge_unanswered"}, {"peer", c.peer}});
         report_lost(c, now);
         if (c.hello && c.role == Role::Launcher) --owner->launchers_;
         ::close(c.fd);

@@ -21,7 +21,8 @@ uint64_t gen(const json& m, const char* key = "generation") {
 Request decode(const json& m, const std::string& type) {
   if (type == "hello") {
     Hello h;
-    h.token = get_str(m, "token", 256);
+    h.nonce = get_str(m, "nonce", 64);
+    if (h.nonce.size() < 16) throw ProtocolError("field 'nonce' is shorter than 16 characters");
     const std::string role = get_str(m, "role", 32);
     if (role == "member") h.role = Role::Member;
     else if (role == "caller") h.role = Role::Caller;
@@ -33,6 +34,7 @@ Request decode(const json& m, const std::string& type) {
     }
     return h;
   }
+  if (type == "auth") return Auth{get_str(m, "mac", 128)};
   if (type == "heartbeat") {
     Heartbeat h{gen(m), get_int(m, "step", -1, kMaxStep), {}};
     if (m.contains("activity")) {
@@ -122,7 +124,7 @@ Request decode_request(const json& m) {
 }
 
 const char* request_name(const Request& r) {
-  static const char* names[] = {"hello", "heartbeat", "report", "plan", "ready", "kv_set", "kv_get", "kv_wait",
+  static const char* names[] = {"hello", "auth", "heartbeat", "report", "plan", "ready", "kv_set", "kv_get", "kv_wait",
                                 "kv_cas", "failure", "phase", "leave", "status", "exited", "stop", "summary", "fatal",
                                 "injected"};
   static_assert(std::size(names) == std::variant_size_v<Request>, "one name per Request alternative, in order");

@@ -3,8 +3,9 @@
 // (frame.h) in one place: every field is validated and typed here, so the server's
 // handlers never touch raw JSON. Replies are plain JSON objects built by the server
 // ({"type": "<request>_reply" or "error", ...}); docs/elastic.md lists them all.
-// A connection says hello first (token + role), then sends one request at a time and
-// waits for its reply (plan, ready and kv_wait may be held until their deadline).
+// A connection says hello first (role and a nonce), answers the challenge with auth
+// (elastic/auth.h: the job token never crosses the wire), then sends one request at a time
+// and waits for its reply (plan, ready and kv_wait may be held until their deadline).
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -24,7 +25,8 @@ inline constexpr int64_t kMaxWaitMs = 3'600'000;
 
 enum class Role { Member, Caller, Launcher };
 
-struct Hello { std::string token; Role role; int slot = -1; int64_t incarnation = 0; };
+struct Hello { std::string nonce; Role role; int slot = -1; int64_t incarnation = 0; };
+struct Auth { std::string mac; };  // HMAC-SHA256 over the challenge (elastic/auth.h), hex
 // `activity` (optional on the wire: absent = idle) says what the training thread does,
 // for the coordinator's judgement of stuck members (elastic/liveness.h).
 struct Heartbeat { uint64_t generation = 0; int64_t step = -1; Activity activity; };
@@ -49,7 +51,7 @@ struct Exited { int slot = -1; int64_t incarnation = 0; int status = 0; int64_t 
 struct StopJob {};
 struct Summary {};
 
-using Request = std::variant<Hello, Heartbeat, Report, PlanRequest, Ready, KvSet, KvGet, KvWait, KvCas,
+using Request = std::variant<Hello, Auth, Heartbeat, Report, PlanRequest, Ready, KvSet, KvGet, KvWait, KvCas,
                              FailureReport, PhaseTiming, Leave, Status, Exited, StopJob, Summary, Fatal, Injected>;
 
 // Decodes a message already checked by parse_message(). Throws ProtocolError naming

@@ -226,7 +226,7 @@ TEST_CASE("malformed frames get an error reply and the connection is closed; the
   CHECK(error_text(raw_exchange(coord.port(), std::string("\x00\x00\x00\x05hello", 9))) == "frame is not valid JSON");
   CHECK(error_text(raw_exchange(coord.port(), encode_frame({{"type", "status"}}))).find("before hello") !=
         std::string::npos);
-  CHECK(error_text(raw_exchange(coord.port(), encode_frame({{"type", "hello"}, {"token", token}, {"role", "member"},
+  CHECK(error_text(raw_exchange(coord.port(), encode_frame({{"type", "hello"}, {"nonce", random_token()}, {"role", "member"},
                                                             {"slot", "zero"}, {"incarnation", 0}})))
             .find("'slot'") != std::string::npos);
   // A truncated frame followed by a hang-up: nothing to answer, no crash.

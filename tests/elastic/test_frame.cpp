@@ -96,9 +96,13 @@ TEST_CASE("every field is typed and bounded") {
         std::string::npos);
   CHECK(what_of(R"({"v":1,"type":"report","round":1,"has_state":false,"step":5,"digest":""})")
             .find("without state") != std::string::npos);
-  CHECK(what_of(R"({"v":1,"type":"hello","token":"t","role":"admin"})").find("role") != std::string::npos);
-  CHECK(what_of(R"({"v":1,"type":"hello","token":"t","role":"member","slot":-4,"incarnation":0})")
+  CHECK(what_of(R"({"v":1,"type":"hello","nonce":"0123456789abcdef","role":"admin"})").find("role") !=
+        std::string::npos);
+  CHECK(what_of(R"({"v":1,"type":"hello","nonce":"0123456789abcdef","role":"member","slot":-4,"incarnation":0})")
             .find("'slot'") != std::string::npos);
+  CHECK(what_of(R"({"v":1,"type":"hello","nonce":"0123","role":"member","slot":0,"incarnation":0})")
+            .find("'nonce'") != std::string::npos);
+  CHECK(what_of(R"({"v":1,"type":"auth"})").find("'mac'") != std::string::npos);
   CHECK(what_of(R"({"v":1,"type":"leave","step":"14"})").find("'step' must be an integer") != std::string::npos);
   CHECK(what_of(R"({"v":1,"type":"leave","step":-2})").find("outside") != std::string::npos);
   CHECK(what_of(R"({"v":1,"type":"phase","generation":1,"phase":"nap","ms":1})").find("phase") != std::string::npos);
