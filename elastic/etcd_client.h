@@ -1,0 +1,79 @@
+#pragma once
+// EtcdClient — the few calls of etcd's v3 API the control plane needs, over its JSON
+// gateway (HTTP POST /v3/..., libcurl): get, prefix range, put, delete, compare-and-swap on a
+// key's mod revision, and leases (grant, keep-alive, revoke). Keys and values are bytes
+// (base64 on the wire). Every call has a deadline. Several endpoints (the members of one
+// cluster) are tried in turn, starting from the last that answered, so a dead member only
+// costs the calls that were talking to it their timeout.
+//
+// Compare-and-swap is what makes the control plane safe with several coordinators: a write
+// that names the mod revision it read succeeds only if nobody wrote in between (etcd's
+// revisions are cluster-wide and only grow), so two leaders cannot both advance one key.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/clock.h"
+#include "base/error.h"
+
+namespace rf::elastic {
+
+// No endpoint answered (each one's failure in the text).
+class EtcdUnavailable : public rf::Error {
+ public:
+  using rf::Error::Error;
+};
+
+struct EtcdOptions {
+  std::vector<std::string> endpoints;  // "http://host:port"
+  Duration timeout = std::chrono::seconds(2);  // per call and endpoint
+};
+
+// "http://a:2379,http://b:2379" (a bare "host:port" gets http://). Throws rf::InvalidInput
+// naming the text when it is empty or an entry is not http(s)://host:port.
+std::vector<std::string> parse_etcd_endpoints(const std::string& text);
+
+struct EtcdKv {
+  std::string key, value;
+  int64_t create_revision = 0;
+  int64_t mod_revision = 0;
+  int64_t version = 0;
+  int64_t lease = 0;
+};
+
+class EtcdClient {
+ public:
+  explicit EtcdClient(EtcdOptions options);
+
+  std::optional<EtcdKv> get(const std::string& key);
+  std::vector<EtcdKv> get_prefix(const std::string& prefix);  // in key order
+  int64_t put(const std::string& key, const std::string& value, int64_t lease = 0);  // the new revision
+  // Deletes the key; true if it existed.
+  bool del(const std::string& key);
+  // Writes `value` only if the key's mod revision is `expected_mod_revision` (0: only if
+  // the key does not exist). Returns whether it wrote; on success *new_revision (if given)
+  // is the key's new mod revision, on failure *current holds what the key is now (nullopt:
+  // absent).
+  bool cas(const std::string& key, int64_t expected_mod_revision, const std::string& value, int64_t lease = 0,
+           int64_t* new_revision = nullptr, std::optional<EtcdKv>* current = nullptr);
+
+  // A lease of `ttl` seconds (etcd rounds up to its minimum); its id.
+  int64_t lease_grant(int64_t ttl_seconds);
+  // Renews it; returns the remaining TTL in seconds, 0 when the lease has expired.
+  int64_t lease_keepalive(int64_t id);
+  void lease_revoke(int64_t id);
+
+  // The endpoint that answered last.
+  const std::string& endpoint() const { return options_.endpoints[current_]; }
+
+ private:
+  std::string post(const std::string& path, const std::string& body);
+  EtcdOptions options_;
+  size_t current_ = 0;
+};
+
+std::string base64_encode(const std::string& bytes);
+std::string base64_decode(const std::string& text);  // throws rf::Error on bad input
+
+}  // namespace rf::elastic
