@@ -28,6 +28,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -189,6 +190,9 @@ def main():
         return 2
     global T_END
     T_END = time.monotonic() + BUDGET_S[mode]
+    # A runner's time limit (scripts/gpu-check's `timeout`) sends SIGTERM: exit through
+    # rf_testlib.run, which kills the running command's process group on the way out.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     program = args[0] if mode == "accuracy" else args[1]
     tmp = tempfile.mkdtemp(prefix=f"gpu_programs_{mode}_")
     try:
