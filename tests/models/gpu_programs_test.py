@@ -164,7 +164,8 @@ def ucx_kill(ringfence, train_mlp, world, work):
           f"kill W={world}: recoveries {recs}, want one, finished, world {world}")
     check(met.get("recoveries") == 1, f"kill W={world}: slot 0 reports {met.get('recoveries')} recoveries")
     check(ref is not None and got == ref, f"kill W={world}: final state {got} differs from the failure-free run's {ref}")
-    took = f" ({recs[0].get('cause')}, {recs[0].get('total_ms')} ms)" if len(recs) == 1 else ""
+    ms = recs[0].get("total_ms") if len(recs) == 1 else None
+    took = f" ({recs[0].get('cause')}, {ms:.0f} ms)" if isinstance(ms, (int, float)) else ""
     print(f"RESULT UCX fallback W={world} on the GPU, {KILL}: "
           f"{'DONE' if summ.get('phase') == 'DONE' else 'NOT DONE'}, {len(recs)} recovery{took}, "
           f"final digest {'equal to' if got == ref and ref else 'DIFFERENT from'} "
