@@ -62,3 +62,18 @@ function(rf_gpu_test)
     set_tests_properties(${test_name} PROPERTIES LABELS "${T_LAYER};gpu" TIMEOUT ${T_TIMEOUT} SKIP_RETURN_CODE 77)
   endforeach()
 endfunction()
+
+# rf_gpu_program_test(NAME <name> LAYER <layer> COMMAND <cmd...> [TIMEOUT s])
+#   A command (a script running the programs on a GPU), labelled `gpu` and its layer. Like
+#   rf_gpu_test's entries it prints "SKIPPED: no GPU: <reason>" and exits 77 without a GPU
+#   (ctest: skipped, never passed); like an integration test it runs alone (RUN_SERIAL:
+#   its processes share the GPU and the cores with nobody). Only in builds with CUDA.
+function(rf_gpu_program_test)
+  cmake_parse_arguments(T "" "NAME;LAYER;TIMEOUT" "COMMAND" ${ARGN})
+  if(NOT T_TIMEOUT)
+    set(T_TIMEOUT 300)
+  endif()
+  add_test(NAME ${T_NAME} COMMAND ${T_COMMAND})
+  set_tests_properties(${T_NAME} PROPERTIES LABELS "${T_LAYER};gpu" TIMEOUT ${T_TIMEOUT}
+                       SKIP_RETURN_CODE 77 RUN_SERIAL TRUE)
+endfunction()

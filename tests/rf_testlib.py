@@ -1,9 +1,10 @@
 """Helpers shared by the Python integration tests (tests/*/*_test.py).
 
 check() records a failed condition and goes on, so one run reports every failure;
-run() runs a command with a deadline in its own session and, on expiry, SIGKILLs the
-whole process group (a launcher's workers die with it by PDEATHSIG), so nothing is left
-running; digests() fingerprints a directory's files to prove they were not touched.
+run() runs a command with a deadline in its own session and, on expiry or when the test
+itself is interrupted, SIGKILLs the whole process group (a launcher's workers die with it
+by PDEATHSIG), so nothing is left running; digests() fingerprints a directory's files to
+prove they were not touched.
 """
 import glob
 import hashlib
@@ -30,6 +31,12 @@ def run(cmd, log, deadline_s):
             os.killpg(p.pid, signal.SIGKILL)
             p.wait()
             rc = None
+        except BaseException:
+            # Interrupted (Ctrl-C, or a SIGTERM handler's SystemExit when a runner's time
+            # limit stops this test): the command's own session would outlive us.
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+            raise
     with open(log) as f:
         return rc, f.read()
 

@@ -3,10 +3,16 @@
 // allocator is warm, as in a real run). Data loading is excluded: this measures the core.
 //
 //   train_bench [--model mlp|cnn|both] [--batch 128] [--threads 1] [--steps N] [--warmup W]
-//               [--no-malloc-tuning]       (bench/flags.h: --help; a bad value exits 2)
-// Output, one line per model (parsed by compare_torch.py and tests/models/page_faults.sh):
+//               [--device cpu|cuda|cuda:N] [--no-malloc-tuning]   (bench/flags.h: --help; a bad
+//               value exits 2)
+// Output, one line per model (parsed by compare_torch.py, compare_torch_gpu.py and
+// tests/models/page_faults.sh); on a GPU the line names the device after the steps:
 //   ringfence mlp batch 128 threads 1 steps 200: 37000 samples/s (5.4 ms/step, 5.3 cpu ms/step,
 //   0.00 page faults/step)
+// On a GPU the model is built on the CPU (its initialiser draws there, as in every program)
+// and its parameters moved to the device; the batch is copied there once; the clock starts
+// after the warm-up steps and a device synchronisation and stops after the last step's
+// synchronisation, so it times the steps' kernels, not just their launches.
 // cpu ms/step is the process's CPU time (user + system) over the timed steps: on a shared
 // machine it leaves out the time spent waiting for a core, which wall time does not.
 // Page faults are counted over the timed steps (getrusage): after warm-up a step should
@@ -21,6 +27,8 @@
 
 #include "base/clock.h"
 #include "bench/flags.h"
+#include "core/cuda_runtime.h"
+#include "core/device_runtime.h"
 #include "core/malloc_tuning.h"
 #include "core/ops.h"
 #include "core/optim/sgd.h"
@@ -48,12 +56,32 @@ struct BenchResult {
   long faults;
 };
 
-static BenchResult time_steps(models::ModelKind kind, int64_t batch, int steps, int warmup) {
+// Moves a model's parameters to `device` in place: the layers and named_parameters() hold
+// handles to the same TensorImpl, so re-pointing its storage moves the layer's weights.
+// The gradient (allocated on the CPU by register_parameter) is re-allocated there, zeroed.
+static void move_parameters(nn::Module& model, Device device) {
+  if (device.is_cpu()) return;
+  for (auto& [name, p] : model.named_parameters()) {
+    const Tensor moved = p.detach().to(device);
+    TensorImpl& impl = p.impl();
+    impl.storage = moved.impl().storage;
+    impl.offset = moved.impl().offset;
+    impl.device = device;
+    impl.grad.reset();
+    impl.grad_offset = 0;
+    p.zero_grad();
+  }
+}
+
+static BenchResult time_steps(models::ModelKind kind, int64_t batch, int steps, int warmup, Device device) {
   auto model = models::make_model(kind, 0);
+  move_parameters(*model, device);
   optim::SGD sgd(model->named_parameters(), {.lr = 0.05f, .momentum = 0.9f});
   Generator g(1);
-  Tensor x = Tensor::empty({batch, 1, 28, 28});
-  for (float& v : x.values()) v = g.uniform(-1.0f, 2.0f);
+  std::vector<float> host(static_cast<size_t>(batch) * 28 * 28);
+  for (float& v : host) v = g.uniform(-1.0f, 2.0f);
+  const Tensor x = Tensor::from({batch, 1, 28, 28}, host, device);
+  DeviceRuntime& rt = runtime(device, "train_bench");
   std::vector<int32_t> labels(batch);
   for (auto& l : labels) l = static_cast<int32_t>(g.next_u64() % 10);
   auto step = [&] {
@@ -63,16 +91,18 @@ static BenchResult time_steps(models::ModelKind kind, int64_t batch, int steps, 
     sgd.step();
   };
   for (int i = 0; i < warmup; ++i) step();
+  rt.synchronize();
   const long f0 = minor_faults();
   const double c0 = cpu_seconds();
   const TimePoint t0 = Clock::now();
   for (int i = 0; i < steps; ++i) step();
+  rt.synchronize();
   const double wall = seconds_since(t0);
   return {wall, cpu_seconds() - c0, minor_faults() - f0};
 }
 
 int main(int argc, char** argv) {
-  std::string which = "both";
+  std::string which = "both", device_text = "cpu";
   int64_t batch = 128;
   int threads = 1, steps = 0, warmup = 5;
   bool tune_malloc = true;
@@ -82,11 +112,27 @@ int main(int argc, char** argv) {
       .integer("--threads", "GEMM threads (default 1)", threads, 1, 1024)
       .integer("--steps", "timed steps (default 200 for the MLP, 40 for the CNN)", steps, 1)
       .integer("--warmup", "untimed steps first (default 5)", warmup, 1)
+      .text("--device", "cpu|cuda|cuda:N", "where the model trains (default cpu)", device_text)
       .toggle("--no-malloc-tuning", "leave glibc's malloc defaults (see core/malloc_tuning.h)",
               [&] { tune_malloc = false; });
   if (const int rc = flags.parse_or_exit_code(argc, argv); rc >= 0) return rc;
   if (which != "mlp" && which != "cnn" && which != "both")
     return flags.fail("--model: '" + which + "' is not mlp, cnn or both");
+  Device device;
+  try {
+    device = parse_device(device_text);
+  } catch (const std::exception& e) {
+    return flags.fail(std::string("--device: ") + e.what());
+  }
+  if (!device.is_cpu()) {
+    register_cuda_runtime();
+    if (cuda_device_count() <= device.index) {
+      std::fprintf(stderr, "train_bench: --device %s: %s\n", device_text.c_str(),
+                   cuda_device_count() == 0 ? ("no CUDA device on this machine (" + cuda_unavailable_reason() + ")").c_str()
+                                            : "no such CUDA device");
+      return 1;
+    }
+  }
   // Before any training allocation, so the first step's heap is already kept mapped.
   if (tune_malloc && !rf::tune_malloc_for_training())
     std::fprintf(stderr, "train_bench: warning: glibc refused a malloc setting (mallopt)\n");
@@ -94,10 +140,11 @@ int main(int argc, char** argv) {
   for (auto kind : {models::ModelKind::MLP, models::ModelKind::CNN}) {
     if (which != "both" && which != models::model_name(kind)) continue;
     const int n = steps > 0 ? steps : (kind == models::ModelKind::MLP ? 200 : 40);
-    const BenchResult r = time_steps(kind, batch, n, warmup);
-    std::printf("ringfence %s batch %lld threads %d steps %d: %.0f samples/s (%.2f ms/step, "
+    const BenchResult r = time_steps(kind, batch, n, warmup, device);
+    const std::string on = device.is_cpu() ? "" : " on " + device_name(device);
+    std::printf("ringfence %s batch %lld threads %d steps %d%s: %.0f samples/s (%.2f ms/step, "
                 "%.2f cpu ms/step, %.2f page faults/step)\n",
-                models::model_name(kind), static_cast<long long>(batch), threads, n,
+                models::model_name(kind), static_cast<long long>(batch), threads, n, on.c_str(),
                 n * batch / r.seconds, 1000.0 * r.seconds / n, 1000.0 * r.cpu_seconds / n,
                 static_cast<double>(r.faults) / n);
     std::fflush(stdout);
