@@ -73,6 +73,10 @@ class EtcdClient {
   size_t current_ = 0;
 };
 
+// Whether this build has the client (libcurl was found); without it every call throws
+// EtcdUnavailable saying so.
+bool etcd_client_built();
+
 std::string base64_encode(const std::string& bytes);
 std::string base64_decode(const std::string& text);  // throws rf::Error on bad input
 

@@ -26,6 +26,7 @@ namespace rf::elastic::testing {
 
 // Why etcd cannot run here ("" when it can).
 inline std::string etcd_unavailable_reason() {
+  if (!etcd_client_built()) return "this build has no etcd client (libcurl was not found when it was configured)";
   if (std::system("command -v etcd >/dev/null 2>&1") != 0)
     return "no 'etcd' binary on PATH (Debian's etcd-server; scripts/setup installs it)";
   return "";
