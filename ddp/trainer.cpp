@@ -79,6 +79,9 @@ struct Trainer::Impl {
     const int rank = member.rank, world = member.world;
     TimePoint window_t = Clock::now();
     int64_t window_samples = 0;
+    TimePoint rate_t = Clock::now();
+    int64_t rate_samples = 0;
+    double rate = -1.0;  // samples/s for the live line; < 0 until the first measurement
     while (state.step() + 1 < cfg.steps) {
       if (recovery.generation_over()) return Leave::Recover;
       const int64_t s = state.step() + 1;  // R2: contribute to s only after applying s-1
@@ -135,6 +138,14 @@ struct Trainer::Impl {
       watch.end_step(step_time);
       inj->step_took(s, step_time);  // a slow spec's reference
       if (client) client->set_step(s);
+      // The launcher's live line: the global loss, and the throughput over about a second.
+      rate_samples += sums.samples;
+      if (const double dt = seconds_since(rate_t); dt >= 1.0 || rate < 0) {
+        if (dt > 0) rate = static_cast<double>(rate_samples) / dt;
+        rate_t = Clock::now();
+        rate_samples = 0;
+      }
+      if (client) client->set_progress(reducer.global_loss(), rate);
       result.final_loss = reducer.global_loss();
       if (audit_->enabled())
         audit_->record("apply", member.plan.generation, s, state.current_digest(), rank, world,

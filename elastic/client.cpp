@@ -167,6 +167,8 @@ void Client::heartbeat_loop() {
       if (hb_cv_.wait_for(l, opt_.heartbeat, [&] { return hb_stop_; })) return;
     }
     json beat = {{"type", "heartbeat"}, {"generation", active_.load()}, {"step", step_.load()}};
+    if (const double l = loss_.load(); l >= 0) beat["loss"] = l;
+    if (const double r = samples_per_s_.load(); r >= 0) beat["samples_per_s"] = r;
     {
       std::lock_guard<std::mutex> l(cb_mu_);
       if (activity_) {

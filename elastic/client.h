@@ -82,6 +82,12 @@ class Client {
   JoinInfo join();
 
   void set_step(int64_t step) { step_.store(step); }
+  // What the launcher's live line shows (sent with every heartbeat): the global mean loss
+  // of the last applied step and this worker's recent throughput in global samples/s.
+  void set_progress(double loss, double samples_per_s) {
+    loss_.store(loss);
+    samples_per_s_.store(samples_per_s);
+  }
   uint64_t generation() const { return active_.load(); }  // the generation this worker works in
   uint64_t seen_generation() const { return seen_.load(); }
   bool reconfigure_requested() const { return reconfigure_.load(); }
@@ -146,6 +152,8 @@ class Client {
   std::condition_variable hb_cv_;
   bool hb_stop_ = false;
   std::atomic<int64_t> step_{-1};
+  std::atomic<double> loss_{-1.0};          // < 0: none yet
+  std::atomic<double> samples_per_s_{-1.0};  // < 0: none yet
   std::atomic<Duration::rep> last_renewal_{0};  // TimePoint since the clock's epoch
   std::atomic<uint64_t> active_{0}, seen_{0}, notified_{0};
   std::atomic<bool> reconfigure_{false}, stop_{false}, fenced_{false}, stopped_{false};

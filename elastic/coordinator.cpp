@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstring>
 #include <list>
+#include <map>
 #include <optional>
 
 #include "base/clock.h"
@@ -105,6 +106,13 @@ struct Coordinator::Impl {
   KvStore kv;
   EventLog log;
   std::list<Conn> conns;
+  // The live line's figures, as each member's last heartbeat gave them (by slot).
+  struct Progress {
+    int64_t incarnation = 0;
+    int64_t step = -1;
+    std::optional<double> loss, samples_per_s;
+  };
+  std::map<int, Progress> progress;
   int64_t wall_offset_us;
   uint64_t last_generation = 0;
   std::vector<json> evictions;  // history, for launchers
@@ -308,6 +316,7 @@ struct Coordinator::Impl {
           using T = std::decay_t<decltype(r)>;
           if constexpr (std::is_same_v<T, Heartbeat>) {
             HeartbeatResult h = membership.heartbeat(c.worker, r.generation, r.step, now, r.activity);
+            if (!h.fenced) progress[c.worker.slot] = {c.worker.incarnation, r.step, r.loss, r.samples_per_s};
             send(c, {{"type", "heartbeat_reply"}, {"fenced", h.fenced}, {"generation", h.generation},
                      {"phase", to_string(h.phase)}, {"reconfigure", h.reconfigure}, {"stop", h.stop},
                      {"planned", h.planned}, {"cause", h.cause ? to_string(*h.cause) : ""}});
@@ -505,6 +514,14 @@ struct Coordinator::Impl {
                          {"incarnation", membership.members()[r].incarnation}});
     json standby = json::array();
     for (const auto& w : membership.standby()) standby.push_back({{"slot", w.slot}, {"incarnation", w.incarnation}});
+    // The member furthest ahead speaks for the job (every member of a generation reports
+    // the same global loss for a step).
+    Progress live;
+    for (const auto& m : membership.members()) {
+      const auto it = progress.find(m.slot);
+      if (it != progress.end() && it->second.incarnation == m.incarnation && it->second.step > live.step)
+        live = it->second;
+    }
     int finished = 0;
     for (const auto& rec : membership.recoveries()) finished += rec.finished;
     return {{"type", "status_reply"},
@@ -516,6 +533,8 @@ struct Coordinator::Impl {
             {"live_workers", membership.live_workers()},
             {"standby", standby},
             {"step", membership.max_member_step()},
+            {"loss", live.loss ? json(*live.loss) : json(nullptr)},
+            {"samples_per_s", live.samples_per_s ? json(*live.samples_per_s) : json(nullptr)},
             {"recoveries", finished},
             {"reconfigure", membership.reconfigure_flag()},
             {"stop", membership.stop_flag()},

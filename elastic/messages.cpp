@@ -36,7 +36,16 @@ Request decode(const json& m, const std::string& type) {
   }
   if (type == "auth") return Auth{get_str(m, "mac", 128)};
   if (type == "heartbeat") {
-    Heartbeat h{gen(m), get_int(m, "step", -1, kMaxStep), {}};
+    Heartbeat h;
+    h.generation = gen(m);
+    h.step = get_int(m, "step", -1, kMaxStep);
+    for (const char* key : {"loss", "samples_per_s"}) {
+      if (!m.contains(key)) continue;
+      const auto& v = m[key];
+      if (!v.is_number() || !(v.get<double>() >= 0) || v.get<double>() > 1e30)
+        throw ProtocolError(rf::str("field '", key, "' is not a number in [0, 1e30]"));
+      (std::string(key) == "loss" ? h.loss : h.samples_per_s) = v.get<double>();
+    }
     if (m.contains("activity")) {
       const auto& a = m["activity"];
       if (!a.is_object()) throw ProtocolError("field 'activity' is not an object");

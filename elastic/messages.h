@@ -29,7 +29,13 @@ struct Hello { std::string nonce; Role role; int slot = -1; int64_t incarnation 
 struct Auth { std::string mac; };  // HMAC-SHA256 over the challenge (elastic/auth.h), hex
 // `activity` (optional on the wire: absent = idle) says what the training thread does,
 // for the coordinator's judgement of stuck members (elastic/liveness.h).
-struct Heartbeat { uint64_t generation = 0; int64_t step = -1; Activity activity; };
+// loss and samples_per_s (optional): the live line's figures (elastic/client.h set_progress).
+struct Heartbeat {
+  uint64_t generation = 0;
+  int64_t step = -1;
+  Activity activity;
+  std::optional<double> loss, samples_per_s;
+};
 struct Report { uint64_t round = 0; bool has_state = false; int64_t step = -1; std::string digest; };
 struct PlanRequest { uint64_t round = 0; int64_t timeout_ms = 0; };
 struct Ready { uint64_t generation = 0; int64_t timeout_ms = 0; };

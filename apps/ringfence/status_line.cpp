@@ -17,16 +17,25 @@ void StatusLine::clear() {
   on_line_ = false;
 }
 
-void StatusLine::update(const json& st, int restarts) {
-  if (!enabled_) return;
+std::string live_line(const json& st, int restarts) {
   // Standby: registered workers outside the running generation (spares, joiners).
   const size_t standby = st.contains("standby") ? st["standby"].size() : 0;
-  const std::string line =
-      rf::str("ringfence: g ", st.value("generation", 0), " ", st.value("phase", "?"), " | members ",
-              st.value("world", 0), "/", st.value("target_world", 0),
-              standby ? rf::str(" | standby ", standby) : std::string(), " | step ", st.value("step", -1),
-              " | recoveries ", st.value("recoveries", 0), " | restarts ", restarts,
-              st.value("reconfigure", false) ? " | reconfigure" : "", st.value("stop", false) ? " | stopping" : "");
+  const auto number = [&](const char* key) -> const json* {
+    return st.contains(key) && st[key].is_number() ? &st[key] : nullptr;
+  };
+  char loss[48] = "", rate[48] = "";
+  if (const json* l = number("loss")) std::snprintf(loss, sizeof loss, " | loss %.4f", l->get<double>());
+  if (const json* r = number("samples_per_s")) std::snprintf(rate, sizeof rate, " | %.0f samples/s", r->get<double>());
+  return rf::str("ringfence: g ", st.value("generation", 0), " ", st.value("phase", "?"), " | members ",
+                 st.value("world", 0), "/", st.value("target_world", 0),
+                 standby ? rf::str(" | standby ", standby) : std::string(), " | step ", st.value("step", -1), loss,
+                 rate, " | recoveries ", st.value("recoveries", 0), " | restarts ", restarts,
+                 st.value("reconfigure", false) ? " | reconfigure" : "", st.value("stop", false) ? " | stopping" : "");
+}
+
+void StatusLine::update(const json& st, int restarts) {
+  if (!enabled_) return;
+  const std::string line = live_line(st, restarts);
   const auto now = rf::Clock::now();
   if (tty_) {
     std::fprintf(stderr, "\r\033[K%s", line.c_str());

@@ -11,6 +11,11 @@
 
 namespace rf::apps {
 
+// The live line for a coordinator status (elastic/coordinator.h status_reply): generation,
+// phase, members, step, the loss and throughput the furthest member reported, recoveries,
+// restarts and flags.
+std::string live_line(const nlohmann::json& status, int restarts);
+
 class StatusLine {
  public:
   explicit StatusLine(bool enabled);

@@ -38,6 +38,11 @@ TEST_CASE("round trip, byte by byte") {
   auto req = decode_request(parse_message(got[0]));
   REQUIRE(std::holds_alternative<Heartbeat>(req));
   CHECK(std::get<Heartbeat>(req).step == 41);
+  CHECK_FALSE(std::get<Heartbeat>(req).loss);  // optional: absent before the first step
+  const auto hb = std::get<Heartbeat>(
+      decode_request(parse_message(R"({"v":1,"type":"heartbeat","generation":3,"step":42,"loss":0.5,"samples_per_s":1200})")));
+  CHECK(hb.loss == 0.5);
+  CHECK(hb.samples_per_s == 1200.0);
   REQUIRE(std::holds_alternative<Leave>(decode_request(parse_message(got[1]))));
   CHECK_FALSE(std::get<Leave>(decode_request(parse_message(got[1]))).step);  // an older worker's leave
   CHECK(std::get<Leave>(decode_request(parse_message(R"({"v":1,"type":"leave","step":14})"))).step == 14);
@@ -92,6 +97,9 @@ TEST_CASE("every field is typed and bounded") {
   CHECK(what_of(R"({"v":1,"type":"heartbeat","generation":18446744073709551615,"step":1})").find("range") !=
         std::string::npos);
   CHECK(what_of(R"({"v":1,"type":"heartbeat","step":1})").find("missing field 'generation'") != std::string::npos);
+  CHECK(what_of(R"({"v":1,"type":"heartbeat","generation":1,"step":1,"loss":-1})").find("'loss'") != std::string::npos);
+  CHECK(what_of(R"({"v":1,"type":"heartbeat","generation":1,"step":1,"samples_per_s":"fast"})")
+            .find("'samples_per_s'") != std::string::npos);
   CHECK(what_of(R"({"v":1,"type":"report","round":1,"has_state":1,"step":1,"digest":""})").find("boolean") !=
         std::string::npos);
   CHECK(what_of(R"({"v":1,"type":"report","round":1,"has_state":false,"step":5,"digest":""})")

@@ -62,3 +62,15 @@ TEST_CASE("a whole-job restart's line says where its state came from, only once 
   CHECK(unfinished.find("started again") == std::string::npos);
   CHECK(unfinished.find(", whole-job restart, unfinished") != std::string::npos);
 }
+
+TEST_CASE("the live line shows the loss and the throughput when a member reported them") {
+  json st = {{"generation", 2}, {"phase", "RUNNING"}, {"world", 4}, {"target_world", 4}, {"standby", json::array()},
+             {"step", 150}, {"recoveries", 1}, {"loss", 0.43217}, {"samples_per_s", 5230.4}};
+  CHECK(rf::apps::live_line(st, 1) ==
+        "ringfence: g 2 RUNNING | members 4/4 | step 150 | loss 0.4322 | 5230 samples/s | recoveries 1 | restarts 1");
+  st["loss"] = nullptr;  // nothing reported yet (before the first step)
+  st["samples_per_s"] = nullptr;
+  CHECK(rf::apps::live_line(st, 0) == "ringfence: g 2 RUNNING | members 4/4 | step 150 | recoveries 1 | restarts 0");
+  st.erase("loss");
+  CHECK(rf::apps::live_line(st, 0).find("loss") == std::string::npos);
+}
