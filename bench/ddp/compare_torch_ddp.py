@@ -15,6 +15,9 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from peer_blas import apply_env, best_openblas  # noqa: E402
+
 
 def torch_model(name, nn):
     if name == "mlp":
@@ -85,6 +88,11 @@ def main():
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
+    # The peer at its best: the fastest OpenBLAS kernel this CPU runs, set before torch loads
+    # (the ranks mp.spawn starts inherit it).
+    choice = best_openblas(1)
+    apply_env(choice)
+    print(f"# {choice['line']}")
     print(f"# W={args.world}, global batch {args.batch}, 1 thread per rank; median step time, best of {args.repeats}")
     port = 29500 + os.getpid() % 1000
     for name in args.models.split(","):

@@ -11,6 +11,10 @@ shared machine the best run is the one least disturbed by other work. The median
 printed too. Both are also timed in CPU time (PyTorch: process_time of its process;
 ringfence: train_bench's "cpu ms/step"), which leaves out time spent waiting for a core:
 the "cpu ratio" columns are the figure to trust when the machine is busy.
+
+PyTorch runs the fastest OpenBLAS kernel this CPU can run (bench/peer_blas.py: each
+candidate timed and checked in a fresh process, OpenBLAS's own choice among them); the
+first line says which it ran and what the others gave.
 """
 import argparse
 import os
@@ -18,6 +22,9 @@ import re
 import subprocess
 import sys
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from peer_blas import apply_env, best_openblas  # noqa: E402
 
 
 def torch_model(name, nn):
@@ -78,9 +85,13 @@ def main():
     # Thread count must be fixed before torch initialises its pools.
     os.environ["OMP_NUM_THREADS"] = str(a.threads)
     os.environ["OPENBLAS_NUM_THREADS"] = str(a.threads)
+    # The peer at its best: the fastest OpenBLAS kernel this CPU runs, set before torch loads.
+    choice = best_openblas(a.threads)
+    apply_env(choice)
+    print(choice["line"])
     import torch
     torch.set_num_threads(a.threads)
-    print(f"torch {torch.__version__}, BLAS: {'OpenBLAS' if 'openblas' in torch.__config__.show().lower() else 'other'}, "
+    print(f"torch {torch.__version__}, BLAS: OpenBLAS core {choice['core']}, "
           f"mkldnn: {torch.backends.mkldnn.is_available()}, threads {a.threads}, batch {a.batch}")
     print(f"{'model':6} {'pytorch samples/s':>18} {'ringfence samples/s':>20} {'ratio':>7} {'median ratio':>13}"
           f" {'pytorch cpu ms/step':>20} {'ringfence cpu ms/step':>22} {'cpu ratio':>10} {'median cpu ratio':>17}")
