@@ -72,6 +72,8 @@ void prepare_backend(Backend backend) {
     case Backend::Ucx: (void)ucx_process_context(); return;
     case Backend::Nccl: {
       const DeviceBackends b = device_backends();
+      if (!b.prepare_nccl && b.nccl_unavailable)
+        throw rf::InvalidInput(rf::str("prepare_backend: the NCCL backend: ", b.nccl_unavailable));
       if (!b.prepare_nccl) no_cuda_half("prepare_backend", "the NCCL backend");
       b.prepare_nccl();
       return;
@@ -101,6 +103,8 @@ std::shared_ptr<Communicator> make_communicator(Backend backend, const CommOptio
       if (o.device != Device::cuda)
         throw rf::InvalidInput("make_communicator: the NCCL backend needs a GPU (CommOptions::device = cuda)");
       const DeviceBackends b = device_backends();
+      if (!b.make_nccl && b.nccl_unavailable)
+        throw rf::InvalidInput(rf::str("make_communicator: the NCCL backend: ", b.nccl_unavailable));
       if (!b.make_nccl) no_cuda_half("make_communicator", "the NCCL backend");
       return b.make_nccl(o);
     }
