@@ -144,9 +144,9 @@ TrainResult train_distributed(const TrainOptions& opt, std::ostream& log) {
         << " training samples, global batch " << opt.batch << ", " << total_steps << " steps, " << opt.threads
         << " thread(s) per rank"
         << (opt.device.is_cpu() ? std::string()
-                                : opt.any_gpu ? std::string(", on the GPU of each local rank")
-                                              : str(", on ", device_name(opt.device)))
-        << ", backend " << comm::backend_name(opt.backend) << "\n"
+                                : str(", on ", opt.any_gpu ? std::string("the GPU of each local rank") : device_name(opt.device),
+                                      ", backend ", comm::backend_name(opt.backend)))
+        << "\n"
         << std::flush;
   ddp::Trainer trainer(
       *model, [](const Tensor& out, std::span<const int32_t> y) { return classification_loss(out, y, Reduction::Sum); },
