@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "base/clock.h"
+#include "base/enforce.h"
 #include "base/error.h"
 #include "base/str.h"
 #include "comm/flight_recorder.h"
@@ -39,7 +40,7 @@ void Recovery::start(const elastic::ClientOptions& options, FaultInjector& inj, 
   copt_ = options;
   inj_ = &inj;
   audit_ = &audit;
-  comm::prepare_backend(comm::Backend::Ucx);
+  comm::prepare_backend(cfg_.backend);
   client_ = std::make_unique<elastic::Client>(copt_);
   client_->on_revoked([this](const elastic::Revocation& r) {
     abort(str("generation revoked (", r.cause, "), now ", r.generation));
@@ -85,7 +86,26 @@ void Recovery::drop_comm() {
     old.swap(m_.comm);
   }
   reducer_.abandon();
+  // NCCL forms the next generation from this one when ranks only left (comm/nccl/regroup.h):
+  // it must still exist then. The UCX backend makes every generation afresh: it goes now.
+  if (old && cfg_.backend == comm::Backend::Nccl) previous_ = std::move(old);
   old.reset();
+}
+
+void Recovery::forget_previous() { previous_.reset(); }
+
+void place_comm(comm::CommOptions& options, Device device) {
+  options.device = device.is_cpu() ? comm::Device::host : comm::Device::cuda;
+  options.device_index = device.is_cpu() ? 0 : device.index;
+}
+
+std::vector<std::string> plan_members(const elastic::Plan& plan) {
+  std::vector<std::string> members(plan.ranks.size());
+  for (const elastic::PlanRank& pr : plan.ranks) {
+    RF_ENFORCE(pr.rank >= 0 && pr.rank < plan.world(), "plan rank outside the world");
+    members[static_cast<size_t>(pr.rank)] = str("slot", pr.worker.slot, ".inc", pr.worker.incarnation);
+  }
+  return members;
 }
 
 bool Recovery::generation_over() const {
@@ -211,6 +231,10 @@ bool Recovery::connect() {
   co.stall_timeout = comm_stall_;
   co.connect_timeout = cfg_.connect_timeout;
   co.flight_recorder_path = cfg_.flight_recorder;
+  place_comm(co, reducer_.device());
+  co.members = plan_members(plan);
+  // Used by this connect only (shrink or not, the next generation is made from it once).
+  co.previous = std::move(previous_);
   if (!inj_->empty()) co.on_chunk = [this](const comm::ChunkEvent& e) { inj_->on_chunk(e.step, e.chunks_done); };
   try {
     // Connecting waits for every peer to reach this point and publish its address: it has
@@ -219,7 +243,7 @@ bool Recovery::connect() {
     ElasticStore store(*client_, plan.generation);
     watch_.idle();
     co.store = &store;
-    auto c = comm::make_communicator(comm::Backend::Ucx, co);
+    auto c = comm::make_communicator(cfg_.backend, co);
     watch_.continue_recovery();
     std::lock_guard<std::mutex> lk(m_.comm_mu);
     m_.comm = std::move(c);

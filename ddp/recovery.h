@@ -49,6 +49,14 @@ struct Membership {
   std::shared_ptr<comm::Communicator> comm;
 };
 
+// The communicator on the model's device: comm::Device::cuda and its index for a GPU,
+// host memory on the CPU.
+void place_comm(comm::CommOptions& options, Device device);
+
+// Each plan member's identity in rank order, "slot<S>.inc<I>" (CommOptions::members): a
+// restarted worker is a new member.
+std::vector<std::string> plan_members(const elastic::Plan& plan);
+
 class Recovery {
  public:
   struct Parts {
@@ -84,7 +92,11 @@ class Recovery {
   // Fault injection's drop: the communicator's endpoints fail now.
   void inject_drop();
   // Destroys the communicator (outside comm_mu: its destructor may run the chunk hook).
+  // With NCCL it is kept instead, as the previous generation's, until the next connect()
+  // has used it (ncclCommShrink, CommOptions::previous) or forget_previous().
   void drop_comm();
+  // The previous generation's communicator goes (the job is over for this worker).
+  void forget_previous();
   // Revoked or fenced since the plan of the current generation.
   bool generation_over() const;
 
@@ -127,6 +139,9 @@ class Recovery {
   FaultInjector* inj_ = nullptr;
   AuditLog* audit_ = nullptr;
   std::unique_ptr<elastic::Client> client_;
+  // NCCL only: the last communicator dropped, for the next generation's shrink. Only the
+  // training thread touches it (drop_comm, connect); the heartbeat thread aborts m_.comm.
+  std::shared_ptr<comm::Communicator> previous_;
   std::chrono::milliseconds comm_stall_{0};  // the new generation's D3 (StepWatch::begin_recovery)
   std::vector<std::byte> staging_;           // the image buffer, reused by every transfer (R6)
   uint64_t staging_size_ = 0;

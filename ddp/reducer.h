@@ -121,6 +121,8 @@ class Reducer {
   // Buckets started before finish() in the last step (how much overlapped backward).
   int started_during_backward() const { return timeline_.started_early; }
   const StepTimeline& timeline() const { return timeline_; }
+  // The parameters' device: where the buckets live, and where the trainer puts each batch.
+  Device device() const { return device_; }
 
  private:
   void on_grad_ready(int param);

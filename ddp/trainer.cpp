@@ -92,12 +92,14 @@ struct Trainer::Impl {
       const auto idx = sampler.local_batch(s, rank, world);
       const int64_t b = static_cast<int64_t>(idx.size());
       // The batch goes straight into a tensor from the caching allocator (same size every
-      // step: no page faults).
+      // step: no page faults), then to the model's device (from its caching allocator: no
+      // allocation after the first step; the copy is ordered on the device's stream).
       Tensor x;
       y_buf.resize(static_cast<size_t>(b));
       if (b) {
         x = Tensor::empty({b, ds.c, ds.h, ds.w});
         data::gather_batch(ds, idx, x.data(), y_buf.data());
+        x = x.to(reducer.device());
       }
       ControlBlock cb;
       cb.samples = b;
@@ -209,7 +211,7 @@ struct Trainer::Impl {
     inj = std::make_unique<FaultInjector>();
     audit_ = std::make_unique<AuditLog>(cfg.audit_log, env.rank, 0);
     checkpointing.attach(slot, audit_.get());
-    comm::prepare_backend(comm::Backend::Ucx);
+    comm::prepare_backend(cfg.backend);
     checkpointing.refuse_foreign();
     // The plain-mode communicator: no coordinator, no recovery, the fixed D3.
     comm::FileStore store(env.store_dir);
@@ -221,13 +223,15 @@ struct Trainer::Impl {
     co.stall_timeout = watch.fixed_comm_stall();
     co.connect_timeout = cfg.connect_timeout;
     co.flight_recorder_path = cfg.flight_recorder;
-    member.comm = comm::make_communicator(comm::Backend::Ucx, co);
+    place_comm(co, reducer.device());
+    member.comm = comm::make_communicator(cfg.backend, co);
     comm::set_phase_label(kTrainingPhaseLabel);  // for the flight recorder's records
     const TimePoint t0 = Clock::now();
     train_generation();
     checkpointing.final_save(origin());
     const double train_seconds = seconds_since(t0);
     recovery.drop_comm();
+    recovery.forget_previous();
     finish_result(train_seconds);
     return result;
   }
@@ -310,6 +314,7 @@ struct Trainer::Impl {
       recovery.drop_comm();
       break;
     }
+    recovery.forget_previous();  // no next generation to shrink into
     finish_result(seconds_since(t0));
     client.close();
     return result;

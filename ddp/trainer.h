@@ -19,6 +19,7 @@
 #include <string>
 
 #include "base/error.h"
+#include "comm/communicator.h"
 #include "core/data/dataset.h"
 #include "core/nn/module.h"
 #include "core/optim/optimizer.h"
@@ -39,6 +40,10 @@ struct TrainerConfig {
   // `resume` with it off is refused (InvalidInput): nothing would agree on the checkpoint.
   bool fault_tolerance = true;
   std::string model_name = "model";  // recorded in state images; a receiver checks it
+  // The communicators' backend. Their device is the model's: every parameter on one device
+  // (the reducer checks), on a GPU the communicator is bound to it (NCCL) or stages its
+  // buckets through pinned host memory (UCX); each batch is copied there before forward.
+  comm::Backend backend = comm::Backend::Ucx;
   int64_t global_batch = 128;
   uint64_t seed = 0;            // batch order (R3)
   int64_t steps = 100;          // train steps 0 .. steps-1

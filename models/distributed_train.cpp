@@ -12,6 +12,9 @@
 #include "base/str.h"
 #include "core/data/data.h"
 #include "ddp/trainer.h"
+#include "elastic/client.h"
+#include "elastic/errors.h"
+#include "models/train_flags.h"
 #include "models/train_setup.h"
 
 namespace rf::models {
@@ -39,6 +42,33 @@ std::ofstream open_step_log(const std::string& path, const char* flag, int64_t i
 bool launched_by_ringfence() {
   const char* coord = std::getenv("RINGFENCE_COORD");
   return coord && *coord;
+}
+
+LocalPlacement local_placement_from_env() {
+  LocalPlacement l;
+  for (auto [name, out] : {std::pair{"RINGFENCE_LOCAL_RANK", &l.local_rank}, std::pair{"RINGFENCE_LOCAL_WORLD", &l.local_world}}) {
+    const char* v = std::getenv(name);
+    if (!v || !*v) continue;
+    char* end = nullptr;
+    const long x = std::strtol(v, &end, 10);
+    if (*end || x < 0 || x > 1'000'000) throw FlagError(str(name, "='", v, "' is not a count"));
+    *out = static_cast<int>(x);
+  }
+  return l;
+}
+
+void stop_job_before_start(const std::string& error, std::ostream& err) {
+  try {
+    elastic::Client client(elastic::ClientOptions::from_env());
+    client.join();
+    client.fatal(error);
+    client.close();
+  } catch (const elastic::Refused&) {
+    // The join refused: the job is STOPPED already, by another worker's same report (the
+    // launcher prints it), or this worker may not join at all (the start-up rule ends it).
+  } catch (const std::exception& e) {
+    err << "ringfence worker: could not tell the coordinator: " << e.what() << "\n" << std::flush;
+  }
 }
 
 TrainResult train_distributed(const TrainOptions& opt, std::ostream& log) {
@@ -82,6 +112,7 @@ TrainResult train_distributed(const TrainOptions& opt, std::ostream& log) {
 
   ddp::TrainerConfig cfg;
   cfg.model_name = model_name(opt.model);
+  cfg.backend = opt.backend;  // the device is the model's (build_model put it on opt.device)
   cfg.global_batch = opt.batch;
   cfg.seed = opt.seed;
   cfg.steps = total_steps;
@@ -111,7 +142,11 @@ TrainResult train_distributed(const TrainOptions& opt, std::ostream& log) {
   if (reporter && incarnation == 0)
     log << "== " << prog << " under ringfence run: " << model->num_parameters() << " parameters, " << train_set.n
         << " training samples, global batch " << opt.batch << ", " << total_steps << " steps, " << opt.threads
-        << " thread(s) per rank\n"
+        << " thread(s) per rank"
+        << (opt.device.is_cpu() ? std::string()
+                                : str(", on ", opt.any_gpu ? std::string("the GPU of each local rank") : device_name(opt.device),
+                                      ", backend ", comm::backend_name(opt.backend)))
+        << "\n"
         << std::flush;
   ddp::Trainer trainer(
       *model, [](const Tensor& out, std::span<const int32_t> y) { return classification_loss(out, y, Reduction::Sum); },
@@ -137,7 +172,8 @@ TrainResult train_distributed(const TrainOptions& opt, std::ostream& log) {
     return r;
   }
   log << "== " << prog << " slot " << slot << " incarnation " << incarnation << ": step " << tr.step
-      << ", generation " << tr.generation << ", world " << tr.world << ", recoveries " << tr.recoveries << ", state "
+      << ", generation " << tr.generation << ", world " << tr.world << ", recoveries " << tr.recoveries
+      << (opt.device.is_cpu() ? std::string() : str(", on ", device_name(opt.device))) << ", state "
       << tr.digest << "\n"
       << std::flush;
   // Rank 0 of the last generation evaluates and writes --metrics: slot 0 unless the group

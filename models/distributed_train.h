@@ -11,13 +11,26 @@
 // --loss-log (the global mean loss of each step) and --batch-log. Every worker prints its
 // final (step, state digest) line, so replicas can be compared.
 #include <iosfwd>
+#include <string>
 
+#include "models/device_choice.h"
 #include "models/train_loop.h"
 
 namespace rf::models {
 
 // True when `ringfence run` started this process (RINGFENCE_COORD is set).
 bool launched_by_ringfence();
+
+// This worker among its launcher's workers on this host: RINGFENCE_LOCAL_RANK and
+// RINGFENCE_LOCAL_WORLD (a launcher that sets neither: rank 0 of 1). FlagError when
+// malformed.
+LocalPlacement local_placement_from_env();
+
+// A start-up refusal every worker and every restart would meet again (e.g. --device): joins
+// the job and reports it to the coordinator as fatal, which STOPs the job with `error` (the
+// launcher's last line), so nothing is restarted. Best effort: a coordinator out of reach
+// is said on `err`, and the launcher's start-up rule ends the job instead (docs/launcher.md).
+void stop_job_before_start(const std::string& error, std::ostream& err);
 
 // Throws rf::InvalidInput for flags the data-parallel path cannot honour (--resume-from,
 // --ckpt-test-pause-in-write), elastic::JobStopped when the coordinator stopped the job,

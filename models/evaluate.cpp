@@ -6,11 +6,13 @@
 
 #include "core/autograd.h"
 #include "core/ops.h"
+#include "models/train_setup.h"
 
 namespace rf::models {
 
 EvalResult evaluate(nn::Module& model, const data::Dataset& ds, int64_t batch) {
   NoGradGuard no_grad;
+  const Device device = model_device(model);  // each batch goes there
   EvalResult r;
   double loss_sum = 0.0;
   std::vector<int64_t> idx;
@@ -22,8 +24,9 @@ EvalResult evaluate(nn::Module& model, const data::Dataset& ds, int64_t batch) {
     labels.resize(b);
     Tensor x = Tensor::empty({b, ds.c, ds.h, ds.w});
     data::gather_batch(ds, idx, x.data(), labels.data());
-    Tensor logits = model(x);
+    Tensor logits = model(x.to(device));
     loss_sum += cross_entropy(logits, labels, Reduction::Sum).item();
+    logits = logits.to(Device::CPU);  // the arg-max reads it on the host (a blocking read)
     const int64_t classes = logits.size(1);
     for (int64_t i = 0; i < b; ++i) {
       const float* row = logits.data() + i * classes;

@@ -1,5 +1,6 @@
 #pragma once
-// Accuracy of a classifier over a whole dataset, under no-grad, in fixed-size batches.
+// Accuracy of a classifier over a whole dataset, under no-grad, in fixed-size batches, on
+// the model's device (each batch is copied there; the logits are read back per batch).
 #include <cstdint>
 
 #include "core/data/dataset.h"

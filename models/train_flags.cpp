@@ -7,6 +7,8 @@
 #include <set>
 
 #include "base/str.h"
+#include "comm/communicator.h"
+#include "core/device.h"
 
 namespace rf::models {
 namespace {
@@ -29,12 +31,30 @@ float parse_float(const std::string& flag, const std::string& v) {
   return static_cast<float>(d);
 }
 
+// "cpu", "cuda" (any_gpu) or "cuda:N".
+void parse_device_flag(const std::string& flag, const std::string& v, TrainOptions& o) {
+  try {
+    o.device = parse_device(v);
+  } catch (const InvalidInput&) {
+    throw FlagError(str(flag, ": '", v, "' is not cpu, cuda or cuda:N"));
+  }
+  o.any_gpu = v == "cuda";
+}
+
+comm::Backend parse_backend_flag(const std::string& flag, const std::string& v) {
+  try {
+    return comm::parse_backend(v);
+  } catch (const InvalidInput&) {
+    throw FlagError(str(flag, ": '", v, "' is not ucx or nccl"));
+  }
+}
+
 }  // namespace
 
 std::string train_usage(ModelKind kind) {
   const std::string name = std::string("train_") + model_name(kind);
   return name + " — train the reference " + model_name(kind) +
-         " on Fashion-MNIST (CPU; one process,\n"
+         " on Fashion-MNIST (CPU or GPU; one process,\n"
          "or data-parallel and fault-tolerant under `ringfence run -n N -- " + name + "`)\n"
          "usage: " + name + " [flags]\n"
          "  --epochs N         epochs over the training set (default 1)\n"
@@ -44,6 +64,10 @@ std::string train_usage(ModelKind kind) {
          "  --seed N           model init and batch order (default 0)\n"
          "  --data-dir DIR     Fashion-MNIST IDX files (default /usr/share/datasets/fashion-mnist)\n"
          "  --threads N        GEMM threads (default 1)\n"
+         "  --device D         cpu, cuda or cuda:N: where the model, its gradients, the optimizer\n"
+         "                     state and each batch live (default cpu). cuda is cuda:0 by hand;\n"
+         "                     under ringfence run, local rank i takes GPU i mod (GPUs on the\n"
+         "                     host). Without that GPU: an error before training (exit 2)\n"
          "  --log-interval N   print step, loss, samples/s every N steps (default 50, 0 = quiet)\n"
          "  --max-steps N      stop after N steps\n"
          "  --synthetic N      train on N synthetic samples instead of Fashion-MNIST\n"
@@ -71,6 +95,9 @@ std::string train_usage(ModelKind kind) {
          "                     transfer, ...) tagged with its slot and incarnation\n"
          "  --flight-dir DIR   on a failure, comm's flight records go to\n"
          "                     DIR/flight-slot<S>-inc<I>.jsonl instead of stderr\n"
+         "  --backend B        ucx or nccl: how gradients are all-reduced (default ucx; on a\n"
+         "                     GPU through pinned host memory, so ranks may share a GPU); nccl\n"
+         "                     needs --device cuda and a GPU of its own for each local rank\n"
          "By hand, SIGTERM / SIGINT: stop after the current step (checkpointed with\n"
          "--ckpt-dir), exit 0. Under ringfence run, Ctrl-C the launcher instead.\n"
          "Under ringfence run, rank 0 prints the test accuracy and writes --metrics,\n"
@@ -90,6 +117,8 @@ ParsedFlags parse_train_flags(const std::vector<std::string>& args, ModelKind ki
       {"--seed", [&](auto& f, auto& v) { o.seed = static_cast<uint64_t>(parse_int(f, v, 0)); }},
       {"--data-dir", [&](auto&, auto& v) { o.data_dir = v; }},
       {"--threads", [&](auto& f, auto& v) { o.threads = static_cast<int>(parse_int(f, v, 1)); }},
+      {"--device", [&](auto& f, auto& v) { parse_device_flag(f, v, o); }},
+      {"--backend", [&](auto& f, auto& v) { o.backend = parse_backend_flag(f, v); }},
       {"--log-interval", [&](auto& f, auto& v) { o.log_interval = parse_int(f, v, 0); }},
       {"--max-steps", [&](auto& f, auto& v) { o.max_steps = parse_int(f, v, 0); }},
       {"--synthetic", [&](auto& f, auto& v) { o.synthetic = parse_int(f, v, 1); }},
@@ -146,6 +175,8 @@ ParsedFlags parse_train_flags(const std::vector<std::string>& args, ModelKind ki
     for (const char* f : {"--ckpt-every", "--ckpt-keep", "--resume", "--ckpt-test-pause-in-write"})
       if (given.count(f)) throw FlagError(str(f, ": needs --ckpt-dir"));
   }
+  if (o.backend == comm::Backend::Nccl && o.device.is_cpu())
+    throw FlagError("--backend nccl: needs a GPU (--device cuda or cuda:N)");
   if (o.resume && !o.resume_from.empty()) throw FlagError("--resume and --resume-from: give one of them");
   return out;
 }

@@ -116,7 +116,8 @@ TrainResult train(const TrainOptions& opt, std::ostream& log) {
   if (opt.max_steps >= 0) total_steps = std::min(total_steps, opt.max_steps);
   log << "== train_" << model_name(opt.model) << ": " << model->num_parameters()
       << " parameters, " << train_set.n << " training samples, batch " << opt.batch << ", "
-      << total_steps << " steps, " << opt.threads << " thread(s)\n";
+      << total_steps << " steps, " << opt.threads << " thread(s)"
+      << (opt.device.is_cpu() ? std::string() : ", on " + device_name(opt.device)) << "\n";
   // The lock first: two runs must never share a checkpoint directory (one writer per job).
   std::unique_ptr<ckpt::AsyncCheckpointer> checkpointer;
   if (!opt.ckpt_dir.empty()) {
@@ -139,10 +140,13 @@ TrainResult train(const TrainOptions& opt, std::ostream& log) {
   for (int64_t step = first_step; step < end_step; ++step) {
     const std::vector<int64_t> idx = sampler.global_batch(step);
     const int64_t b = static_cast<int64_t>(idx.size());
-    // Tensors come from the caching allocator: the same sizes every step, no page faults.
+    // Tensors come from the caching allocators: the same sizes every step, no page faults
+    // and, on a device, no allocation after the first step. The batch is gathered on the
+    // host and copied to the model's device (write returns once its source is staged).
     Tensor x = Tensor::empty({b, train_set.c, train_set.h, train_set.w});
     labels.resize(b);
     data::gather_batch(train_set, idx, x.data(), labels.data());
+    x = x.to(opt.device);
 
     sgd.zero_grad();
     Tensor loss = classification_loss((*model)(x), labels, Reduction::Mean);
@@ -203,6 +207,8 @@ TrainResult train(const TrainOptions& opt, std::ostream& log) {
 
 void write_metrics(const std::string& path, const TrainOptions& opt, const TrainResult& r) {
   nlohmann::json j = {{"model", model_name(opt.model)},
+                      {"device", device_name(opt.device)},
+                      {"backend", comm::backend_name(opt.backend)},
                       {"test_accuracy", r.test_accuracy},
                       {"test_loss", r.test_loss},
                       {"final_loss", r.final_loss},

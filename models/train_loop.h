@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "comm/communicator.h"
+#include "core/device.h"
 #include "models/reference.h"
 
 namespace rf::models {
@@ -55,6 +57,13 @@ struct TrainOptions {
   // comm's flight recorder (the last collectives of the failed generation) goes to
   // flight_dir/flight-slot<S>-inc<I>.jsonl on a failure instead of stderr ("" = stderr).
   std::string flight_dir;
+  // Where the model, its gradients, the optimizer state and each batch live (--device). A
+  // bare "--device cuda" is any_gpu: cuda:0 by hand, the local rank's GPU under ringfence
+  // run (models/device_choice.h); the program resolves it before training.
+  Device device = Device::CPU;
+  bool any_gpu = false;
+  // How gradients are all-reduced under ringfence run (--backend); one process has none.
+  comm::Backend backend = comm::Backend::Ucx;
 };
 
 struct TrainResult {
@@ -81,8 +90,8 @@ struct TrainResult {
 TrainResult train(const TrainOptions& opt, std::ostream& log);
 
 // Writes the --metrics JSON (keys test_accuracy, final_loss, steps, samples_per_sec,
-// state_digest, plus model, test_loss, samples, train_seconds, batch, threads,
-// world_size, generation, recoveries, ...).
+// state_digest, plus model, device, backend, test_loss, samples, train_seconds, batch,
+// threads, world_size, generation, recoveries, ...).
 void write_metrics(const std::string& path, const TrainOptions& opt, const TrainResult& r);
 
 }  // namespace rf::models

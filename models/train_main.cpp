@@ -1,7 +1,8 @@
 // main() of train_mlp and train_cnn (this file is compiled into each program with
 // RF_TRAIN_MODEL = MLP or CNN; it is not part of the rf_models library). It owns what is
 // process-wide and so must never be done by library code: signal handlers and the global
-// flag they set, the GEMM thread count, and glibc's malloc settings.
+// flag they set, the GEMM thread count, glibc's malloc settings, and the CUDA halves of core
+// and comm (registered when --device names a GPU).
 #include <csignal>
 
 #include <atomic>
@@ -9,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "comm/cuda/register.h"
+#include "core/cuda_runtime.h"
 #include "core/malloc_tuning.h"
 #include "kernels/cpu/gemm.h"
 #include "models/distributed_train.h"
@@ -63,5 +66,11 @@ int main(int argc, char** argv) {
     install_stop_handlers();
     flags.options.stop_requested = &g_stop_requested;
   }
-  return run_train_program(flags.options, std::cout, std::cerr);
+  GpuInventory inventory;
+  if (!flags.options.device.is_cpu()) {
+    rf::register_cuda_runtime();
+    rf::comm::register_cuda_comm();
+    inventory = {rf::cuda_device_count(), rf::cuda_unavailable_reason()};
+  }
+  return run_train_program(flags.options, inventory, std::cout, std::cerr);
 }

@@ -5,14 +5,27 @@
 #include <ostream>
 #include <string>
 
+#include "models/device_choice.h"
 #include "models/distributed_train.h"
+#include "models/train_flags.h"
 
 namespace rf::models {
 
-int run_train_program(const TrainOptions& opt, std::ostream& out, std::ostream& err) {
+int run_train_program(TrainOptions opt, const GpuInventory& inventory, std::ostream& out, std::ostream& err) {
   const std::string name = std::string("train_") + model_name(opt.model);
+  const bool launched = launched_by_ringfence();
   try {
-    if (launched_by_ringfence())
+    opt.device = choose_device({.device = opt.device, .any_gpu = opt.any_gpu, .backend = opt.backend,
+                                .gpus = inventory.gpus, .no_gpu_reason = inventory.no_gpu_reason,
+                                .local = launched ? std::optional(local_placement_from_env()) : std::nullopt});
+  } catch (const FlagError& e) {
+    err << (name + ": " + e.what() + "\n") << std::flush;  // one write: workers share the terminal
+    // Every worker of this host and every restart would refuse the same way.
+    if (launched) stop_job_before_start(e.what(), err);
+    return 2;
+  }
+  try {
+    if (launched)
       train_distributed(opt, out);
     else
       train(opt, out);

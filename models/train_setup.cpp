@@ -68,11 +68,12 @@ data::Dataset load_test_set(const TrainOptions& opt) {
   return checked(data::load_fashion_mnist(opt.data_dir, data::Split::Test), opt, "test");
 }
 
-std::shared_ptr<nn::Sequential> build_model(const TrainOptions& opt) {
-  auto model = make_model(opt.model, opt.seed);
-  if (opt.init_file.empty()) return model;
+namespace {
+
+// --init's parameters over the seed's, naming the other model when they are its.
+void load_init(nn::Sequential& model, const TrainOptions& opt) {
   try {
-    load_parameters(*model, opt.init_file);
+    load_parameters(model, opt.init_file);
   } catch (const InvalidInput& e) {
     // The likeliest mistake: the other program's weights. Say so.
     const ModelKind other = opt.model == ModelKind::MLP ? ModelKind::CNN : ModelKind::MLP;
@@ -80,6 +81,33 @@ std::shared_ptr<nn::Sequential> build_model(const TrainOptions& opt) {
     throw InvalidInput(str(e.what(), "\n", opt.init_file, " holds the parameters of the ", model_name(other),
                            " (train_", model_name(other), " --init)"));
   }
+}
+
+}  // namespace
+
+void move_parameters(nn::Module& model, Device device) {
+  for (auto& [name, p] : model.named_parameters()) {
+    if (p.device() == device) continue;
+    const Tensor there = p.detach().to(device);
+    TensorImpl& impl = p.impl();
+    impl.storage = there.impl().storage;
+    impl.offset = there.impl().offset;
+    impl.device = device;
+    impl.grad.reset();  // the host gradient register_parameter made
+    impl.grad_offset = 0;
+    p.zero_grad();      // allocated on `device`, zeroed there
+  }
+}
+
+Device model_device(const nn::Module& model) {
+  const auto params = model.named_parameters();
+  return params.empty() ? Device::CPU : params.front().second.device();
+}
+
+std::shared_ptr<nn::Sequential> build_model(const TrainOptions& opt) {
+  auto model = make_model(opt.model, opt.seed);
+  if (!opt.init_file.empty()) load_init(*model, opt);
+  move_parameters(*model, opt.device);
   return model;
 }
 

@@ -26,8 +26,18 @@ data::Dataset load_train_set(const TrainOptions& opt);
 data::Dataset load_test_set(const TrainOptions& opt);
 
 // The reference model from opt.seed (every rank gets bitwise the same initial state), with
-// --init's parameters loaded over it when given.
+// --init's parameters loaded over it when given, then moved to opt.device: initialised on
+// the host exactly as on the CPU, so every device starts from the same values.
 std::shared_ptr<nn::Sequential> build_model(const TrainOptions& opt);
+
+// Moves every parameter of `model` to `device` in place, with a zeroed gradient there. The
+// layers and named_parameters() hold handles to the same TensorImpl, so re-pointing its
+// storage moves the layer's own weight. Before any optimizer or reducer takes the
+// parameters (they allocate their state on the parameters' device).
+void move_parameters(nn::Module& model, Device device);
+
+// The device of the model's parameters (the CPU for a model without any).
+Device model_device(const nn::Module& model);
 
 optim::SgdOptions sgd_options(const TrainOptions& opt);
 

@@ -21,6 +21,7 @@
 
 #include "apps/ringfence/not_fired.h"
 #include "apps/ringfence/status_line.h"
+#include "apps/ringfence/worker_env.h"
 #include "base/clock.h"
 #include "base/str.h"
 #include "elastic/admin_client.h"
@@ -42,6 +43,7 @@ void on_signal(int) { g_signals = g_signals + 1; }
 
 struct WorkerProc {
   int slot = 0;
+  int local_rank = 0;  // index among this launcher's processes (workers, then spares)
   bool spare = false;
   int64_t incarnation = 0;
   pid_t pid = -1;
@@ -118,11 +120,13 @@ class Supervisor {
     for (int i = 0; i < opt_.nprocs; ++i) {
       WorkerProc w;
       w.slot = opt_.node_rank * opt_.nprocs + i;
+      w.local_rank = i;
       workers_.push_back(w);
     }
     for (int i = 0; i < opt_.spares; ++i) {
       WorkerProc w;
       w.slot = world + opt_.node_rank * opt_.spares + i;
+      w.local_rank = opt_.nprocs + i;
       w.spare = true;
       workers_.push_back(w);
     }
@@ -144,23 +148,12 @@ class Supervisor {
 
  private:
   void spawn(WorkerProc& w) {
-    std::vector<std::string> env;
-    for (char** e = environ; *e; ++e)
-      if (std::strncmp(*e, "RINGFENCE_", 10) != 0) env.emplace_back(*e);
-    env.push_back("RINGFENCE_COORD=" + coord_addr_);
-    env.push_back("RINGFENCE_TOKEN=" + token_);
-    env.push_back(rf::str("RINGFENCE_SLOT=", w.slot));
-    env.push_back(rf::str("RINGFENCE_INCARNATION=", w.incarnation));
-    env.push_back(rf::str("RINGFENCE_WORLD=", opt_.nprocs * opt_.nnodes));
-    env.push_back(rf::str("RINGFENCE_NODE_RANK=", opt_.node_rank));
-    env.push_back(rf::str("RINGFENCE_SPARE=", w.spare ? 1 : 0));
-    // Whether the job had run (as this launcher saw it) when this incarnation started: a
-    // restart into a job that ran may skip the start-up checks its start made; one before
-    // that (after a start-up error) must make them, to fail again and end the job.
-    env.push_back(rf::str("RINGFENCE_JOB_RAN=", snap_.seen ? 1 : 0));
-    // Every spec goes to the workers; they act on step= specs (FaultSpec::launcher_side()
-    // tells the at= ones, which the launcher executes itself).
-    env.push_back("RINGFENCE_INJECT=" + join_fault_specs(opt_.inject));
+    std::vector<std::string> env = worker_environment(
+        {.coord = coord_addr_, .token = token_, .slot = w.slot, .incarnation = w.incarnation,
+         .world = opt_.nprocs * opt_.nnodes, .node_rank = opt_.node_rank, .spare = w.spare,
+         .local_rank = w.local_rank, .local_world = static_cast<int>(workers_.size()), .job_ran = snap_.seen,
+         .inject = join_fault_specs(opt_.inject)},
+        environ);
     std::vector<char*> envp, argv;
     for (auto& s : env) envp.push_back(s.data());
     envp.push_back(nullptr);

@@ -19,7 +19,33 @@ for prog in train_mlp train_cnn; do
   set -e
   [[ $rc == 1 ]] || fail "$prog with a missing data dir exited $rc, want 1"
   grep -q "nowhere" "$tmp/err" || fail "$prog: missing-data error does not name the path"
+  for flag in "--device D" "--backend B"; do
+    "$bin/$prog" --help | grep -q -- "$flag" || fail "$prog --help lacks $flag"
+  done
+  # --device / --backend: a bad value, NCCL on the CPU, exit 2 naming the flag.
+  for bad in "--device gpu:--device" "--backend mpi:--backend" "--backend nccl:--backend nccl: needs a GPU"; do
+    set +e
+    "$bin/$prog" ${bad%%:*} 2>"$tmp/err"; rc=$?
+    set -e
+    [[ $rc == 2 ]] || fail "$prog ${bad%%:*} exited $rc, want 2"
+    grep -q -- "${bad#*:}" "$tmp/err" || fail "$prog ${bad%%:*}: error does not say '${bad#*:}': $(cat "$tmp/err")"
+  done
 done
+
+# --device cuda where there is no GPU (no CUDA in the build, or none on the machine): exit 2
+# before training, with CUDA's reason. On a machine with a GPU the same probe trains 0 steps.
+set +e
+"$bin/train_mlp" --device cuda --synthetic 64 --batch 32 --max-steps 0 --log-interval 0 >"$tmp/out" 2>"$tmp/err"; rc=$?
+set -e
+if [[ $rc != 0 ]]; then
+  [[ $rc == 2 ]] || fail "--device cuda without a GPU exited $rc, want 2: $(cat "$tmp/err")"
+  grep -q -- "--device cuda: no CUDA device to use (" "$tmp/err" || fail "--device cuda: unclear error: $(cat "$tmp/err")"
+  [[ ! -s "$tmp/out" ]] || fail "--device cuda without a GPU printed before failing: $(cat "$tmp/out")"
+  set +e
+  "$bin/train_mlp" --device cuda:7 --backend nccl 2>"$tmp/err"; rc=$?
+  set -e
+  [[ $rc == 2 ]] && grep -q -- "--device cuda:7: no CUDA device to use" "$tmp/err" || fail "--device cuda:7: exit $rc"
+fi
 
 "$bin/train_mlp" --synthetic 300 --batch 64 --max-steps 4 --log-interval 2 \
   --metrics "$tmp/m.json" --loss-log "$tmp/loss.jsonl" --batch-log "$tmp/batch.jsonl" > "$tmp/out"
@@ -31,6 +57,7 @@ d = sys.argv[1]
 m = json.load(open(f"{d}/m.json"))
 for k in ("test_accuracy", "final_loss", "steps", "samples_per_sec", "state_digest"):
     assert k in m, f"metrics lacks {k}"
+assert m["device"] == "cpu" and m["backend"] == "ucx", m
 assert m["steps"] == 4, m
 assert len(m["state_digest"]) == 32
 losses = [json.loads(l) for l in open(f"{d}/loss.jsonl")]
