@@ -35,6 +35,7 @@
 #include "core/random.h"
 #include "kernels/cpu/gemm.h"
 #include "models/reference.h"
+#include "models/train_setup.h"
 
 using namespace rf;
 
@@ -56,26 +57,9 @@ struct BenchResult {
   long faults;
 };
 
-// Moves a model's parameters to `device` in place: the layers and named_parameters() hold
-// handles to the same TensorImpl, so re-pointing its storage moves the layer's weights.
-// The gradient (allocated on the CPU by register_parameter) is re-allocated there, zeroed.
-static void move_parameters(nn::Module& model, Device device) {
-  if (device.is_cpu()) return;
-  for (auto& [name, p] : model.named_parameters()) {
-    const Tensor moved = p.detach().to(device);
-    TensorImpl& impl = p.impl();
-    impl.storage = moved.impl().storage;
-    impl.offset = moved.impl().offset;
-    impl.device = device;
-    impl.grad.reset();
-    impl.grad_offset = 0;
-    p.zero_grad();
-  }
-}
-
 static BenchResult time_steps(models::ModelKind kind, int64_t batch, int steps, int warmup, Device device) {
   auto model = models::make_model(kind, 0);
-  move_parameters(*model, device);
+  models::move_parameters(*model, device);  // as the programs do (models/train_setup.h)
   optim::SGD sgd(model->named_parameters(), {.lr = 0.05f, .momentum = 0.9f});
   Generator g(1);
   std::vector<float> host(static_cast<size_t>(batch) * 28 * 28);
