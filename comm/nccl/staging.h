@@ -1,0 +1,31 @@
+#pragma once
+// Host buffers on the NCCL backend: NCCL moves device memory only, so a collective on a
+// host buffer (the recovery's digest all-gather, the barrier, the state transfer's byte
+// blobs) goes through a staging slot: pinned host memory and device scratch of the same
+// size, copied on the communicator's stream before and after the NCCL call.
+//
+// Page faults and cudaMalloc/cudaMallocHost (which synchronize the device) are expensive,
+// so slots are allocated once and reused: a process-wide pool per GPU hands out a slot at
+// least as large as asked (grown by doubling), and takes it back when its operation's done
+// event has completed. After the first step nothing is allocated. A slot whose operation
+// was revoked while its copies could still run (a stuck kernel ahead of them on the
+// stream) is never returned: it is leaked on purpose rather than reused under a pending
+// copy.
+#include <cstddef>
+
+namespace rf::comm::nccl {
+
+struct StagingSlot {
+  void* host = nullptr;    // pinned (cudaMallocHost)
+  void* device = nullptr;  // cudaMalloc on the pool's GPU
+  size_t bytes = 0;
+  int device_index = 0;
+};
+
+// A slot of at least `bytes` on GPU `device_index` (the caller has made it current).
+// Throws rf::Error naming the GPU and the size when an allocation fails.
+StagingSlot acquire_staging(int device_index, size_t bytes);
+// Gives `slot` back for reuse; its copies must have completed.
+void release_staging(const StagingSlot& slot);
+
+}  // namespace rf::comm::nccl
