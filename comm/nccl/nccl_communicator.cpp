@@ -52,12 +52,18 @@ NcclCommunicator::NcclCommunicator(const CommOptions& o, NcclCommunicator* previ
       throw rf::InvalidInput(rf::str("NCCL backend g=", generation_, ": shrink maps previous rank ", old_rank,
                                      " elsewhere than rank ", rank_));
     std::vector<int> excluded = plan.excluded;
+    // A revoked communicator may be shrunk once it is quiescent (nccl.h).
+    const TimePoint until = Clock::now() + o.connect_timeout;
+    if (ncclResult_t q = settle(previous->shrinkable(), until, false); q == ncclInProgress)
+      throw TimedOut(CommErrorInfo{rank_, "bootstrap", static_cast<int64_t>(generation_), -1, -1, -1, -1,
+                                   rf::str("g=", previous->generation(), "'s communicator on cuda:", device_,
+                                           " is not quiescent after its revocation; cannot shrink it")});
     const int flags = previous->poisoned() ? NCCL_SHRINK_ABORT : NCCL_SHRINK_DEFAULT;
     std::clog << "ringfence: NCCL g=" << generation_ << " rank " << rank_ << " cuda:" << device_
               << ": ncclCommShrink of g=" << previous->generation() << " (" << plan.reason << ")\n";
     ncclResult_t r = ncclCommShrink(previous->shrinkable(), excluded.data(), static_cast<int>(excluded.size()),
                                     &comm_, &cfg, flags);
-    if (r == ncclInProgress || r == ncclSuccess) r = settle(comm_, Clock::now() + o.connect_timeout, false);
+    if (r == ncclInProgress || r == ncclSuccess) r = settle(comm_, until, false);
     if (r != ncclSuccess) {
       const std::string text = nccl_text(comm_, r);
       if (comm_) ncclCommAbort(comm_);
@@ -252,8 +258,10 @@ void NcclCommunicator::revoke(const WaitDecision& d) {
 #if RF_NCCL_HAS_REVOKE
     // Revoke stops the in-flight kernels and keeps the communicator, so the next
     // generation can ncclCommShrink it when ranks only left.
-    ncclResult_t r = ncclCommRevoke(comm_, NCCL_REVOKE_DEFAULT);
-    if (r == ncclInProgress) r = settle(comm_, Clock::now() + kRevokeSettle, false);
+    // Non-blocking: the state reads ncclInProgress until the communicator is quiescent
+    // (which a stuck kernel ahead of our operation on the stream delays); the next
+    // generation's shrink waits for that, nobody here does.
+    const ncclResult_t r = ncclCommRevoke(comm_, NCCL_REVOKE_DEFAULT);
     std::clog << "ringfence: NCCL g=" << generation_ << " rank " << rank_ << " cuda:" << device_
               << ": ncclCommRevoke (" << d.error.cause << "): " << nccl_text(comm_, r) << "\n";
     if (r != ncclSuccess && r != ncclInProgress && r != ncclInvalidUsage) {
@@ -275,7 +283,7 @@ void NcclCommunicator::revoke(const WaitDecision& d) {
     recorder_.fail(p->seq, -1, d.error.peer, d.error.cause);
     // A copy behind a stuck kernel may still write into the slot later: never reuse it.
     if (p->slot.host) {
-      if (p->done && cudaEventQuery(p->done) == cudaSuccess) release_staging(p->slot);
+      if (!p->done || cudaEventQuery(p->done) == cudaSuccess) release_staging(p->slot);
       else leaked_.push_back(p->slot);
     }
     p->state = NcclOp::failed;

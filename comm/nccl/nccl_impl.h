@@ -57,7 +57,6 @@ namespace detail {
 
 inline constexpr auto kWaitPoll = std::chrono::microseconds(200);   // a waiting thread's poll
 inline constexpr auto kWatchdogPoll = std::chrono::milliseconds(2);  // the D3 backstop's poll
-inline constexpr auto kRevokeSettle = std::chrono::milliseconds(50);  // revoke's in-progress bound
 
 inline std::string nccl_text(ncclComm_t comm, ncclResult_t r) {
   const char* last = comm ? ncclGetLastError(comm) : nullptr;
