@@ -2,7 +2,6 @@
 
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <map>
 #include <mutex>
 #include <vector>
@@ -32,19 +31,15 @@ StagingSlot acquire_staging(int device_index, size_t bytes) {
   {
     std::lock_guard lk(pool_mu);
     auto& slots = free_slots()[device_index];
-    // The smallest free slot that fits, so small blobs do not hold the large one.
-    auto best = slots.end();
-    for (auto it = slots.begin(); it != slots.end(); ++it)
-      if (it->bytes >= bytes && (best == slots.end() || it->bytes < best->bytes)) best = it;
-    if (best != slots.end()) {
-      StagingSlot s = *best;
-      slots.erase(best);
+    std::vector<size_t> sizes;
+    for (const StagingSlot& f : slots) sizes.push_back(f.bytes);
+    if (const int i = pick_staging_slot(sizes, bytes); i >= 0) {
+      StagingSlot s = slots[static_cast<size_t>(i)];
+      slots.erase(slots.begin() + i);
       return s;
     }
   }
-  // Grown by doubling from 4 KiB, so a growing blob size reallocates log2 times at most.
-  size_t size = 4096;
-  while (size < bytes) size *= 2;
+  const size_t size = staging_slot_bytes(bytes);
   StagingSlot s;
   s.bytes = size;
   s.device_index = device_index;

@@ -12,8 +12,27 @@
 // stream) is never returned: it is leaked on purpose rather than reused under a pending
 // copy.
 #include <cstddef>
+#include <vector>
 
 namespace rf::comm::nccl {
+
+// The pool's two rules, pure (tests/comm/test_nccl_staging.cpp):
+// a new slot's size: 4 KiB doubled until it holds `bytes`, so a growing blob reallocates
+// log2 times at most;
+inline size_t staging_slot_bytes(size_t bytes) {
+  size_t size = 4096;
+  while (size < bytes) size *= 2;
+  return size;
+}
+// which free slot serves `bytes`: the smallest that fits (so a small blob does not hold
+// the large one), -1 when none does.
+inline int pick_staging_slot(const std::vector<size_t>& free_bytes, size_t bytes) {
+  int best = -1;
+  for (size_t i = 0; i < free_bytes.size(); ++i)
+    if (free_bytes[i] >= bytes && (best < 0 || free_bytes[i] < free_bytes[static_cast<size_t>(best)]))
+      best = static_cast<int>(i);
+  return best;
+}
 
 struct StagingSlot {
   void* host = nullptr;    // pinned (cudaMallocHost)
