@@ -5,9 +5,11 @@
 #   3. Python's nvidia.nccl package (PyTorch's pip wheel nvidia-nccl-cu13), which ships
 #      include/ and lib/ with only libnccl.so.2 (no libnccl.so link), so the versioned
 #      name is searched too.
+# RINGFENCE_NCCL=OFF skips the search (a build with CUDA and without the NCCL backend).
 # Sets RINGFENCE_HAVE_NCCL and, when found, the imported target ringfence_nccl.
 # Prints "-- ringfence: NCCL <version> (<header>, <library>)" or "... not found".
 set(RINGFENCE_NCCL_ROOT "$ENV{RINGFENCE_NCCL_ROOT}" CACHE PATH "Where NCCL is (include/, lib/)")
+set(RINGFENCE_NCCL AUTO CACHE STRING "The NCCL backend: AUTO (when NCCL is found) or OFF")
 set(RINGFENCE_HAVE_NCCL OFF)
 
 set(_rf_nccl_hints "")
@@ -27,6 +29,10 @@ if(Python3_Interpreter_FOUND)
   endif()
 endif()
 
+if(RINGFENCE_NCCL STREQUAL "OFF")
+  message(STATUS "ringfence: NCCL not found (RINGFENCE_NCCL=OFF); rf_comm_cuda builds without the NCCL backend")
+  return()
+endif()
 find_path(RINGFENCE_NCCL_INCLUDE_DIR nccl.h HINTS ${_rf_nccl_hints} PATH_SUFFIXES include NO_CACHE)
 find_library(RINGFENCE_NCCL_LIBRARY NAMES nccl libnccl.so.2 HINTS ${_rf_nccl_hints} PATH_SUFFIXES lib lib64
              NO_CACHE)
