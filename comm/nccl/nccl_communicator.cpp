@@ -28,7 +28,16 @@ NcclCommunicator::NcclCommunicator(const CommOptions& o, NcclCommunicator* previ
   check(cudaSetDevice(device_), "cudaSetDevice");
   check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
   check(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming), "cudaEventCreate");
+  try {
+    form(o, previous);
+  } catch (...) {
+    cudaEventDestroy(ready_);  // no destructor runs for a constructor that throws
+    cudaStreamDestroy(stream_);
+    throw;
+  }
+}
 
+void NcclCommunicator::form(const CommOptions& o, NcclCommunicator* previous) {
   ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
   cfg.blocking = 0;
   // Shrink when ranks only left (regroup.h); every member computes the same plan from
@@ -121,6 +130,7 @@ NcclCommunicator::~NcclCommunicator() {
   {
     std::lock_guard lk(loop_mu_);
     stop_ = true;
+    (void)poll(nullptr, TimePoint::max());  // what has completed finishes normally
     if (!pending_.empty() && !poison_) {
       WaitDecision d;
       d.action = WaitAction::revoke;

@@ -174,6 +174,8 @@ class NcclCommunicator : public Communicator, public std::enable_shared_from_thi
   // The one path every operation starts through (the stream contract of communicator.h).
   WorkPtr start(const char* name, OpId id, size_t bytes, Stream caller, bool device, StagingSlot slot,
                 void* host_out, size_t host_out_bytes, const Enqueue& enqueue);
+  // Makes comm_: ncclCommShrink of `previous` when regroup.h says so, else form_fresh.
+  void form(const CommOptions& o, NcclCommunicator* previous);
   void form_fresh(const CommOptions& o, ncclConfig_t& cfg);
   // Waits while `comm` reports ncclInProgress, up to `until` (and the abort flag when
   // `abortable`). Returns the final state; ncclInProgress when the bound passed.
