@@ -34,10 +34,12 @@ if(RINGFENCE_NCCL STREQUAL "OFF")
   return()
 endif()
 find_path(RINGFENCE_NCCL_INCLUDE_DIR nccl.h HINTS ${_rf_nccl_hints} PATH_SUFFIXES include NO_CACHE)
-find_library(RINGFENCE_NCCL_LIBRARY NAMES nccl libnccl.so.2 HINTS ${_rf_nccl_hints} PATH_SUFFIXES lib lib64
-             NO_CACHE)
+# NAMES_PER_DIR: a hinted directory's libnccl.so.2 wins over a libnccl.so elsewhere.
+find_library(RINGFENCE_NCCL_LIBRARY NAMES nccl libnccl.so.2 NAMES_PER_DIR HINTS ${_rf_nccl_hints}
+             PATH_SUFFIXES lib lib64 NO_CACHE)
 
 if(RINGFENCE_NCCL_INCLUDE_DIR AND RINGFENCE_NCCL_LIBRARY)
+  get_filename_component(RINGFENCE_NCCL_INCLUDE_DIR "${RINGFENCE_NCCL_INCLUDE_DIR}" ABSOLUTE)
   file(STRINGS "${RINGFENCE_NCCL_INCLUDE_DIR}/nccl.h" _rf_nccl_ver REGEX "^#define NCCL_(MAJOR|MINOR|PATCH) ")
   string(REGEX REPLACE ".*NCCL_MAJOR ([0-9]+).*NCCL_MINOR ([0-9]+).*NCCL_PATCH ([0-9]+).*" "\\1.\\2.\\3"
          RINGFENCE_NCCL_VERSION "${_rf_nccl_ver}")
