@@ -8,6 +8,17 @@ namespace rf::comm::nccl {
 
 // ---- starting ------------------------------------------------------------------------
 
+void NcclCommunicator::check_buffer(const Buffer& b, const char* what) const {
+  if (b.device == Device::cuda && b.device_index != device_)
+    throw rf::InvalidInput(rf::str("NCCL ", what, " g=", generation_, ": buffer on cuda:", b.device_index,
+                                   ", the communicator is on cuda:", device_));
+  if (b.registered != nullptr &&
+      (b.registered->device() != b.device || !b.registered->contains(b.data, b.bytes()) ||
+       (b.device == Device::cuda && b.registered->device_index() != b.device_index)))
+    throw rf::InvalidInput(rf::str("NCCL ", what, " g=", generation_, ": the buffer (", b.bytes(),
+                                   " bytes) is not inside the registered memory it names, or on another device"));
+}
+
 WorkPtr NcclCommunicator::start(const char* name, OpId id, size_t bytes, Stream caller, bool device, StagingSlot slot,
                                 void* host_out, size_t host_out_bytes, const Enqueue& enqueue) {
   auto op = std::make_shared<NcclOp>();
@@ -83,6 +94,7 @@ WorkPtr NcclCommunicator::start(const char* name, OpId id, size_t bytes, Stream 
 }
 
 WorkPtr NcclCommunicator::allreduce_start(Buffer buf, OpId id, Stream stream) {
+  check_buffer(buf, "all-reduce");
   const ncclDataType_t t = nccl_type(buf.dtype);
   if (buf.device == Device::cuda) {
     return start("all-reduce", id, buf.bytes(), stream, true, {}, nullptr, 0, [&](cudaStream_t s) {
@@ -100,6 +112,7 @@ WorkPtr NcclCommunicator::allreduce_start(Buffer buf, OpId id, Stream stream) {
 
 WorkPtr NcclCommunicator::broadcast_start(Buffer buf, int root, OpId id, Stream stream) {
   if (root < 0 || root >= world_) throw rf::InvalidInput(rf::str("NCCL broadcast: root ", root, " of world ", world_));
+  check_buffer(buf, "broadcast");
   const ncclDataType_t t = nccl_type(buf.dtype);
   if (buf.device == Device::cuda) {
     return start("broadcast", id, buf.bytes(), stream, true, {}, nullptr, 0, [&](cudaStream_t s) {
@@ -119,6 +132,8 @@ WorkPtr NcclCommunicator::allgather_start(Buffer in, Buffer out, OpId id, Stream
   if (out.count != in.count * static_cast<size_t>(world_) || out.dtype != in.dtype || out.device != in.device)
     throw rf::InvalidInput(rf::str("NCCL all-gather: out has ", out.count, " elements, needs ", world_, " x ", in.count,
                                    " of the same dtype and device"));
+  check_buffer(in, "all-gather");
+  check_buffer(out, "all-gather");
   const ncclDataType_t t = nccl_type(in.dtype);
   if (in.device == Device::cuda) {
     return start("all-gather", id, in.bytes(), stream, true, {}, nullptr, 0, [&](cudaStream_t s) {

@@ -171,6 +171,9 @@ class NcclCommunicator : public Communicator, public std::enable_shared_from_thi
 
  private:
   using Enqueue = std::function<ncclResult_t(cudaStream_t)>;
+  // Refuses (rf::InvalidInput) a buffer on another GPU, or outside the registered memory
+  // it names (communicator.h); the communicator goes on.
+  void check_buffer(const Buffer& b, const char* what) const;
   // The one path every operation starts through (the stream contract of communicator.h).
   WorkPtr start(const char* name, OpId id, size_t bytes, Stream caller, bool device, StagingSlot slot,
                 void* host_out, size_t host_out_bytes, const Enqueue& enqueue);

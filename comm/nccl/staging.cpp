@@ -40,6 +40,14 @@ StagingSlot acquire_staging(int device_index, size_t bytes) {
     }
   }
   const size_t size = staging_slot_bytes(bytes);
+  // On the pool's GPU, whichever device the calling thread has current.
+  int current = 0;
+  cudaGetDevice(&current);
+  cudaSetDevice(device_index);
+  struct Restore {
+    int d;
+    ~Restore() { cudaSetDevice(d); }
+  } restore{current};
   StagingSlot s;
   s.bytes = size;
   s.device_index = device_index;
