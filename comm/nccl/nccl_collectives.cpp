@@ -28,7 +28,6 @@ WorkPtr NcclCommunicator::start(const char* name, OpId id, size_t bytes, Stream 
   op->host_out = host_out;
   op->host_out_bytes = host_out_bytes;
   op->hook = std::strcmp(name, "all-reduce") == 0 && static_cast<bool>(on_chunk_);
-  bool enqueued = false;
   {
     std::lock_guard lk(loop_mu_);
     op->seq = recorder_.start(name, generation_, id.step, id.op, bytes);
@@ -59,6 +58,7 @@ WorkPtr NcclCommunicator::start(const char* name, OpId id, size_t bytes, Stream 
         if (device && (e = cudaEventRecord(ready_, s)) != cudaSuccess) cuda_failed(e, "cudaEventRecord(caller)");
         else if (device && (e = cudaStreamWaitEvent(stream_, ready_, 0)) != cudaSuccess) cuda_failed(e, "cudaStreamWaitEvent");
         if (obs.event != EventState::error) {
+          op->enqueued = true;
           ncclResult_t r = enqueue(stream_);
           // Non-blocking: an enqueue may still be in progress; NCCL wants it settled
           // before the next call on the communicator.
@@ -69,27 +69,29 @@ WorkPtr NcclCommunicator::start(const char* name, OpId id, size_t bytes, Stream 
             obs.async_text = rf::str(name, " enqueue on cuda:", device_, ": ", nccl_text(comm_, r));
           }
         }
+        if (obs.event != EventState::error && obs.async != AsyncState::error && !device && host_out &&
+            (e = cudaMemcpyAsync(slot.host, slot.device, host_out_bytes, cudaMemcpyDeviceToHost, stream_)) != cudaSuccess)
+          cuda_failed(e, "cudaMemcpyAsync(device to host)");
         if (obs.event != EventState::error && obs.async != AsyncState::error) {
-          if (!device && host_out &&
-              (e = cudaMemcpyAsync(slot.host, slot.device, host_out_bytes, cudaMemcpyDeviceToHost, stream_)) != cudaSuccess)
-            cuda_failed(e, "cudaMemcpyAsync(device to host)");
-          else if ((e = cudaEventRecord(op->done, stream_)) != cudaSuccess) cuda_failed(e, "cudaEventRecord(done)");
-          else if (device && (e = cudaStreamWaitEvent(s, op->done, 0)) != cudaSuccess)
-            cuda_failed(e, "cudaStreamWaitEvent(caller)");
+          if ((e = cudaEventRecord(op->done, stream_)) != cudaSuccess) cuda_failed(e, "cudaEventRecord(done)");
+          else op->recorded = true;
         }
+        if (op->recorded && device && (e = cudaStreamWaitEvent(s, op->done, 0)) != cudaSuccess)
+          cuda_failed(e, "cudaStreamWaitEvent(caller)");
       }
       pending_.push_back(op);
       if (obs.event == EventState::error || obs.async == AsyncState::error) {
         obs.last_progress = op->last_progress;
         revoke(decide_wait(op->target, obs, WaitOptions{}));
       } else {
-        enqueued = true;
+        // Chunk 1 before the poll below, which may already see the operation done and
+        // call chunk 2; under loop_mu_ as chunk 2 is (the hook takes no loop_mu_).
+        if (op->hook) on_chunk_(ChunkEvent{generation_, id.step, id.op, 1});
       }
     }
     (void)poll(op.get(), TimePoint::max());
   }
   cv_.notify_all();  // the watchdog watches the new operation
-  if (enqueued && op->hook) on_chunk_(ChunkEvent{generation_, id.step, id.op, 1});
   return std::make_shared<NcclWork>(op, shared_from_this());
 }
 

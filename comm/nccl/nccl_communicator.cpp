@@ -291,9 +291,10 @@ void NcclCommunicator::revoke(const WaitDecision& d) {
   for (auto& p : pending_) {
     p->error = poisoned_error(*p);
     recorder_.fail(p->seq, -1, d.error.peer, d.error.cause);
-    // A copy behind a stuck kernel may still write into the slot later: never reuse it.
+    // A copy behind a stuck kernel may still use the slot later: never reuse it unless
+    // nothing was enqueued or the done event says all of it has run.
     if (p->slot.host) {
-      if (!p->done || cudaEventQuery(p->done) == cudaSuccess) release_staging(p->slot);
+      if (!p->enqueued || (p->recorded && cudaEventQuery(p->done) == cudaSuccess)) release_staging(p->slot);
       else leaked_.push_back(p->slot);
     }
     p->state = NcclOp::failed;

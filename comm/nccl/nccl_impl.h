@@ -15,8 +15,9 @@
 //
 // Chunks. NCCL runs an all-reduce as one kernel; the chunk hook sees two pieces of it:
 // chunk 1 when it is enqueued (on the starting thread), chunk 2 when its done event has
-// completed (on the polling thread). "after 1 chunk" therefore fires while the all-reduce
-// is in flight on the GPU.
+// completed (on the polling thread), both under loop_mu_: the hook may call abort(),
+// abort_failed() and inject_drop(), and must not start operations. "After 1 chunk"
+// therefore fires while the all-reduce is in flight on the GPU.
 #include <cuda_runtime.h>
 #include <nccl.h>
 
@@ -109,6 +110,8 @@ struct NcclOp {
   void* host_out = nullptr;          // copied from slot.host when done
   size_t host_out_bytes = 0;
   bool hook = false;                 // an all-reduce: chunk 2 when done
+  bool enqueued = false;             // something of it reached our stream
+  bool recorded = false;             // `done` marks the end of all of it
 };
 
 class NcclWork : public Work {
