@@ -54,7 +54,8 @@ double form(FileStore& store, uint64_t g, const std::vector<std::string>& member
       if (!previous.empty()) o.previous = previous[static_cast<size_t>(r)];
       const auto t0 = std::chrono::steady_clock::now();
       out[static_cast<size_t>(r)] = nccl::make_nccl_communicator(o);
-      ms[static_cast<size_t>(r)] = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      const auto took = std::chrono::steady_clock::now() - t0;
+      ms[static_cast<size_t>(r)] = std::chrono::duration<double, std::milli>(took).count();
     });
   }
   for (auto& t : threads) t.join();

@@ -56,7 +56,8 @@ WorkPtr NcclCommunicator::start(const char* name, OpId id, size_t bytes, Stream 
         // Stream contract (communicator.h): our stream waits for the caller's work, the
         // caller's stream waits for ours; the host never synchronizes.
         if (device && (e = cudaEventRecord(ready_, s)) != cudaSuccess) cuda_failed(e, "cudaEventRecord(caller)");
-        else if (device && (e = cudaStreamWaitEvent(stream_, ready_, 0)) != cudaSuccess) cuda_failed(e, "cudaStreamWaitEvent");
+        else if (device && (e = cudaStreamWaitEvent(stream_, ready_, 0)) != cudaSuccess)
+          cuda_failed(e, "cudaStreamWaitEvent");
         if (obs.event != EventState::error) {
           op->enqueued = true;
           ncclResult_t r = enqueue(stream_);
@@ -70,7 +71,8 @@ WorkPtr NcclCommunicator::start(const char* name, OpId id, size_t bytes, Stream 
           }
         }
         if (obs.event != EventState::error && obs.async != AsyncState::error && !device && host_out &&
-            (e = cudaMemcpyAsync(slot.host, slot.device, host_out_bytes, cudaMemcpyDeviceToHost, stream_)) != cudaSuccess)
+            (e = cudaMemcpyAsync(slot.host, slot.device, host_out_bytes, cudaMemcpyDeviceToHost, stream_)) !=
+                cudaSuccess)
           cuda_failed(e, "cudaMemcpyAsync(device to host)");
         if (obs.event != EventState::error && obs.async != AsyncState::error) {
           if ((e = cudaEventRecord(op->done, stream_)) != cudaSuccess) cuda_failed(e, "cudaEventRecord(done)");

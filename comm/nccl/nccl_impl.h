@@ -155,7 +155,9 @@ class NcclCommunicator : public Communicator, public std::enable_shared_from_thi
   void set_stall_timeout(Duration t) override {
     stall_ns_.store(std::chrono::duration_cast<std::chrono::nanoseconds>(t).count(), std::memory_order_relaxed);
   }
-  Duration stall_timeout() const override { return std::chrono::nanoseconds(stall_ns_.load(std::memory_order_relaxed)); }
+  Duration stall_timeout() const override {
+    return std::chrono::nanoseconds(stall_ns_.load(std::memory_order_relaxed));
+  }
 
   // One poll of every pending operation (wait_loop.h); `waiting` gets `caller_deadline`.
   // Caller holds loop_mu_.

@@ -51,7 +51,8 @@ StagingSlot acquire_staging(int device_index, size_t bytes) {
   StagingSlot s;
   s.bytes = size;
   s.device_index = device_index;
-  if (cudaError_t e = cudaMallocHost(&s.host, size); e != cudaSuccess) alloc_failed("cudaMallocHost", device_index, size, e);
+  if (cudaError_t e = cudaMallocHost(&s.host, size); e != cudaSuccess)
+    alloc_failed("cudaMallocHost", device_index, size, e);
   if (cudaError_t e = cudaMalloc(&s.device, size); e != cudaSuccess) {
     cudaFreeHost(s.host);
     alloc_failed("cudaMalloc", device_index, size, e);
