@@ -19,15 +19,18 @@ endif()
 list(APPEND _rf_nccl_hints "${CUDAToolkit_LIBRARY_ROOT}" "${CUDAToolkit_TARGET_DIR}")
 get_filename_component(_rf_cuda_inc_parent "${CUDAToolkit_INCLUDE_DIRS}" DIRECTORY)
 list(APPEND _rf_nccl_hints "${_rf_cuda_inc_parent}")
+# The interpreter CMake found, and the python3 on PATH (the one PyTorch was installed
+# into may be either).
 find_package(Python3 QUIET COMPONENTS Interpreter)
-if(Python3_Interpreter_FOUND)
+find_program(_rf_path_python3 python3)
+foreach(_rf_py ${Python3_EXECUTABLE} ${_rf_path_python3})
   execute_process(
-    COMMAND ${Python3_EXECUTABLE} -c "import nvidia.nccl,os;print(os.path.dirname(nvidia.nccl.__file__))"
+    COMMAND ${_rf_py} -c "import nvidia.nccl,os;print(os.path.dirname(nvidia.nccl.__file__))"
     OUTPUT_VARIABLE _rf_nccl_py OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET RESULT_VARIABLE _rf_nccl_py_rc)
   if(_rf_nccl_py_rc EQUAL 0 AND _rf_nccl_py)
     list(APPEND _rf_nccl_hints "${_rf_nccl_py}")
   endif()
-endif()
+endforeach()
 
 if(RINGFENCE_NCCL STREQUAL "OFF")
   message(STATUS "ringfence: NCCL not found (RINGFENCE_NCCL=OFF); rf_comm_cuda builds without the NCCL backend")

@@ -6,8 +6,7 @@
 //
 //   nccl_regroup_bench [--reps N]   (default 5)
 //
-// Each repetition: generation g formed fresh with W ranks, one all-reduce; then the
-// W - 1 first ranks form g + 1 by shrink (their member list is g's without the last),
+// Each repetition: generation g formed fresh with W ranks; then the W - 1 first ranks form g + 1 by shrink (their member list is g's without the last),
 // and, separately, g + 2 fresh (no previous). Printed: the median of each, in ms.
 #include <cuda_runtime.h>
 #include <unistd.h>
