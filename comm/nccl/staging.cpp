@@ -31,9 +31,7 @@ StagingSlot acquire_staging(int device_index, size_t bytes) {
   {
     std::lock_guard lk(pool_mu);
     auto& slots = free_slots()[device_index];
-    std::vector<size_t> sizes;
-    for (const StagingSlot& f : slots) sizes.push_back(f.bytes);
-    if (const int i = pick_staging_slot(sizes, bytes); i >= 0) {
+    if (const int i = pick_staging_slot(slots, bytes); i >= 0) {
       StagingSlot s = slots[static_cast<size_t>(i)];
       slots.erase(slots.begin() + i);
       return s;

@@ -16,6 +16,13 @@
 
 namespace rf::comm::nccl {
 
+struct StagingSlot {
+  void* host = nullptr;    // pinned (cudaMallocHost)
+  void* device = nullptr;  // cudaMalloc on the pool's GPU
+  size_t bytes = 0;
+  int device_index = 0;
+};
+
 // The pool's two rules, pure (tests/comm/test_nccl_staging.cpp):
 // a new slot's size: 4 KiB doubled until it holds `bytes`, so a growing blob reallocates
 // log2 times at most;
@@ -26,22 +33,15 @@ inline size_t staging_slot_bytes(size_t bytes) {
 }
 // which free slot serves `bytes`: the smallest that fits (so a small blob does not hold
 // the large one), -1 when none does.
-inline int pick_staging_slot(const std::vector<size_t>& free_bytes, size_t bytes) {
+inline int pick_staging_slot(const std::vector<StagingSlot>& free, size_t bytes) {
   int best = -1;
-  for (size_t i = 0; i < free_bytes.size(); ++i)
-    if (free_bytes[i] >= bytes && (best < 0 || free_bytes[i] < free_bytes[static_cast<size_t>(best)]))
+  for (size_t i = 0; i < free.size(); ++i)
+    if (free[i].bytes >= bytes && (best < 0 || free[i].bytes < free[static_cast<size_t>(best)].bytes))
       best = static_cast<int>(i);
   return best;
 }
 
-struct StagingSlot {
-  void* host = nullptr;    // pinned (cudaMallocHost)
-  void* device = nullptr;  // cudaMalloc on the pool's GPU
-  size_t bytes = 0;
-  int device_index = 0;
-};
-
-// A slot of at least `bytes` on GPU `device_index` (the caller has made it current).
+// A slot of at least `bytes` on GPU `device_index` (made current for the allocation).
 // Throws rf::Error naming the GPU and the size when an allocation fails.
 StagingSlot acquire_staging(int device_index, size_t bytes);
 // Gives `slot` back for reuse; its copies must have completed.
