@@ -67,7 +67,7 @@ WorkPtr NcclCommunicator::start(const char* name, OpId id, size_t bytes, Stream 
           if (r != ncclSuccess && r != ncclInProgress) {
             obs.async = AsyncState::error;
             obs.async_code = static_cast<int>(r);
-            obs.async_text = rf::str(name, " enqueue on cuda:", device_, ": ", nccl_text(comm_, r));
+            obs.async_text = rf::str(name, " enqueue on cuda:", device_, ": ", nccl_text(comm_, r, false));
           }
         }
         if (obs.event != EventState::error && obs.async != AsyncState::error && !device && host_out &&

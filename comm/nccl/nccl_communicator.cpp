@@ -176,7 +176,7 @@ WaitObservation NcclCommunicator::observe_shared(TimePoint now) {
     } else if (st != ncclSuccess) {
       o.async = AsyncState::error;
       o.async_code = static_cast<int>(st);
-      o.async_text = rf::str(nccl_text(comm_, st), " on cuda:", device_);
+      o.async_text = rf::str(nccl_text(comm_, st, false), " on cuda:", device_);
     }
   }
   return o;

@@ -59,9 +59,12 @@ namespace detail {
 inline constexpr auto kWaitPoll = std::chrono::microseconds(200);   // a waiting thread's poll
 inline constexpr auto kWatchdogPoll = std::chrono::milliseconds(2);  // the D3 backstop's poll
 
-inline std::string nccl_text(ncclComm_t comm, ncclResult_t r) {
+// "NCCL error 6: <ncclGetErrorString> (<ncclGetLastError>)"; without the code prefix when
+// the text goes where decide_wait names the code already.
+inline std::string nccl_text(ncclComm_t comm, ncclResult_t r, bool with_code = true) {
   const char* last = comm ? ncclGetLastError(comm) : nullptr;
-  return rf::str(static_cast<int>(r), " ", ncclGetErrorString(r), (last && *last) ? rf::str(" (", last, ")") : "");
+  return rf::str(with_code ? rf::str("NCCL error ", static_cast<int>(r), ": ") : std::string(), ncclGetErrorString(r),
+                 (last && *last) ? rf::str(" (", last, ")") : "");
 }
 
 inline std::string cuda_text(cudaError_t e) { return rf::str(cudaGetErrorName(e), ": ", cudaGetErrorString(e)); }
