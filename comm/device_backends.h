@@ -24,8 +24,6 @@ struct DeviceBackends {
       nullptr;
   // allocate_registered(bytes, Device::cuda, index).
   std::shared_ptr<RegisteredMemory> (*allocate_device)(size_t bytes, int index) = nullptr;
-  // Why make_nccl is null although the CUDA halves are installed (a build without NCCL).
-  const char* nccl_unavailable = nullptr;
 };
 
 // Installs `b` for the whole process (thread-safe; a later call replaces it).

@@ -30,12 +30,21 @@ DeviceBackends& installed_backends() {
   return b;
 }
 
-// Why a CUDA half is missing: the build has none, or the program did not install it.
-[[noreturn]] void no_cuda_half(const char* what, const char* half) {
+// Why a CUDA half is missing: the build has none (no CUDA, or for the NCCL backend no
+// NCCL), or the program did not install it.
+[[noreturn]] void no_cuda_half(const char* what, const char* half, bool needs_nccl = false) {
 #if RINGFENCE_HAVE_CUDA
+#if !RINGFENCE_HAVE_NCCL
+  if (needs_nccl)
+    throw rf::InvalidInput(rf::str(what, ": ", half, " needs NCCL, and this build has none (no nccl.h / libnccl was ",
+                                   "found when it was configured; set RINGFENCE_NCCL_ROOT); use backend 'ucx', which ",
+                                   "stages device buffers through pinned host memory"));
+#endif
+  (void)needs_nccl;
   throw rf::InvalidInput(rf::str(what, ": ", half, " is not registered in this program (it must link rf_comm_cuda and ",
                                  "call rf::comm::register_cuda_comm())"));
 #else
+  (void)needs_nccl;
   throw rf::InvalidInput(rf::str(what, ": ", half, " needs CUDA, and this build has none (no nvcc was found when it was ",
                                  "configured); use backend 'ucx' with host memory"));
 #endif
@@ -72,9 +81,7 @@ void prepare_backend(Backend backend) {
     case Backend::Ucx: (void)ucx_process_context(); return;
     case Backend::Nccl: {
       const DeviceBackends b = device_backends();
-      if (!b.prepare_nccl && b.nccl_unavailable)
-        throw rf::InvalidInput(rf::str("prepare_backend: the NCCL backend: ", b.nccl_unavailable));
-      if (!b.prepare_nccl) no_cuda_half("prepare_backend", "the NCCL backend");
+      if (!b.prepare_nccl) no_cuda_half("prepare_backend", "the NCCL backend", true);
       b.prepare_nccl();
       return;
     }
@@ -103,9 +110,7 @@ std::shared_ptr<Communicator> make_communicator(Backend backend, const CommOptio
       if (o.device != Device::cuda)
         throw rf::InvalidInput("make_communicator: the NCCL backend needs a GPU (CommOptions::device = cuda)");
       const DeviceBackends b = device_backends();
-      if (!b.make_nccl && b.nccl_unavailable)
-        throw rf::InvalidInput(rf::str("make_communicator: the NCCL backend: ", b.nccl_unavailable));
-      if (!b.make_nccl) no_cuda_half("make_communicator", "the NCCL backend");
+      if (!b.make_nccl) no_cuda_half("make_communicator", "the NCCL backend", true);
       return b.make_nccl(o);
     }
   }

@@ -1,5 +1,6 @@
-// register_cuda_comm in a build with CUDA: the NCCL backend (where NCCL was found), the UCX
-// fallback's device staging and registered device memory.
+// register_cuda_comm in a build with CUDA: the NCCL backend (when NCCL was found at
+// configure time, RINGFENCE_HAVE_NCCL), the UCX fallback's device staging and registered
+// device memory.
 #include "comm/cuda/register.h"
 
 #include "comm/cuda/device_memory.h"
@@ -16,8 +17,6 @@ void register_cuda_comm() {
 #if RINGFENCE_HAVE_NCCL
   b.make_nccl = &nccl::make_nccl_communicator;
   b.prepare_nccl = &nccl::prepare_nccl;
-#else
-  b.nccl_unavailable = "this build has no NCCL (nccl.h and libnccl were not found when it was configured)";
 #endif
   b.stage_device_buffers = &cuda::stage_device_buffers;
   b.allocate_device = &cuda::allocate_device_registered;

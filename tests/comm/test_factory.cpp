@@ -51,6 +51,9 @@ TEST_CASE("backend names round-trip; an unknown name is refused naming it and th
 // This test program does not call register_cuda_comm(): every CUDA half is missing, and the
 // errors say which and why (no CUDA in the build, or not registered in the program).
 const char* const kMissingHalf = RINGFENCE_HAVE_CUDA ? "is not registered in this program" : "this build has none";
+// The NCCL backend also needs NCCL: a build with CUDA but without NCCL says so.
+const char* const kMissingNccl =
+    !RINGFENCE_HAVE_CUDA ? "this build has none" : RINGFENCE_HAVE_NCCL ? "is not registered in this program" : "needs NCCL";
 
 TEST_CASE("make_communicator: the CUDA halves unregistered, NCCL on the host and no store are clear errors") {
   FileStore store(temp_dir());
@@ -61,12 +64,12 @@ TEST_CASE("make_communicator: the CUDA halves unregistered, NCCL on the host and
   o.device = Device::cuda;
   const std::string nccl = error_of([&] { make_communicator(Backend::Nccl, o); });
   CHECK_MESSAGE(has(nccl, "the NCCL backend"), nccl);
-  CHECK_MESSAGE(has(nccl, kMissingHalf), nccl);
+  CHECK_MESSAGE(has(nccl, kMissingNccl), nccl);
   const std::string staged = error_of([&] { make_communicator(Backend::Ucx, o); });
   CHECK_MESSAGE(has(staged, "staging of device buffers"), staged);
   CHECK_MESSAGE(has(staged, kMissingHalf), staged);
   const std::string prepare = error_of([] { prepare_backend(Backend::Nccl); });
-  CHECK_MESSAGE(has(prepare, kMissingHalf), prepare);
+  CHECK_MESSAGE(has(prepare, kMissingNccl), prepare);
   CommOptions none;
   const std::string e = error_of([&] { make_communicator(Backend::Ucx, none); });
   CHECK_MESSAGE(has(e, "no bootstrap store"), e);

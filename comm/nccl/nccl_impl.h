@@ -1,0 +1,232 @@
+#pragma once
+// The NCCL backend's shell, private to comm/nccl/ (nccl_communicator.cpp: forming and the
+// wait loop; nccl_collectives.cpp: starting operations): NCCL and CUDA calls around the
+// pure parts (unique_id.h, wait_loop.h, regroup.h), which decide everything. Included
+// only where nccl.h is available (RINGFENCE_HAVE_NCCL).
+//
+// Threads and locks. loop_mu_ is the ONE place an operation's state changes: whoever
+// holds it (a thread in Work::wait or test(), or the watchdog thread, which runs the same
+// poll() every kWatchdogPoll while operations are pending, so the stall timeout (D3) holds
+// when nobody waits) observes the events, the async error and the flags, asks
+// decide_wait() and acts: done, revoke, fail. Every NCCL call after forming is made under
+// loop_mu_ (a non-blocking communicator is not thread-safe). abort(), abort_failed() and
+// inject_drop() only set flags (under abort_mu_ for the reason) and wake the watchdog;
+// the revocation happens in poll(). Lock order: loop_mu_ before abort_mu_.
+//
+// Chunks. NCCL runs an all-reduce as one kernel; the chunk hook sees two pieces of it:
+// chunk 1 when it is enqueued (on the starting thread), chunk 2 when its done event has
+// completed (on the polling thread), both under loop_mu_: the hook may call abort(),
+// abort_failed() and inject_drop(), and must not start operations. "After 1 chunk"
+// therefore fires while the all-reduce is in flight on the GPU.
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <string>
+#include <vector>
+#include <mutex>
+#include <thread>
+
+#include "base/error.h"
+#include "base/str.h"
+#include "comm/errors.h"
+#include "comm/flight_recorder.h"
+#include "comm/nccl/nccl_communicator.h"
+#include "comm/nccl/staging.h"
+#include "comm/nccl/wait_loop.h"
+
+// ncclCommRevoke and ncclCommShrink came with NCCL 2.27/2.28; without them a failure is
+// ncclCommAbort and every generation a fresh init (logged when a communicator forms).
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
+#define RF_NCCL_HAS_REVOKE 1
+#else
+#define RF_NCCL_HAS_REVOKE 0
+#endif
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 27, 0)
+#define RF_NCCL_HAS_SHRINK 1
+#else
+#define RF_NCCL_HAS_SHRINK 0
+#endif
+
+namespace rf::comm::nccl {
+
+namespace detail {
+
+inline constexpr auto kWaitPoll = std::chrono::microseconds(200);   // a waiting thread's poll
+inline constexpr auto kWatchdogPoll = std::chrono::milliseconds(2);  // the D3 backstop's poll
+
+// "NCCL error 6: <ncclGetErrorString> (<ncclGetLastError>)"; without the code prefix when
+// the text goes where decide_wait names the code already.
+inline std::string nccl_text(ncclComm_t comm, ncclResult_t r, bool with_code = true) {
+  const char* last = comm ? ncclGetLastError(comm) : nullptr;
+  return rf::str(with_code ? rf::str("NCCL error ", static_cast<int>(r), ": ") : std::string(), ncclGetErrorString(r),
+                 (last && *last) ? rf::str(" (", last, ")") : "");
+}
+
+inline std::string cuda_text(cudaError_t e) { return rf::str(cudaGetErrorName(e), ": ", cudaGetErrorString(e)); }
+
+inline ncclDataType_t nccl_type(DType t) {
+  switch (t) {
+    case DType::f32: return ncclFloat32;
+    case DType::f64: return ncclFloat64;
+    case DType::i64: return ncclInt64;
+    case DType::u64: return ncclUint64;
+  }
+  throw rf::InvalidInput(rf::str("NCCL backend: unknown dtype ", static_cast<int>(t)));
+}
+
+// Makes GPU `d` current for this thread for the guard's life.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int d) {
+    cudaGetDevice(&old_);
+    if (old_ != d) cudaSetDevice(d);
+  }
+  ~DeviceGuard() { cudaSetDevice(old_); }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int old_ = 0;
+};
+
+}  // namespace detail
+using namespace detail;
+
+class NcclCommunicator;
+
+// One started operation: its Work handle. Its fields change only under the
+// communicator's loop_mu_, except state/error, which test() reads after a poll.
+struct NcclOp {
+  NcclCommunicator* comm = nullptr;
+  WaitTarget target;
+  uint64_t seq = 0;
+  cudaEvent_t done = nullptr;
+  TimePoint last_progress{};
+  enum State { pending, finished, failed } state = pending;
+  std::exception_ptr error;
+  StagingSlot slot;                  // host buffers only
+  void* host_out = nullptr;          // copied from slot.host when done
+  size_t host_out_bytes = 0;
+  bool hook = false;                 // an all-reduce: chunk 2 when done
+  bool enqueued = false;             // something of it reached our stream
+  bool recorded = false;             // `done` marks the end of all of it
+};
+
+class NcclWork : public Work {
+ public:
+  NcclWork(std::shared_ptr<NcclOp> op, std::shared_ptr<NcclCommunicator> comm)
+      : op_(std::move(op)), comm_(std::move(comm)) {}
+  bool test() override;
+  void wait(TimePoint deadline) override;
+
+ private:
+  std::shared_ptr<NcclOp> op_;
+  // The communicator outlives its Work handles. Held here, not by the operation, which
+  // the communicator's queue holds: no cycle.
+  std::shared_ptr<NcclCommunicator> comm_;
+};
+
+class NcclCommunicator : public Communicator, public std::enable_shared_from_this<NcclCommunicator> {
+ public:
+  NcclCommunicator(const CommOptions& o, NcclCommunicator* previous);
+  ~NcclCommunicator() override;
+  void start_watchdog() { watchdog_ = std::thread([this] { watchdog_main(); }); }
+
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_; }
+  uint64_t generation() const override { return generation_; }
+
+  WorkPtr allreduce_start(Buffer buf, OpId id, Stream stream) override;
+  WorkPtr broadcast_start(Buffer buf, int root, OpId id, Stream stream) override;
+  WorkPtr allgather_start(Buffer in, Buffer out, OpId id, Stream stream) override;
+  WorkPtr barrier_start(OpId id) override;
+  WorkPtr send_start(int peer, const void* data, size_t bytes, OpId id) override;
+  WorkPtr recv_start(int peer, void* data, size_t bytes, OpId id) override;
+
+  void abort(const std::string& reason) override { request_abort(reason, false); }
+  void abort_failed(const std::string& reason) override { request_abort(reason, true); }
+  bool aborted() const override { return abort_flag_.load(std::memory_order_acquire); }
+  void inject_drop() override {
+    drop_flag_.store(true, std::memory_order_release);
+    cv_.notify_all();
+  }
+  void set_stall_timeout(Duration t) override {
+    stall_ns_.store(std::chrono::duration_cast<std::chrono::nanoseconds>(t).count(), std::memory_order_relaxed);
+  }
+  Duration stall_timeout() const override {
+    return std::chrono::nanoseconds(stall_ns_.load(std::memory_order_relaxed));
+  }
+
+  // One poll of every pending operation (wait_loop.h); `waiting` gets `caller_deadline`.
+  // Caller holds loop_mu_.
+  struct PollResult {
+    TimePoint next_poll = TimePoint::max();
+    std::exception_ptr wait_failed;  // `waiting`'s caller deadline passed (it keeps running)
+  };
+  PollResult poll(NcclOp* waiting, TimePoint caller_deadline);
+  std::mutex& loop_mu() { return loop_mu_; }
+  std::condition_variable& cv() { return cv_; }
+  const std::vector<std::string>& members() const { return members_; }
+  // For the next generation's ncclCommShrink: the communicator, if it still exists
+  // (healthy, or revoked rather than aborted). Caller holds loop_mu_.
+  ncclComm_t shrinkable() const { return comm_; }
+  bool poisoned() const { return poison_ != nullptr; }
+
+ private:
+  using Enqueue = std::function<ncclResult_t(cudaStream_t)>;
+  // Refuses (rf::InvalidInput) a buffer on another GPU, or outside the registered memory
+  // it names (communicator.h); the communicator goes on.
+  void check_buffer(const Buffer& b, const char* what) const;
+  // The one path every operation starts through (the stream contract of communicator.h).
+  WorkPtr start(const char* name, OpId id, size_t bytes, Stream caller, bool device, StagingSlot slot,
+                void* host_out, size_t host_out_bytes, const Enqueue& enqueue);
+  // Makes comm_: ncclCommShrink of `previous` when regroup.h says so, else form_fresh.
+  void form(const CommOptions& o, NcclCommunicator* previous);
+  void form_fresh(const CommOptions& o, ncclConfig_t& cfg);
+  // Waits while `comm` reports ncclInProgress, up to `until` (and the abort flag when
+  // `abortable`). Returns the final state; ncclInProgress when the bound passed.
+  ncclResult_t settle(ncclComm_t comm, TimePoint until, bool abortable);
+  void request_abort(const std::string& reason, bool blame_self);
+  // Acts on a revoke decision: revokes (or aborts) the NCCL communicator, fails every
+  // pending operation with the decision's error, dumps the flight recorder.
+  void revoke(const WaitDecision& d);
+  void finish(NcclOp& op, const WaitDecision& d);
+  WaitObservation observe_shared(TimePoint now);
+  void watchdog_main();
+  std::exception_ptr poisoned_error(const NcclOp& op) const;
+
+  const int rank_, world_;
+  const uint64_t generation_;
+  const int device_;
+  const std::vector<std::string> members_;
+  const ChunkCallback on_chunk_;
+  const std::string recorder_path_;
+  FlightRecorder recorder_;
+  ncclComm_t comm_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  cudaEvent_t ready_ = nullptr;  // recorded on the caller's stream; reused (stream order)
+  std::vector<cudaEvent_t> free_events_;
+
+  std::mutex loop_mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<NcclOp>> pending_;
+  std::exception_ptr poison_;  // the first failure (a revoke decision's error)
+  WaitDecision poison_decision_;
+  std::vector<StagingSlot> leaked_;  // slots under revoked copies: never reused
+  bool stop_ = false;
+  std::thread watchdog_;
+
+  std::atomic<bool> abort_flag_{false}, drop_flag_{false};
+  std::atomic<int64_t> stall_ns_;
+  mutable std::mutex abort_mu_;
+  std::string abort_reason_;
+  bool abort_blames_self_ = false;
+};
+
+
+}  // namespace rf::comm::nccl
