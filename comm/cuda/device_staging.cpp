@@ -48,6 +48,9 @@ struct Slot {
   void* pinned = nullptr;                // cudaMallocHost'd when `shared` is null
   cudaEvent_t copied_in = nullptr;       // after the D2H copy into the slot
   cudaEvent_t released = nullptr;        // after the H2D copy out of it: the next D2H waits for it
+  // The last copy in had no copy out after it (its collective failed or was abandoned): that
+  // D2H may still be in flight, so the next one waits for `copied_in` too.
+  bool unreleased = false;
 
   void* data() const { return shared ? shared->data() : pinned; }
   const RegisteredMemory* registered() const { return shared && shared->shared() ? shared.get() : nullptr; }
@@ -76,9 +79,10 @@ struct Slot {
   Slot(const Slot&) = delete;
   Slot& operator=(const Slot&) = delete;
 
-  // Evicted (free) slots and failed constructions: the last H2D copy out of the slot may
-  // still be queued, so wait for it before the memory goes.
+  // Evicted (free) slots and failed constructions: the last copies into and out of the
+  // slot may still be queued, so wait for them before the memory goes (eviction is rare).
   void free_all() {
+    if (copied_in) (void)cudaEventSynchronize(copied_in);
     if (released) (void)cudaEventSynchronize(released);
     if (copied_in) (void)cudaEventDestroy(copied_in);
     if (released) (void)cudaEventDestroy(released);
@@ -151,8 +155,10 @@ class CudaCopies final : public DeviceCopies {
     Slot* s = slot(lease);
     const auto st = static_cast<cudaStream_t>(stream);
     RF_STAGING_CHECK(device_, cudaStreamWaitEvent(st, s->released, 0));
+    if (s->unreleased) RF_STAGING_CHECK(device_, cudaStreamWaitEvent(st, s->copied_in, 0));
     if (copy) RF_STAGING_CHECK(device_, cudaMemcpyAsync(s->data(), src, bytes, cudaMemcpyDeviceToHost, st));
     RF_STAGING_CHECK(device_, cudaEventRecord(s->copied_in, st));
+    s->unreleased = true;
   }
   bool copied_in(const StagingLease& lease) override {
     const cudaError_t e = cudaEventQuery(slot(lease)->copied_in);
@@ -168,6 +174,7 @@ class CudaCopies final : public DeviceCopies {
     const auto st = static_cast<cudaStream_t>(stream);
     if (copy) RF_STAGING_CHECK(device_, cudaMemcpyAsync(dst, s->data(), bytes, cudaMemcpyHostToDevice, st));
     RF_STAGING_CHECK(device_, cudaEventRecord(s->released, st));
+    s->unreleased = false;
   }
 
  private:
