@@ -178,6 +178,17 @@ class StagedWork final : public Work {
   std::shared_ptr<Op> op_;
 };
 
+// A collective that failed when it was started (nothing queued, nothing staged).
+class FailedWork final : public Work {
+ public:
+  explicit FailedWork(std::exception_ptr e) : e_(std::move(e)) {}
+  bool test() override { std::rethrow_exception(e_); }
+  void wait(TimePoint) override { std::rethrow_exception(e_); }
+
+ private:
+  std::exception_ptr e_;
+};
+
 class StagingCommunicator final : public Communicator {
  public:
   StagingCommunicator(std::shared_ptr<Communicator> inner, std::shared_ptr<DeviceCopies> copies)
@@ -310,6 +321,10 @@ class StagingCommunicator final : public Communicator {
     op->id = id;
     op->stream = stream;
     op->segments = std::move(segments);
+    // Aborted: fail at once (the contract's 10 ms), without taking staging or copying.
+    if (sh_->inner->aborted())
+      return std::make_shared<FailedWork>(
+          std::make_exception_ptr(Aborted(sh_->info(*op, "the communicator was aborted before it started"))));
     const int dev = sh_->device;
     size_t leased = 0;
     try {
