@@ -56,7 +56,8 @@ std::shared_ptr<RegisteredMemory> allocate_device_registered(size_t bytes, int i
   const cudaError_t ce = cudaGetDeviceCount(&count);
   if (ce != cudaSuccess) {
     (void)cudaGetLastError();
-    throw rf::InvalidInput(rf::str(what, ": no CUDA device on this machine (cudaGetDeviceCount: ", cuda_message(ce), ")"));
+    throw rf::InvalidInput(
+        rf::str(what, ": no CUDA device on this machine (cudaGetDeviceCount: ", cuda_message(ce), ")"));
   }
   if (index < 0 || index >= count)
     throw rf::InvalidInput(rf::str(what, ": this machine has ", count, " GPU", count == 1 ? "" : "s", " (cuda:0..",

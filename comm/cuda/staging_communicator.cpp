@@ -220,7 +220,8 @@ class StagingCommunicator final : public Communicator {
   uint64_t generation() const override { return sh_->inner->generation(); }
 
   WorkPtr allreduce_start(Buffer buf, OpId id, Stream stream) override {
-    if (buf.device == Device::host) return start_host([=, this] { return sh_->inner->allreduce_start(buf, id, stream); });
+    if (buf.device == Device::host)
+      return start_host("all-reduce", id, [=, this] { return sh_->inner->allreduce_start(buf, id, stream); });
     check_device_buffer(buf, "all-reduce");
     Buffer h = host_view(buf);
     return start_device("all-reduce", id, stream, {{buf.data, buf.bytes(), true, true, {}}},
@@ -232,7 +233,7 @@ class StagingCommunicator final : public Communicator {
   }
   WorkPtr broadcast_start(Buffer buf, int root, OpId id, Stream stream) override {
     if (buf.device == Device::host)
-      return start_host([=, this] { return sh_->inner->broadcast_start(buf, root, id, stream); });
+      return start_host("broadcast", id, [=, this] { return sh_->inner->broadcast_start(buf, root, id, stream); });
     check_device_buffer(buf, "broadcast");
     const bool is_root = root == rank();
     Buffer h = host_view(buf);
@@ -245,7 +246,7 @@ class StagingCommunicator final : public Communicator {
   }
   WorkPtr allgather_start(Buffer in, Buffer out, OpId id, Stream stream) override {
     if (in.device == Device::host && out.device == Device::host)
-      return start_host([=, this] { return sh_->inner->allgather_start(in, out, id, stream); });
+      return start_host("all-gather", id, [=, this] { return sh_->inner->allgather_start(in, out, id, stream); });
     if (in.device != out.device)
       throw rf::InvalidInput("all-gather: input and output must both be host or both be device buffers");
     check_device_buffer(in, "all-gather");
@@ -262,13 +263,13 @@ class StagingCommunicator final : public Communicator {
                         });
   }
   WorkPtr barrier_start(OpId id) override {
-    return start_host([=, this] { return sh_->inner->barrier_start(id); });
+    return start_host("barrier", id, [=, this] { return sh_->inner->barrier_start(id); });
   }
   WorkPtr send_start(int peer, const void* data, size_t bytes, OpId id) override {
-    return start_host([=, this] { return sh_->inner->send_start(peer, data, bytes, id); });
+    return start_host("send", id, [=, this] { return sh_->inner->send_start(peer, data, bytes, id); });
   }
   WorkPtr recv_start(int peer, void* data, size_t bytes, OpId id) override {
-    return start_host([=, this] { return sh_->inner->recv_start(peer, data, bytes, id); });
+    return start_host("recv", id, [=, this] { return sh_->inner->recv_start(peer, data, bytes, id); });
   }
 
   void abort(const std::string& reason) override {
@@ -289,7 +290,8 @@ class StagingCommunicator final : public Communicator {
     if (b.device_index != sh_->device)
       throw rf::InvalidInput(rf::str(what, ": buffer on cuda:", b.device_index, ", but this communicator stages cuda:",
                                      sh_->device));
-    if (b.count > 0 && b.data == nullptr) throw rf::InvalidInput(rf::str(what, ": null buffer of ", b.count, " elements"));
+    if (b.count > 0 && b.data == nullptr)
+      throw rf::InvalidInput(rf::str(what, ": null buffer of ", b.count, " elements"));
     if (const RegisteredMemory* m = b.registered) {
       if (m->device() != Device::cuda || m->device_index() != b.device_index || !m->contains(b.data, b.bytes()))
         throw rf::InvalidInput(rf::str(what, ": buffer [", b.data, ", +", b.bytes(),
@@ -302,11 +304,12 @@ class StagingCommunicator final : public Communicator {
   }
 
   // Straight to the inner communicator, behind whatever the FIFO holds (start order).
-  WorkPtr start_host(std::function<WorkPtr()> start) {
+  WorkPtr start_host(const char* name, OpId id, std::function<WorkPtr()> start) {
     std::unique_lock<std::mutex> lk(sh_->mu);
     if (sh_->fifo.empty()) return start();  // under mu: the stager cannot start one in between
     auto op = std::make_shared<Op>();
-    op->name = "collective";
+    op->name = name;
+    op->id = id;
     op->start_inner = std::move(start);
     sh_->fifo.push_back(op);
     lk.unlock();
@@ -397,9 +400,9 @@ class StagingCommunicator final : public Communicator {
         if (copy == CopyIn::stopped) {
           error = std::make_exception_ptr(Aborted(sh_->info(*op, "the communicator was destroyed")));
         } else if (copy == CopyIn::stalled) {
+          const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(sh_->inner->stall_timeout());
           const std::string cause = rf::str("cuda:", sh_->device, ": the device copy into staging made no progress for ",
-                                            std::chrono::duration_cast<std::chrono::milliseconds>(sh_->inner->stall_timeout()).count(),
-                                            " ms (stall timeout)");
+                                            ms.count(), " ms (stall timeout)");
           error = std::make_exception_ptr(TimedOut(sh_->info(*op, cause)));
           sh_->inner->abort_failed(cause);
         } else {

@@ -88,7 +88,9 @@ std::shared_ptr<Communicator> connect(Env& e, uint64_t generation, ChunkCallback
   return make_communicator(Backend::Ucx, o);
 }
 
-double elapsed_ms(TimePoint since) { return std::chrono::duration<double, std::milli>(rf::Clock::now() - since).count(); }
+double elapsed_ms(TimePoint since) {
+  return std::chrono::duration<double, std::milli>(rf::Clock::now() - since).count();
+}
 
 // Correctly rounded operations only; divisions make the values inexact, so sums depend on
 // their order (as in comm_mp_test).

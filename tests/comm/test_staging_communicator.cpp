@@ -73,7 +73,9 @@ class FakeInner final : public Communicator {
   void abort_failed(const std::string& reason) override { set_abort(reason, true); }
   bool aborted() const override { return aborted_.load(); }
   void inject_drop() override { drops.fetch_add(1); }
-  void set_stall_timeout(Duration t) override { stall_ns_.store(std::chrono::duration_cast<std::chrono::nanoseconds>(t).count()); }
+  void set_stall_timeout(Duration t) override {
+    stall_ns_.store(std::chrono::duration_cast<std::chrono::nanoseconds>(t).count());
+  }
   Duration stall_timeout() const override { return std::chrono::nanoseconds(stall_ns_.load()); }
 
   std::vector<std::string> order() {
