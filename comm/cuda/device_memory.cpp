@@ -1,4 +1,4 @@
-// Registered device memory: one cudaMalloc'd, zero-filled block (comm/cuda/device_memory.h).
+// allocate_device_registered (comm/cuda/device_memory.h): one cudaMalloc'd block per call.
 #include "comm/cuda/device_memory.h"
 
 #include <cuda_runtime.h>
@@ -10,14 +10,33 @@ namespace rf::comm::cuda {
 
 namespace {
 
+std::string cuda_message(cudaError_t e) { return rf::str(cudaGetErrorName(e), " (", cudaGetErrorString(e), ")"); }
+
+// Makes `index` the calling thread's current device (cudaMalloc allocates on it).
+void make_current(int index, const char* call_site) {
+  int now = -1;
+  cudaError_t e = cudaGetDevice(&now);
+  if (e == cudaSuccess && now != index) e = cudaSetDevice(index);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    throw rf::Error(rf::str(call_site, ": cuda:", index, ": cudaSetDevice: ", cuda_message(e)));
+  }
+}
+
 class DeviceBlock final : public RegisteredMemory {
  public:
   DeviceBlock(void* p, size_t bytes, int index) : p_(p), bytes_(bytes), index_(index) {}
   ~DeviceBlock() override {
+    if (!p_) return;
+    // cudaFree waits for the device's work on the block; a failure here (a dead context at
+    // exit) cannot be reported from a destructor and frees nothing worse than it found.
     int now = -1;
     if (cudaGetDevice(&now) == cudaSuccess && now != index_) (void)cudaSetDevice(index_);
-    (void)cudaFree(p_);  // cudaFree waits for the work queued on the block
+    if (cudaFree(p_) != cudaSuccess) (void)cudaGetLastError();
+    if (now >= 0 && now != index_) (void)cudaSetDevice(now);
   }
+  DeviceBlock(const DeviceBlock&) = delete;
+  DeviceBlock& operator=(const DeviceBlock&) = delete;
   void* data() const override { return p_; }
   size_t bytes() const override { return bytes_; }
   Device device() const override { return Device::cuda; }
@@ -32,33 +51,39 @@ class DeviceBlock final : public RegisteredMemory {
 }  // namespace
 
 std::shared_ptr<RegisteredMemory> allocate_device_registered(size_t bytes, int index) {
+  const std::string what = rf::str("allocate_registered: ", bytes, " bytes on cuda:", index);
   int count = 0;
-  if (const cudaError_t e = cudaGetDeviceCount(&count); e != cudaSuccess) {
+  const cudaError_t ce = cudaGetDeviceCount(&count);
+  if (ce != cudaSuccess) {
     (void)cudaGetLastError();
-    throw rf::InvalidInput(rf::str("allocate_registered: cuda:", index, ": no CUDA device (cudaGetDeviceCount: ",
-                                   cudaGetErrorName(e), ")"));
+    throw rf::InvalidInput(
+        rf::str(what, ": no CUDA device on this machine (cudaGetDeviceCount: ", cuda_message(ce), ")"));
   }
   if (index < 0 || index >= count)
-    throw rf::InvalidInput(rf::str("allocate_registered: cuda:", index, ": no such GPU (", count, " found)"));
-  if (const cudaError_t e = cudaSetDevice(index); e != cudaSuccess)
-    throw rf::Error(rf::str("allocate_registered: cudaSetDevice(", index, "): ", cudaGetErrorString(e)));
+    throw rf::InvalidInput(rf::str(what, ": this machine has ", count, " GPU", count == 1 ? "" : "s", " (cuda:0..",
+                                   count - 1, ")"));
+  if (bytes == 0) return std::make_shared<DeviceBlock>(nullptr, 0, index);
+  make_current(index, what.c_str());
   void* p = nullptr;
-  if (bytes > 0) {
-    if (const cudaError_t e = cudaMalloc(&p, bytes); e != cudaSuccess) {
-      (void)cudaGetLastError();
-      throw rf::Error(rf::str("allocate_registered: ", bytes, " bytes on cuda:", index, ": ", cudaGetErrorString(e)));
-    }
-    if (const cudaError_t e = cudaMemset(p, 0, bytes); e != cudaSuccess) {
-      (void)cudaFree(p);
-      throw rf::Error(rf::str("allocate_registered: zeroing ", bytes, " bytes on cuda:", index, ": ",
-                              cudaGetErrorString(e)));
-    }
-    // The memset is on the legacy stream, which the runtimes' non-blocking streams do not
-    // wait for: finish it here (allocation is never on the step path).
-    if (const cudaError_t e = cudaStreamSynchronize(nullptr); e != cudaSuccess)
-      throw rf::Error(rf::str("allocate_registered: cuda:", index, ": ", cudaGetErrorString(e)));
+  cudaError_t e = cudaMalloc(&p, bytes);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    size_t free_bytes = 0, total = 0;
+    const bool known = cudaMemGetInfo(&free_bytes, &total) == cudaSuccess;
+    if (!known) (void)cudaGetLastError();
+    throw rf::Error(rf::str(what, ": cudaMalloc: ", cuda_message(e),
+                            known ? rf::str("; ", free_bytes, " of ", total, " bytes free") : std::string()));
   }
-  return std::make_shared<DeviceBlock>(p, bytes, index);
+  auto block = std::make_shared<DeviceBlock>(p, bytes, index);  // frees p if what follows throws
+  // Zero-filled, as host registered memory is, and finished before this returns: cudaMemset
+  // runs on the legacy stream, which the runtimes' non-blocking streams do not wait for.
+  e = cudaMemset(p, 0, bytes);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(nullptr);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    throw rf::Error(rf::str(what, ": cudaMemset + cudaStreamSynchronize: ", cuda_message(e)));
+  }
+  return block;
 }
 
 }  // namespace rf::comm::cuda

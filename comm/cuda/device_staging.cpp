@@ -1,362 +1,209 @@
-// The UCX fallback for device buffers (comm/cuda/device_staging.h): a collective on device
-// memory is a copy into pinned host staging on the caller's stream, the host collective on
-// the staging once that copy is done, and a copy back on the same stream.
-//
-// Where the copy-in is waited for: in the Work (test/wait), never in *_start. The reducer
-// starts buckets from autograd hooks while backward is still being enqueued; blocking there
-// until the GPU reached the bucket would stall the host's launches behind the device. The
-// host collectives must still start in the order the buckets were enqueued, on every rank
-// alike: StagingQueue (comm/cuda/staging_queue.h) holds that order.
-//
-// The staging of a buffer is a SharedBuffer (memfd) page-locked with cudaHostRegister, made
-// at the buffer's first collective and kept for the communicator's life (one per bucket:
-// nothing is allocated after the first step). Being a SharedBuffer, it is registered memory
-// for the UCX backend: ranks of one host (several processes sharing a GPU) all-reduce it
-// zero-copy (docs/comm.md, "Shared-memory path").
+// stage_device_buffers (comm/cuda/device_staging.h): the staging communicator
+// (comm/cuda/staging_communicator.h) over CUDA — the process's pool of pinned staging slots
+// (chosen by the pure StagingSlots, comm/cuda/staging_slots.h) and the copies and marks
+// on the caller's stream. Every CUDA call is checked; an error names the device and call.
 #include "comm/cuda/device_staging.h"
 
 #include <cuda_runtime.h>
 
-#include <map>
-#include <memory>
 #include <mutex>
-#include <set>
-#include <thread>
-#include <utility>
+#include <vector>
 
 #include "base/error.h"
 #include "base/str.h"
-#include "comm/cuda/staging_queue.h"
-#include "comm/errors.h"
+#include "comm/cuda/staging_communicator.h"
+#include "comm/cuda/staging_slots.h"
 #include "comm/shared_buffer.h"
 
 namespace rf::comm::cuda {
 
 namespace {
 
-std::string cuda_text(cudaError_t e) { return rf::str(cudaGetErrorName(e), " (", cudaGetErrorString(e), ")"); }
+[[noreturn]] void fail_cuda(int device, cudaError_t e, const char* call, const char* file, int line) {
+  (void)cudaGetLastError();
+  throw rf::Error(rf::str("cuda:", device, ": ", call, " failed (", file, ":", line, "): ", cudaGetErrorName(e), " (",
+                          cudaGetErrorString(e), ")"));
+}
+#define RF_STAGING_CHECK(device, call)                                               \
+  do {                                                                               \
+    const cudaError_t rf_e_ = (call);                                                \
+    if (rf_e_ != cudaSuccess) fail_cuda((device), rf_e_, #call, __FILE__, __LINE__); \
+  } while (0)
 
-struct Staging {
-  explicit Staging(size_t bytes) : host(bytes) {
-    // Pinned: the copies run at the bus's speed and asynchronously. A mapping CUDA cannot
-    // pin still works: copies from pageable memory complete before cudaMemcpyAsync returns.
-    pinned = bytes > 0 && cudaHostRegister(host.data(), bytes, cudaHostRegisterDefault) == cudaSuccess;
-    if (!pinned) (void)cudaGetLastError();
-    if (cudaEventCreateWithFlags(&copied, cudaEventDisableTiming) != cudaSuccess)
-      throw rf::Error("device staging: cudaEventCreateWithFlags failed");
-  }
-  ~Staging() {
-    if (pinned) (void)cudaHostUnregister(host.data());
-    if (copied) (void)cudaEventDestroy(copied);
-  }
-  SharedBuffer host;
-  bool pinned = false;
-  cudaEvent_t copied = nullptr;
-};
+void make_current(int device) {
+  int now = -1;
+  RF_STAGING_CHECK(device, cudaGetDevice(&now));
+  if (now != device) RF_STAGING_CHECK(device, cudaSetDevice(device));
+}
 
-enum class Kind { allreduce, broadcast, allgather };
+// Pinned staging the processes of one host can map: a SharedBuffer (memfd) page-locked with
+// cudaHostRegister and named as the inner Buffer's `registered`, so the UCX backend's
+// same-host zero-copy path reduces straight from the peers' staging (one read of each
+// peer's segment, no ring messages: the path ddp's host buckets take). Why it pays: the
+// staged all-reduce is a host all-reduce between two PCIe copies, and on host memory the
+// zero-copy path gains 1.9-2.9x (W = 2) and 2.1-4.9x (W = 4) busbw over plain memory from
+// 256 KiB (bench/RESULTS.md, "Communication"); page-locking changes nothing for the peers,
+// who read the memfd through their own mappings. Not measured on a GPU here. When
+// registering fails (or there is no memfd), cudaMallocHost memory: pinned, private, the
+// ring's path.
+struct Slot {
+  int device = 0;
+  size_t capacity = 0;
+  std::unique_ptr<SharedBuffer> shared;  // page-locked with cudaHostRegister, or null
+  void* pinned = nullptr;                // cudaMallocHost'd when `shared` is null
+  cudaEvent_t copied_in = nullptr;       // after the D2H copy into the slot
+  cudaEvent_t released = nullptr;        // after the H2D copy out of it: the next D2H waits for it
+  // The last copy in had no copy out after it (its collective failed or was abandoned): that
+  // D2H may still be in flight, so the next one waits for `copied_in` too.
+  bool unreleased = false;
 
-// One staged collective.
-struct Op {
-  uint64_t id = 0;
-  Kind kind = Kind::allreduce;
-  Buffer dev_in, dev_out;  // in place (dev_out == dev_in) but for the all-gather
-  int root = 0;
-  OpId opid;
-  cudaStream_t stream = nullptr;
-  Staging* in = nullptr;
-  Staging* out = nullptr;
-  TimePoint enqueued{};
-  WorkPtr inner;  // the host collective, once started
-  bool done = false;
-  std::exception_ptr error;
-};
+  void* data() const { return shared ? shared->data() : pinned; }
+  const RegisteredMemory* registered() const { return shared && shared->shared() ? shared.get() : nullptr; }
 
-class StagedCommunicator;
-
-class StagedWork final : public Work {
- public:
-  StagedWork(StagedCommunicator* owner, std::shared_ptr<Op> op) : owner_(owner), op_(std::move(op)) {}
-  ~StagedWork() override;
-  bool test() override;
-  void wait(TimePoint deadline) override;
-
- private:
-  StagedCommunicator* owner_;
-  std::shared_ptr<Op> op_;
-};
-
-class StagedCommunicator final : public Communicator {
- public:
-  StagedCommunicator(std::shared_ptr<Communicator> inner, int device_index)
-      : inner_(std::move(inner)), device_(device_index) {}
-  ~StagedCommunicator() override {
-    // A copy back may still read a staging on its stream: let every stream used finish
-    // before the staging is unpinned and unmapped (never on the step path).
-    for (cudaStream_t s : streams_) (void)cudaStreamSynchronize(s);
-  }
-
-  int rank() const override { return inner_->rank(); }
-  int world_size() const override { return inner_->world_size(); }
-  uint64_t generation() const override { return inner_->generation(); }
-
-  WorkPtr allreduce_start(Buffer buf, OpId id, Stream stream) override {
-    if (buf.device == Device::host) return host_op([&] { return inner_->allreduce_start(buf, id, stream); });
-    return stage(Kind::allreduce, buf, buf, 0, id, stream, "all-reduce");
-  }
-  WorkPtr broadcast_start(Buffer buf, int root, OpId id, Stream stream) override {
-    if (buf.device == Device::host) return host_op([&] { return inner_->broadcast_start(buf, root, id, stream); });
-    return stage(Kind::broadcast, buf, buf, root, id, stream, "broadcast");
-  }
-  WorkPtr allgather_start(Buffer in, Buffer out, OpId id, Stream stream) override {
-    if (in.device == Device::host && out.device == Device::host)
-      return host_op([&] { return inner_->allgather_start(in, out, id, stream); });
-    if (in.device != out.device)
-      throw rf::InvalidInput("all-gather: the input and output buffers must be on the same device");
-    return stage(Kind::allgather, in, out, 0, id, stream, "all-gather");
-  }
-  WorkPtr barrier_start(OpId id) override { return host_op([&] { return inner_->barrier_start(id); }); }
-  WorkPtr send_start(int peer, const void* data, size_t bytes, OpId id) override {
-    return host_op([&] { return inner_->send_start(peer, data, bytes, id); });
-  }
-  WorkPtr recv_start(int peer, void* data, size_t bytes, OpId id) override {
-    return host_op([&] { return inner_->recv_start(peer, data, bytes, id); });
-  }
-
-  void abort(const std::string& reason) override { inner_->abort(reason); }
-  void abort_failed(const std::string& reason) override { inner_->abort_failed(reason); }
-  bool aborted() const override { return inner_->aborted(); }
-  void inject_drop() override { inner_->inject_drop(); }
-  void set_stall_timeout(Duration timeout) override { inner_->set_stall_timeout(timeout); }
-  Duration stall_timeout() const override { return inner_->stall_timeout(); }
-
-  // One step of op's progress; true once it finished (its result enqueued on its stream).
-  // Throws its error.
-  bool advance(Op& op) {
-    std::unique_lock<std::mutex> lk(mu_);
-    if (op.error) std::rethrow_exception(op.error);
-    if (op.done) return true;
-    if (!op.inner) {
-      start_copied(Clock::now());
-      if (op.error) std::rethrow_exception(op.error);
-      if (!op.inner) return false;
-    }
-    WorkPtr inner = op.inner;
-    lk.unlock();
-    bool finished = false;
+  Slot(int dev, size_t bytes) : device(dev), capacity(bytes) {
+    make_current(device);
     try {
-      finished = inner->test();
+      shared = std::make_unique<SharedBuffer>(capacity);  // resident: no page fault later
+      if (cudaHostRegister(shared->data(), capacity, cudaHostRegisterPortable) != cudaSuccess) {
+        (void)cudaGetLastError();
+        shared.reset();
+      }
+    } catch (const rf::Error&) {
+      shared.reset();
+    }
+    try {
+      if (!shared) RF_STAGING_CHECK(device, cudaMallocHost(&pinned, capacity));
+      RF_STAGING_CHECK(device, cudaEventCreateWithFlags(&copied_in, cudaEventDisableTiming));
+      RF_STAGING_CHECK(device, cudaEventCreateWithFlags(&released, cudaEventDisableTiming));
     } catch (...) {
-      lk.lock();
-      op.error = std::current_exception();
+      free_all();
       throw;
     }
-    if (!finished) return false;
-    lk.lock();
-    copy_back(op);
-    return true;
   }
+  ~Slot() { free_all(); }
+  Slot(const Slot&) = delete;
+  Slot& operator=(const Slot&) = delete;
 
-  // Blocks until op finished or `deadline`; throws its error, or TimedOut at the deadline.
-  void wait_for(Op& op, TimePoint deadline) {
-    while (!advance(op)) {
-      std::unique_lock<std::mutex> lk(mu_);
-      WorkPtr inner = op.inner;
-      lk.unlock();
-      if (inner) {
-        // The host collective has its own wait (deadline, stall, abort); then copy back.
-        try {
-          inner->wait(deadline);
-        } catch (...) {
-          lk.lock();
-          if (!(op.inner && is_caller_timeout(deadline))) op.error = std::current_exception();
-          throw;
-        }
-        continue;
-      }
-      if (Clock::now() >= deadline) {
-        CommErrorInfo i = info(op, "the caller's deadline passed while the buffer was copied to the host");
-        throw TimedOut(i);
-      }
-      std::this_thread::sleep_for(std::chrono::microseconds(20));  // the copy-in: a poll interval
-    }
+  // Evicted (free) slots and failed constructions: the last copies into and out of the
+  // slot may still be queued, so wait for them before the memory goes (eviction is rare).
+  void free_all() {
+    if (copied_in) (void)cudaEventSynchronize(copied_in);
+    if (released) (void)cudaEventSynchronize(released);
+    if (copied_in) (void)cudaEventDestroy(copied_in);
+    if (released) (void)cudaEventDestroy(released);
+    if (shared) (void)cudaHostUnregister(shared->data());
+    if (pinned) (void)cudaFreeHost(pinned);
+    (void)cudaGetLastError();
+    copied_in = released = nullptr;
+    shared.reset();
+    pinned = nullptr;
   }
+};
 
-  void forget(const std::shared_ptr<Op>& op) {
+// The process's staging, shared by every communicator of every generation (the memory
+// belongs to no communicator, as registered memory does not). Never destroyed, like the
+// CUDA runtimes: no CUDA call after the driver began to shut down.
+class Pool {
+ public:
+  static Pool& instance() {
+    static Pool* pool = new Pool;
+    return *pool;
+  }
+  struct Lease {
+    int index = -1;
+    Slot* slot = nullptr;
+  };
+  Lease take(const StagingKey& key) {
     std::lock_guard<std::mutex> lk(mu_);
-    if (!op->inner && !op->error) queue_.drop(op->id);
-    ops_.erase(op->id);
+    StagingSlots::Pick p = slots_.take(key);
+    for (int i : p.evict) mem_[static_cast<size_t>(i)].reset();
+    if (p.slot >= 0) return Lease{p.slot, mem_[static_cast<size_t>(p.slot)].get()};
+    auto slot = std::make_unique<Slot>(key.device, staging_capacity(key.bytes));
+    const int i = slots_.add(key);
+    if (mem_.size() <= static_cast<size_t>(i)) mem_.resize(static_cast<size_t>(i) + 1);
+    mem_[static_cast<size_t>(i)] = std::move(slot);
+    return Lease{i, mem_[static_cast<size_t>(i)].get()};
+  }
+  void give(const Lease& l) {
+    std::lock_guard<std::mutex> lk(mu_);
+    slots_.give(l.index);
   }
 
  private:
-  static bool is_caller_timeout(TimePoint deadline) { return Clock::now() >= deadline; }
-
-  CommErrorInfo info(const Op& op, const std::string& cause) const {
-    CommErrorInfo i;
-    i.rank = inner_->rank();
-    i.collective = op.kind == Kind::allreduce ? "all-reduce" : op.kind == Kind::broadcast ? "broadcast" : "all-gather";
-    i.generation = static_cast<int64_t>(inner_->generation());
-    i.step = static_cast<int64_t>(op.opid.step);
-    i.op = op.opid.op;
-    i.peer = inner_->rank();
-    i.cause = cause;
-    return i;
-  }
-
-  // A failing device is this rank's failure: the peers are told so (they fail naming this
-  // rank) and the collective fails with PeerFailed naming it.
-  void fail_device(Op& op, const char* call, cudaError_t e) {
-    const std::string cause = rf::str("cuda:", device_, ": ", call, ": ", cuda_text(e));
-    inner_->abort_failed(cause);
-    op.error = std::make_exception_ptr(PeerFailed(info(op, cause)));
-  }
-
-  void use_device() {
-    int now = -1;
-    if (cudaGetDevice(&now) != cudaSuccess || now != device_) (void)cudaSetDevice(device_);
-  }
-
-  // The staging of a device buffer as the host collective's buffer: registered, so that
-  // ranks of one host all-reduce it zero-copy.
-  static Buffer host_view(const Buffer& dev, Staging& s) {
-    Buffer b;
-    b.data = s.host.data();
-    b.count = dev.count;
-    b.dtype = dev.dtype;
-    b.registered = s.host.shared() ? &s.host : nullptr;
-    return b;
-  }
-
-  Staging* staging_for(const Buffer& b, int role) {
-    auto& s = staging_[{b.data, b.bytes(), role}];
-    if (!s) s = std::make_unique<Staging>(b.bytes());
-    return s.get();
-  }
-
-  WorkPtr stage(Kind kind, const Buffer& in, const Buffer& out, int root, OpId id, Stream stream, const char* what) {
-    if (in.device_index != device_ || out.device_index != device_)
-      throw rf::InvalidInput(rf::str(what, ": a buffer on cuda:", in.device_index, " given to the communicator of cuda:",
-                                     device_));
-    if ((in.count > 0 && in.data == nullptr) || (out.count > 0 && out.data == nullptr))
-      throw rf::InvalidInput(rf::str(what, ": null device buffer"));
-    auto op = std::make_shared<Op>();
-    std::lock_guard<std::mutex> lk(mu_);
-    use_device();
-    op->kind = kind;
-    op->dev_in = in;
-    op->dev_out = out;
-    op->root = root;
-    op->opid = id;
-    op->stream = static_cast<cudaStream_t>(stream);
-    op->in = staging_for(in, 0);
-    op->out = kind == Kind::allgather ? staging_for(out, 1) : op->in;
-    op->enqueued = Clock::now();
-    op->id = queue_.enqueue();
-    streams_.insert(op->stream);
-    ops_[op->id] = op;
-    if (const cudaError_t e = cudaMemcpyAsync(op->in->host.data(), in.data, in.bytes(), cudaMemcpyDeviceToHost,
-                                              op->stream);
-        e != cudaSuccess) {
-      fail_device(*op, "cudaMemcpyAsync to the host", e);
-    } else if (const cudaError_t r = cudaEventRecord(op->in->copied, op->stream); r != cudaSuccess) {
-      fail_device(*op, "cudaEventRecord", r);
-    }
-    return std::make_shared<StagedWork>(this, op);
-  }
-
-  // Under mu_: notes the copies that are done, starts on the host every collective whose
-  // turn it is (StagingQueue), and fails the oldest waiting one past the stall timeout.
-  void start_copied(TimePoint now) {
-    for (auto& [id, op] : ops_) {
-      if (op->inner || op->error) continue;
-      const cudaError_t q = cudaEventQuery(op->in->copied);
-      if (q == cudaSuccess) {
-        queue_.copied(id);
-      } else if (q != cudaErrorNotReady) {
-        fail_device(*op, "cudaEventQuery", q);
-        queue_.drop(id);
-      }
-    }
-    uint64_t id = 0;
-    while (queue_.next_startable(&id)) {
-      Op& op = *ops_.at(id);
-      const Buffer in = host_view(op.dev_in, *op.in), out = host_view(op.dev_out, *op.out);
-      try {
-        if (op.kind == Kind::allreduce) op.inner = inner_->allreduce_start(in, op.opid);
-        else if (op.kind == Kind::broadcast) op.inner = inner_->broadcast_start(in, op.root, op.opid);
-        else op.inner = inner_->allgather_start(in, out, op.opid);
-      } catch (const CommError&) {
-        op.error = std::current_exception();
-      }
-    }
-    // D3 for the copy-in: a device that never reaches the buffer (a kernel stuck before it)
-    // is a stall like any other.
-    const Duration stall = inner_->stall_timeout();
-    for (auto& [oid, op] : ops_) {
-      if (op->inner || op->error || now - op->enqueued <= stall) continue;
-      const std::string cause = rf::str("cuda:", device_, " did not finish the work before the buffer within the stall ",
-                                        "timeout (", std::chrono::duration_cast<std::chrono::milliseconds>(stall).count(),
-                                        " ms)");
-      inner_->abort_failed(cause);
-      op->error = std::make_exception_ptr(TimedOut(info(*op, cause)));
-      queue_.drop(oid);
-    }
-  }
-
-  void copy_back(Op& op) {
-    if (op.done) return;
-    use_device();
-    const bool root_keeps = op.kind == Kind::broadcast && op.root == inner_->rank();  // its buffer is the source
-    if (!root_keeps) {
-      if (const cudaError_t e = cudaMemcpyAsync(op.dev_out.data, op.out->host.data(), op.dev_out.bytes(),
-                                                cudaMemcpyHostToDevice, op.stream);
-          e != cudaSuccess) {
-        fail_device(op, "cudaMemcpyAsync to the device", e);
-        std::rethrow_exception(op.error);
-      }
-    }
-    op.done = true;
-  }
-
-  // Host buffers, blobs and barriers go straight to the host communicator, after every
-  // staged collective before them has started there (the order every rank starts them in).
-  template <typename F>
-  WorkPtr host_op(F&& start) {
-    for (;;) {
-      {
-        std::lock_guard<std::mutex> lk(mu_);
-        start_copied(Clock::now());
-        if (queue_.empty()) return start();
-      }
-      std::this_thread::sleep_for(std::chrono::microseconds(20));  // a poll interval
-    }
-  }
-
-  std::shared_ptr<Communicator> inner_;
-  int device_;
+  // Pinned host memory this process keeps for staging at most (more only while every slot
+  // is in use): a model's gradients, staged once per bucket, fit in it.
+  static constexpr size_t kBudget = size_t{4} << 30;
   std::mutex mu_;
-  StagingQueue queue_;
-  std::map<uint64_t, std::shared_ptr<Op>> ops_;  // staged and not yet forgotten, by id
-  std::map<std::tuple<const void*, size_t, int>, std::unique_ptr<Staging>> staging_;
-  std::set<cudaStream_t> streams_;
+  StagingSlots slots_{kBudget};
+  std::vector<std::unique_ptr<Slot>> mem_;
 };
 
-StagedWork::~StagedWork() { owner_->forget(op_); }
-bool StagedWork::test() { return owner_->advance(*op_); }
-void StagedWork::wait(TimePoint deadline) { owner_->wait_for(*op_, deadline); }
+// The device's part of the staging communicator, on CUDA: the process's pool, copies with
+// cudaMemcpyAsync, marks as cudaEvents (the next copy in waits for `released` with
+// cudaStreamWaitEvent: no host wait), polls with cudaEventQuery.
+class CudaCopies final : public DeviceCopies {
+ public:
+  explicit CudaCopies(int device) : device_(device) {}
+  int device() const override { return device_; }
+  void make_current() override { cuda::make_current(device_); }
+  StagingLease take(const StagingKey& key) override {
+    const Pool::Lease l = Pool::instance().take(key);
+    StagingLease s;
+    s.index = l.index;
+    s.host = l.slot->data();
+    s.registered = l.slot->registered();
+    s.slot = l.slot;
+    return s;
+  }
+  void give(const StagingLease& lease) override { Pool::instance().give(Pool::Lease{lease.index, slot(lease)}); }
+  void copy_in(const StagingLease& lease, const void* src, size_t bytes, bool copy, Stream stream) override {
+    Slot* s = slot(lease);
+    const auto st = static_cast<cudaStream_t>(stream);
+    RF_STAGING_CHECK(device_, cudaStreamWaitEvent(st, s->released, 0));
+    if (s->unreleased) RF_STAGING_CHECK(device_, cudaStreamWaitEvent(st, s->copied_in, 0));
+    if (copy) RF_STAGING_CHECK(device_, cudaMemcpyAsync(s->data(), src, bytes, cudaMemcpyDeviceToHost, st));
+    RF_STAGING_CHECK(device_, cudaEventRecord(s->copied_in, st));
+    s->unreleased = true;
+  }
+  bool copied_in(const StagingLease& lease) override {
+    const cudaError_t e = cudaEventQuery(slot(lease)->copied_in);
+    if (e == cudaSuccess) return true;
+    if (e == cudaErrorNotReady) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    fail_cuda(device_, e, "cudaEventQuery(copied_in)", __FILE__, __LINE__);
+  }
+  void copy_out(const StagingLease& lease, void* dst, size_t bytes, bool copy, Stream stream) override {
+    Slot* s = slot(lease);
+    const auto st = static_cast<cudaStream_t>(stream);
+    if (copy) RF_STAGING_CHECK(device_, cudaMemcpyAsync(dst, s->data(), bytes, cudaMemcpyHostToDevice, st));
+    RF_STAGING_CHECK(device_, cudaEventRecord(s->released, st));
+    s->unreleased = false;
+  }
+
+ private:
+  static Slot* slot(const StagingLease& l) { return static_cast<Slot*>(l.slot); }
+  int device_;
+};
 
 }  // namespace
 
 std::shared_ptr<Communicator> stage_device_buffers(std::shared_ptr<Communicator> host, const CommOptions& o) {
-  if (!host) throw rf::InvalidInput("stage_device_buffers: no host communicator");
+  if (!host) throw rf::InvalidInput("stage_device_buffers: no host communicator to wrap");
   if (o.device != Device::cuda)
-    throw rf::InvalidInput("stage_device_buffers: the options name no GPU (CommOptions::device = host)");
+    throw rf::InvalidInput("stage_device_buffers: CommOptions::device must be cuda (host buffers need no staging)");
   int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || o.device_index < 0 || o.device_index >= count) {
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess) {
     (void)cudaGetLastError();
-    throw rf::InvalidInput(rf::str("stage_device_buffers: cuda:", o.device_index, ": no such GPU (", count, " found)"));
+    throw rf::InvalidInput(rf::str("stage_device_buffers: cuda:", o.device_index, ": no CUDA device on this machine (",
+                                   cudaGetErrorName(e), ")"));
   }
-  return std::make_shared<StagedCommunicator>(std::move(host), o.device_index);
+  if (o.device_index < 0 || o.device_index >= count)
+    throw rf::InvalidInput(rf::str("stage_device_buffers: cuda:", o.device_index, ": this machine has ", count, " GPU",
+                                   count == 1 ? "" : "s"));
+  return make_staging_communicator(std::move(host), std::make_shared<CudaCopies>(o.device_index));
 }
 
 }  // namespace rf::comm::cuda
