@@ -25,15 +25,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from peer_blas import apply_env, best_openblas  # noqa: E402
-
-
-def torch_model(name, nn):
-    if name == "mlp":
-        return nn.Sequential(nn.Flatten(), nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512),
-                             nn.ReLU(), nn.Linear(512, 10))
-    return nn.Sequential(nn.Conv2d(1, 16, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
-                         nn.Conv2d(16, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
-                         nn.Flatten(), nn.Linear(1568, 128), nn.ReLU(), nn.Linear(128, 10))
+from torch_models import torch_model  # noqa: E402
 
 
 def bench_torch(name, batch, steps, warmup=5):
