@@ -38,9 +38,9 @@ SharedBuffer::SharedBuffer(size_t bytes) : bytes_(bytes) {
     // Every page is faulted in now (never inside a collective), by populate_pages: the
     // kernel in bounded 16 MiB calls. Not MAP_POPULATE: that populates the whole mapping
     // in one call holding the mmap lock, and another thread's mmap waits for all of it —
-    // the heartbeat's too (base/populate.h). For a 400 MB memfd (bench/RESULTS.md,
-    // "Replacement start-up, session 4"): MAP_POPULATE blocked another thread's mmap for
-    // 295-464 ms, all of its duration; slices blocked it at most 20-28 ms. MADV_HUGEPAGE
+    // the heartbeat's too (base/populate.h). For a 400 MB memfd, MAP_POPULATE blocked
+    // another thread's mmap for all of its duration (hundreds of ms); slices block it for
+    // tens of ms at most (bench/recovery/memory_probe, bench/RESULTS.md). MADV_HUGEPAGE
     // only helps where shmem THP is in "advise" mode
     // (/sys/kernel/mm/transparent_hugepage/shmem_enabled); it is harmless elsewhere, so it
     // is asked for after the fact and its result ignored.

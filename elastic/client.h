@@ -1,5 +1,5 @@
 #pragma once
-// Client — the coordinator as seen from inside a worker (issue 4).
+// Client — the coordinator as seen from inside a worker.
 //
 // Two connections: the *member* connection carries join (in its hello) and the heartbeat
 // thread; its closing is how the coordinator sees this process die (D1). The *caller*

@@ -1,5 +1,5 @@
 #pragma once
-// Coordinator — the TCP server around Membership and KvStore (issue 4). One event loop
+// Coordinator — the TCP server around Membership and KvStore. One event loop
 // thread owns everything: non-blocking sockets, poll(), a read buffer (FrameReader) and a
 // write buffer per connection, and a timer tick. It never blocks on a client: a request
 // that must wait (plan, ready, kv_wait) is parked on its connection with a deadline and

@@ -1,6 +1,6 @@
 #pragma once
 // Fault specifications: one grammar for the launcher's --inject and the trainer's
-// injection points (issue 4):
+// injection points:
 //   KIND:rank=R:step=S[:phase=P][:after_chunks=K]     executed inside the worker
 //   slow:rank=R:step=S[:phase=P][:after_chunks=K][:factor=F][:steps=N]
 //   KIND:rank=R:at=SECONDS                              executed by the launcher,

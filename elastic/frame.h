@@ -3,7 +3,7 @@
 // JSON, an object with "v" (kProtocolVersion) and "type". Lengths are bounded
 // (kMaxFrameBytes) so a peer can never make us allocate without limit; a frame that
 // breaks any rule throws ProtocolError, and the server answers it with an error reply
-// and closes the connection (issue 4).
+// and closes the connection.
 #include <cstddef>
 #include <cstdint>
 #include <optional>

@@ -1,5 +1,5 @@
 #pragma once
-// The coordinator's key-value store (issue 4), used to exchange transport addresses
+// The coordinator's key-value store, used to exchange transport addresses
 // (PROTOCOL.md step 5). Keys are scoped by generation: (g, key). Generation 0 is job-wide
 // and never dropped; scopes of generations older than the previous one are dropped as
 // the job moves on, so a worker of g can never read an address published for g-2.

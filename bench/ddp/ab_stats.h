@@ -2,7 +2,7 @@
 // Paired A/B statistics of the overlap within one job (ddp_bench --variants ab): the
 // Trainer runs overlap on for k steps, off for k, ... (ddp::overlap_ab_on), and every
 // step's wall time is tagged with the setting it ran with. Noise on this machine moves
-// whole stretches of steps (another helper's compile starts, a core is taken away), so
+// whole stretches of steps (another process's compile starts, a core is taken away), so
 // the statistic compares ADJACENT blocks: each pair is an on-block and the off-block right
 // after it (or before it: the other pairing, to see whether the order biases anything),
 // each block summarised by its median step time (robust to one descheduled step).

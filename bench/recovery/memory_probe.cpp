@@ -1,6 +1,6 @@
 // memory_probe — the kernel-side costs around a replacement's start-up, each measured
-// against its alternative in the same run (bench/RESULTS.md "Replacement start-up, session 4"
-// and "Mapping a peer's buffer, session 5").
+// against its alternative in the same run (bench/RESULTS.md, the replacement's start-up and
+// mapping a peer's buffer).
 //
 //   memory_probe stall [MB]     one thread makes a fresh memfd of MB (400) resident — by
 //                               MAP_POPULATE (one call) or rf::populate_pages (16 MiB calls),
