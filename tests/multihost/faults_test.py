@@ -101,6 +101,8 @@ def case_host_lost_shrink(bindir, tmp):
     # several percent from step to step, and the two runs' float sums differ in order after
     # the shrink, so their last batches' losses differ by more than their level does.
     a, b = final_loss(ref), final_loss(job)
+    print(f"shrink: final loss (mean of the last 50 steps) {b} against the failure-free {a}; the last step's alone "
+          f"{job.final_loss} against {ref.final_loss}")
     check(a and b and abs(b - a) <= 0.01 * a, f"shrink: final loss (mean of the last 50 steps) {b} within 1 % of "
           f"the failure-free {a}")
     return [ref, job]

@@ -44,6 +44,7 @@ def main():
     # Each host's two workers exchange every step's gradients (about 2.7 MB of MLP gradients)
     # with the other hosts through the ring: tens of megabytes each way over 40 steps. The
     # control plane alone moves well under one.
+    print(f"failure-free: bytes over each host's link (rx, tx): {clean.link_bytes}")
     for i, (rx, tx) in enumerate(clean.link_bytes):
         check(rx > 20e6 and tx > 20e6, f"failure-free: host {i}'s link carried the gradients (rx {rx}, tx {tx} bytes)")
 
