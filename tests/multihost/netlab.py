@@ -178,17 +178,17 @@ class Lab:
     def link_up(self, host):
         _ip("-n", self.switch, "link", "set", f"h{host}", "up")
 
-    def _drop_rule(self, a, b):
-        return ["iptables", "-w", "OUTPUT", "-d", self.addr(b), "-j", "DROP"]
+    def _drop_rule(self, a, b, action):
+        """iptables in host a: -A adds, -D removes the rule dropping what a sends to b."""
+        subprocess.run(["ip", "netns", "exec", self.names[a], "iptables", "-w", action, "OUTPUT", "-d", self.addr(b),
+                        "-j", "DROP"], check=True)
 
     def partition(self, a, b):
         """One direction: every packet host a sends to host b is dropped (b -> a still flows)."""
-        r = self._drop_rule(a, b)
-        subprocess.run(["ip", "netns", "exec", self.names[a], r[0], r[1], "-A", *r[2:]], check=True)
+        self._drop_rule(a, b, "-A")
 
     def heal(self, a, b):
-        r = self._drop_rule(a, b)
-        subprocess.run(["ip", "netns", "exec", self.names[a], r[0], r[1], "-D", *r[2:]], check=True)
+        self._drop_rule(a, b, "-D")
 
     def netem(self, host, delay_ms=0, jitter_ms=0, loss_pct=0.0):
         """Delay (and jitter) and loss on everything the host sends. Raises RuntimeError naming
