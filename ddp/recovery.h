@@ -124,6 +124,7 @@ class Recovery {
   Resumed resume();
 
  private:
+  bool form_steps();  // form() without the lost-leader case
   // The phase recovery is in (nullopt: back to training), for the audit lines and comm's
   // flight recorder.
   void enter(std::optional<RecoveryPhase> phase);
