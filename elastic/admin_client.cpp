@@ -4,6 +4,7 @@
 
 #include "base/str.h"
 #include "elastic/errors.h"
+#include "elastic/control_state.h"
 #include "elastic/etcd_client.h"
 #include "elastic/leadership.h"
 
@@ -78,6 +79,17 @@ AdminClient::ExitedReply AdminClient::exited(int slot, int64_t inc, int status, 
   e.phase = r.value("phase", "");
   return e;
 }
+std::string AdminClient::committed_phase() {
+  if (etcd_.empty()) return "";
+  try {
+    EtcdClient etcd(EtcdOptions{etcd_, std::chrono::seconds(1)});
+    const auto kv = etcd.get(control_prefix(job_) + "state");
+    return kv ? decode_control_state(kv->value).phase : "";
+  } catch (const rf::Error&) {
+    return "";
+  }
+}
+
 void AdminClient::stop() { call({{"type", "stop"}}); }
 json AdminClient::summary() { return call({{"type", "summary"}}); }
 

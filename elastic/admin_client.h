@@ -17,10 +17,15 @@ class AdminClient {
   // Several coordinator replicas: the leader of `job` in etcd, followed when it changes. A
   // call that meets a lost leader looks the new one up and is sent again, until `failover`
   // has passed (then it throws ConnectionLost).
+  // A leader that does not answer a call within `timeout` is taken as lost (it may be cut
+  // off), so the call goes to the next one in time.
   AdminClient(std::vector<std::string> etcd, std::string job, std::string token,
-              Duration failover = std::chrono::seconds(20), Duration timeout = std::chrono::seconds(10));
+              Duration failover = std::chrono::seconds(20), Duration timeout = std::chrono::seconds(2));
   // Who leads (its id, as etcd names it); "" with a single coordinator.
   const std::string& leader() const { return leader_; }
+  // With replicas: the phase the last leader committed to etcd ("" when none or unreadable),
+  // for a launcher that finds no leader any more (the job ended while it was following one).
+  std::string committed_phase();
   nlohmann::json status();
   // What the coordinator knew of the process that exited (its exited_reply).
   struct ExitedReply {

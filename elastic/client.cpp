@@ -151,7 +151,7 @@ void Client::connect_once(TimePoint deadline, json& welcome) {
   const auto [host, port] = locate();
   // A leader etcd still names may be dead or cut off (its key lasts one lease): one try at a
   // time, then look again.
-  if (!opt_.etcd.empty()) deadline = std::min(deadline, Clock::now() + std::chrono::seconds(1));
+  if (!opt_.etcd.empty()) deadline = std::min(deadline, Clock::now() + std::chrono::milliseconds(500));
   member_.connect(host, port, deadline, opt_.etcd.empty());
   json hello = {{"type", "hello"}, {"role", "member"}, {"slot", opt_.slot}, {"incarnation", opt_.incarnation}};
   // A spare or a restart that arrives after every member left gets JobFinished (the
@@ -257,6 +257,9 @@ void Client::heartbeat_loop() {
 void Client::fence(const std::string& why) {
   fenced_ = true;
   member_.close();  // the coordinator must not count us as alive any more
+  // A call the training thread waits in may be to a leader that is gone or cut off: it must
+  // not wait its whole timeout, the worker has to join the next leader.
+  if (!opt_.etcd.empty()) caller_.shutdown();
   std::function<void(const std::string&)> cb;
   {
     std::lock_guard<std::mutex> l(cb_mu_);

@@ -128,6 +128,8 @@ struct Coordinator::Impl {
   // writes not committed yet, why leadership was lost.
   std::vector<LeaderTerm> leaders;
   std::string committed;
+  uint64_t committed_generation = 0;  // what the last commit held, for the event log
+  std::string committed_phase;
   std::vector<EtcdOp> uncommitted;
   std::string lost_reason;
 
@@ -638,6 +640,12 @@ struct Coordinator::Impl {
       return false;
     }
     committed = std::move(st);
+    const std::string phase = to_string(membership.phase());
+    if (membership.generation() != committed_generation || phase != committed_phase) {
+      committed_generation = membership.generation();
+      committed_phase = phase;
+      log.write({{"ts_us", rf::wall_us()}, {"event", "commit"}, {"g", committed_generation}, {"phase", phase}});
+    }
     return true;
   }
 

@@ -54,7 +54,7 @@ struct CoordOptions {
   std::string job = "ringfence";
   std::string id;
   std::string advertise;
-  Duration leader_lease = std::chrono::seconds(2);
+  Duration leader_lease = std::chrono::seconds(3);
 };
 
 // "2s", "500ms", "1.5" (seconds). Throws rf::InvalidInput naming `flag`.

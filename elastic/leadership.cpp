@@ -18,6 +18,11 @@ constexpr const char* kLeaderKey = "leader";
 // for something that a notification could tell).
 constexpr auto kCampaignPoll = std::chrono::milliseconds(50);
 
+// leading() ends this long before etcd could expire the lease, counted from when the last
+// renewal was sent (etcd counts from when it arrived, later): room for one turn of the
+// coordinator's loop between its check and its replies.
+constexpr auto kMargin = std::chrono::milliseconds(250);
+
 int64_t whole_seconds(Duration d) {
   return std::max<int64_t>(1, static_cast<int64_t>(std::ceil(std::chrono::duration<double>(d).count())));
 }
@@ -47,8 +52,8 @@ Leadership::Leadership(LeadershipOptions options, std::string id)
       prefix_(control_prefix(opt_.job)),
       // Calls are bounded well inside one lease, so a member that does not answer costs a
       // renewal, not the lease.
-      etcd_(EtcdOptions{opt_.endpoints, std::chrono::seconds(whole_seconds(opt_.lease)) / 4}),
-      ka_(EtcdOptions{opt_.endpoints, std::chrono::seconds(whole_seconds(opt_.lease)) / 4}),
+      etcd_(EtcdOptions{opt_.endpoints, std::chrono::seconds(whole_seconds(opt_.lease)) / 6}),
+      ka_(EtcdOptions{opt_.endpoints, std::chrono::seconds(whole_seconds(opt_.lease)) / 6}),
       granted_(std::chrono::seconds(whole_seconds(opt_.lease))) {
   if (id_.empty()) throw rf::InvalidInput("a coordinator replica needs an id");
 }
@@ -75,7 +80,7 @@ bool Leadership::campaign(const std::string& addr, const std::function<bool()>& 
       granted_ = std::chrono::seconds(std::max<int64_t>(1, ttl));
       lease_id_ = lease;
       create_revision_ = revision;  // the transaction created the key: its create revision
-      valid_until_ = (asked + granted_ - granted_ / 4).time_since_epoch().count();
+      valid_until_ = (asked + granted_ - kMargin).time_since_epoch().count();
       lost_ = false;
       {
         std::lock_guard<std::mutex> l(mu_);
@@ -98,7 +103,9 @@ bool Leadership::leading(TimePoint now) const {
 std::string Leadership::lost_reason() const {
   std::lock_guard<std::mutex> l(mu_);
   if (!lost_reason_.empty()) return lost_reason_;
-  return lease_id_ == 0 ? "not elected" : "the lease was not renewed in time";
+  if (lease_id_ == 0) return "not elected";
+  return "the leader lease was not renewed in time" +
+         (last_renew_error_.empty() ? std::string() : " (last renewal: " + last_renew_error_ + ")");
 }
 
 void Leadership::lose(const std::string& why) {
@@ -108,7 +115,9 @@ void Leadership::lose(const std::string& why) {
 }
 
 void Leadership::keepalive_loop() {
-  const Duration period = granted_ / 4;
+  // Several renewals per lease: one that fails (a member killed, etcd electing a new raft
+  // leader) leaves time for the next ones.
+  const Duration period = granted_ / 6;
   while (true) {
     {
       std::unique_lock<std::mutex> l(mu_);
@@ -120,12 +129,14 @@ void Leadership::keepalive_loop() {
         lose("etcd says the leader lease has expired");
         return;
       }
-      valid_until_ = (sent + granted_ - granted_ / 4).time_since_epoch().count();
+      valid_until_ = (sent + granted_ - kMargin).time_since_epoch().count();
     } catch (const rf::Error& e) {
       if (!leading(Clock::now())) {
         lose(rf::str("could not renew the leader lease in time: ", e.what()));
         return;
       }
+      std::lock_guard<std::mutex> l(mu_);
+      last_renew_error_ = e.what();
     }
   }
 }

@@ -41,8 +41,10 @@ struct LeadershipOptions {
   std::vector<std::string> endpoints;  // the etcd cluster's members
   std::string job = "ringfence";       // names the keys: several jobs may share one etcd
   // The leader's etcd lease. etcd counts whole seconds and rounds up to its own minimum
-  // (2 s with its default election timeout); what it granted is lease().
-  Duration lease = std::chrono::seconds(2);
+  // (2 s with its default election timeout); what it granted is lease(). A standby takes
+  // over within about one lease of the leader's death; the leader keeps the lead through
+  // etcd electing a new raft leader (a member killed) when that takes less than the lease.
+  Duration lease = std::chrono::seconds(3);
 };
 
 // "/ringfence/<job>/". Throws rf::InvalidInput unless job is 1-64 of [A-Za-z0-9._-].
@@ -97,6 +99,7 @@ class Leadership {
   std::atomic<bool> lost_{false};
   mutable std::mutex mu_;
   std::string lost_reason_;
+  std::string last_renew_error_;
   bool ka_stop_ = false;
   std::condition_variable ka_cv_;
   std::thread ka_thread_;

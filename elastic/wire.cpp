@@ -85,6 +85,10 @@ void Connection::connect(const std::string& host, int port, TimePoint deadline, 
   throw ConnectionLost(rf::str("cannot connect to the coordinator at ", host, ":", port, ": ", last_error));
 }
 
+void Connection::shutdown() {
+  if (fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
+}
+
 void Connection::close() {
   if (fd_ >= 0) ::close(fd_);
   fd_ = -1;

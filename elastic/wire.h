@@ -30,6 +30,9 @@ class Connection {
   // closes the connection after it). The connection is unusable after any throw.
   nlohmann::json call(const nlohmann::json& request, TimePoint deadline);
   void close();
+  // Ends a call() another thread is blocked in (it throws ConnectionLost); the connection
+  // stays open until close(). Safe from any thread while the connection exists.
+  void shutdown();
   bool connected() const { return fd_ >= 0; }
 
  private:

@@ -368,6 +368,14 @@ class Supervisor {
 
   void coord_lost(const std::string& why) {
     if (!error_.empty()) return;
+    // With replicas, no leader answering may mean the job ended while this launcher was
+    // following a lost one: etcd holds the phase the last leader committed.
+    if (!opt_.etcd.empty() && admin_ && admin_->committed_phase() == "DONE") {
+      if (!job_over_) note("no coordinator leads any more; etcd's committed state says the job is DONE");
+      last_status_["phase"] = "DONE";
+      job_over_ = true;
+      return;
+    }
     error_ = "lost the coordinator: " + why;
     job_over_ = true;
     kill_all(SIGKILL);

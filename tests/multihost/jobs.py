@@ -77,35 +77,43 @@ class Job:
 
     def dump(self):
         print(f"---- job {self.name}: codes {self.codes}, digests {self.digests}")
-        for path in [self.coord_log] + self.logs:
+        for path in [self.coord_log] + self.logs + getattr(self, "logs_extra", []):
             lines = [ln for ln in read(path).splitlines() if "UCX  WARN" not in ln]
             print(f"---- {path} (last 20 lines)\n" + "\n".join(lines[-20:]))
 
 
 def run_job(bindir, tmp, name, hosts=3, per_host=2, steps=200, launcher_args=None, coord_args=(), worker_args=(),
-            during=None, deadline_s=120, lab=None):
+            during=None, deadline_s=120, lab=None, control=None):
     """Runs one job; returns its Job. launcher_args: {host: [extra ringfence run flags]}.
     during(lab, job, procs) runs once every launcher has started (faults, heals); it may
     replace procs[i] (a host that returns). Uses `lab` when given (hosts beyond the job's
-    stay idle), else a fresh netlab.Lab(hosts)."""
+    stay idle), else a fresh netlab.Lab(hosts). control: coordinator replicas in etcd
+    (control.Replicas) instead of one `ringfence coord` on host 0."""
     job = Job(name, tmp)
+    job.bindir = bindir
     own = lab is None
     lab = lab or netlab.Lab(hosts)
     try:
         token = os.path.join(tmp, f"{name}.token")
         job.coord_log = os.path.join(tmp, f"{name}-coord.log")
         world = hosts * per_host
-        lab.spawn(0, [f"{bindir}/ringfence", "coord", "-n", str(world), "--host", lab.addr(0), "--port", str(PORT),
-                      "--token-file", token, "--event-log", os.path.join(tmp, f"{name}-events.jsonl"), *coord_args],
-                  job.coord_log)
-        if not wait_for(lambda: "listening" in read(job.coord_log), f"{name}: coordinator listening", 20):
-            return job
+        if control:
+            coord_flags = control.start(lab, job, world, token, tmp)
+            if not wait_for(lambda: control.leader() is not None, f"{name}: a coordinator replica leads", 30):
+                return job
+        else:
+            coord_flags = ["--coord", f"{lab.addr(0)}:{PORT}", "--token-file", token]
+            lab.spawn(0, [f"{bindir}/ringfence", "coord", "-n", str(world), "--host", lab.addr(0), "--port", str(PORT),
+                          "--token-file", token, "--event-log", os.path.join(tmp, f"{name}-events.jsonl"),
+                          *coord_args], job.coord_log)
+            if not wait_for(lambda: "listening" in read(job.coord_log), f"{name}: coordinator listening", 20):
+                return job
         job.env = dict(os.environ, UCX_TLS="self,tcp")
         job.launch = lambda i, log: lab.spawn(i, launcher_argv(i), log, env=job.env)
 
         def launcher_argv(i):
-            return [f"{bindir}/ringfence", "run", "-n", str(per_host), "--coord", f"{lab.addr(0)}:{PORT}", "--token-file",
-                    token, "--nnodes", str(hosts), "--node-rank", str(i), *(launcher_args or {}).get(i, []), "--",
+            return [f"{bindir}/ringfence", "run", "-n", str(per_host), *coord_flags, "--nnodes", str(hosts),
+                    "--node-rank", str(i), *(launcher_args or {}).get(i, []), "--",
                     f"{bindir}/train_mlp", "--epochs", "10", "--max-steps", str(steps), "--log-interval", "20",
                     "--audit-log", job.audit, "--metrics", os.path.join(tmp, f"{name}-metrics.json"), *worker_args]
         procs = []

@@ -1,0 +1,264 @@
+"""The control plane on etcd across test hosts (label multihost, etcd): three hosts with two
+workers each and one etcd member each (a 3-member cluster), and two `ringfence coord --etcd`
+replicas on hosts 3 and 4. Every case runs at default settings (leader lease 3 s, worker
+lease 1 s) and ends DONE with every step applied exactly once and the final state bitwise
+equal to the failure-free run of the same job under one coordinator:
+
+  leader_killed_training   the leading replica is SIGKILLed while the job trains: the
+                           standby takes the lead within about 2 leases, the workers rejoin
+                           it without a restart, and the generation recovers in place.
+  leader_killed_recovery   a worker is killed while its launcher is held (SIGSTOP), so the
+                           round to replace it stays open; the leader is killed inside that
+                           round; the standby continues the recovery (the launcher, released,
+                           restarts the worker: the only restart).
+  etcd_member_killed       the member leading etcd's raft group is killed: the job goes on.
+  coord_host_partitioned   the leader's host loses its link: it stops serving within its
+                           lease, the standby takes over, the old leader issues no generation
+                           after that (no two generations run at once), and after the heal it
+                           stands by again.
+
+  failover_test.py BUILD_BIN_DIR CASE     exit 0 passed, 1 failed, 77 skipped
+"""
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, ".."))
+import control  # noqa: E402
+import jobs  # noqa: E402
+import netlab  # noqa: E402
+from rf_testlib import check, failures  # noqa: E402
+
+STEPS = 120
+WORKER = ["--synthetic", "4096"]
+LEADER_LEASE_S = 3.0
+WORKER_HOSTS, REPLICA_HOSTS = [0, 1, 2], [3, 4]
+
+
+def job_done(job, what):
+    check(job.codes == [0, 0, 0], f"{what}: launchers exit 0 (got {job.codes})")
+    check(all("job DONE" in job.text(i) for i in range(3)), f"{what}: every launcher says job DONE")
+    problems = job.exactly_once_problems()
+    check(not problems, f"{what}: every step applied exactly once, one digest per step: {problems[:3]}")
+    check(job.applied_steps() == list(range(STEPS)), f"{what}: steps 0..{STEPS - 1} applied")
+
+
+def same_digest(job, ref, what):
+    want = set(ref.digests.values())
+    check(len(want) == 1 and len(job.digests) == 6 and set(job.digests.values()) == want,
+          f"{what}: every slot ends bitwise equal to the failure-free run {want} (got {job.digests})")
+
+
+def one_generation_at_a_time(job, what):
+    """The generation of the applied steps never goes back: no step of an older generation is
+    applied after one of a newer (two generations never apply steps at once)."""
+    applies = sorted((r["s"], r["g"]) for rs in job.audits().values() for r in rs if r["event"] == "apply")
+    back = [(s, g, s2, g2) for (s, g), (s2, g2) in zip(applies, applies[1:]) if g2 < g]
+    check(not back, f"{what}: applied steps' generations never go back (first: {back[:3]})")
+
+
+def no_restarts(job, what, hosts=(0, 1, 2)):
+    for i in hosts:
+        check(re.search(r"job DONE \(exit 0\): generation \d+, 0 restart\(s\)", job.text(i)),
+              f"{what}: host {i}'s launcher restarted no worker")
+
+
+def took_over(ctl, old, at_us, what):
+    """The other replica took the lead after `at_us`; returns the milliseconds it took."""
+    new = 1 - old
+    leading = [e for e in ctl.events_of(new, "leading") if e["ts_us"] > at_us]
+    check(leading, f"{what}: replica c{new} took the lead")
+    if not leading:
+        return None
+    ms = (leading[0]["ts_us"] - at_us) / 1000
+    running = [e for e in ctl.events_of(new, "running") if e["ts_us"] > leading[0]["ts_us"]]
+    resume_ms = (running[0]["ts_us"] - at_us) / 1000 if running else None
+    print(f"{what}: c{new} led {ms:.0f} ms after the fault (leader lease {LEADER_LEASE_S:.0f} s); training "
+          f"resumed (the next generation RUNNING) after {resume_ms} ms")
+    check(ms <= 2 * LEADER_LEASE_S * 1000 + 500, f"{what}: the standby led within about 2 leases ({ms:.0f} ms)")
+    check(running, f"{what}: a generation runs under the new leader")
+    return {"failover_ms": round(ms), "resume_ms": round(resume_ms) if resume_ms else None}
+
+
+def at_step(step):
+    def wait(job):
+        return jobs.wait_for(lambda: jobs.step_seen(job, 0, step), f"{job.name}: step {step} reached", 90)
+    return wait
+
+
+def run(bindir, tmp, lab, etcd, name, during):
+    ctl = control.Replicas(etcd, REPLICA_HOSTS, job_name=name)
+    job = jobs.run_job(bindir, tmp, name, steps=STEPS, worker_args=WORKER, lab=lab, control=ctl,
+                       during=lambda lab_, job_, procs: during(job_, procs, ctl), deadline_s=150)
+    job.replica_codes = ctl.wait_exit(30)
+    job.logs_extra = ctl.logs
+    return job, ctl
+
+
+def case_leader_killed_training(bindir, tmp, lab, etcd, ref):
+    out = {}
+
+    def kill_leader(job, procs, ctl):
+        at_step(40)(job)
+        out["leader"] = ctl.leader()
+        out["at_us"] = time.time() * 1e6
+        lab.kill(ctl.procs[out["leader"]])
+    job, ctl = run(bindir, tmp, lab, etcd, "killtrain", kill_leader)
+    what = "leader killed while training"
+    job_done(job, what)
+    same_digest(job, ref, what)
+    no_restarts(job, what)
+    one_generation_at_a_time(job, what)
+    figures = took_over(ctl, out["leader"], out["at_us"], what)
+    check(len(control.leader_changes(job.text(0))) == 2, f"{what}: the summary names both leaders")
+    return job, figures
+
+
+def worker_pids(launcher_pid):
+    """The worker processes a launcher started (its children)."""
+    pids = []
+    for tid in os.listdir(f"/proc/{launcher_pid}/task"):
+        with open(f"/proc/{launcher_pid}/task/{tid}/children") as f:
+            pids += [int(p) for p in f.read().split()]
+    return pids
+
+
+def case_leader_killed_recovery(bindir, tmp, lab, etcd, ref):
+    out = {}
+
+    def kill_in_recovery(job, procs, ctl):
+        at_step(40)(job)
+        leader = out["leader"] = ctl.leader()
+        revokes = len(ctl.events_of(leader, "revoke"))
+        os.kill(procs[2].pid, signal.SIGSTOP)  # host 2's launcher cannot restart the worker yet
+        try:
+            os.kill(worker_pids(procs[2].pid)[0], signal.SIGKILL)
+            # The round that replaces it waits for W = 6 while the launcher is held.
+            jobs.wait_for(lambda: len(ctl.events_of(leader, "revoke")) > revokes, "the worker's failure revoked", 20)
+            out["at_us"] = time.time() * 1e6
+            lab.kill(ctl.procs[leader])
+        finally:
+            os.kill(procs[2].pid, signal.SIGCONT)
+    job, ctl = run(bindir, tmp, lab, etcd, "killrecov", kill_in_recovery)
+    what = "leader killed during a recovery"
+    ev = ctl.event_lines(out["leader"])
+    last_revoke = max((e["ts_us"] for e in ev if e["event"] == "revoke"), default=0)
+    check(last_revoke and not any(e["event"] == "running" and e["ts_us"] > last_revoke for e in ev),
+          f"{what}: the old leader died with its round open (a revoke, no running after it)")
+    job_done(job, what)
+    same_digest(job, ref, what)
+    no_restarts(job, what, hosts=(0, 1))
+    check(re.search(r"job DONE \(exit 0\): generation \d+, 1 restart\(s\)", job.text(2)),
+          f"{what}: host 2 restarted the killed worker once")
+    one_generation_at_a_time(job, what)
+    figures = took_over(ctl, out["leader"], out["at_us"], what)
+    return job, figures
+
+
+def case_etcd_member_killed(bindir, tmp, lab, etcd, ref):
+    out = {}
+
+    def kill_member(job, procs, ctl):
+        at_step(40)(job)
+        out["member"] = etcd.raft_leader()
+        check(out["member"] is not None, "etcd names its raft leader")
+        etcd.kill(out["member"] if out["member"] is not None else WORKER_HOSTS[0])
+        out["leaders_before"] = ctl.leader()
+    job, ctl = run(bindir, tmp, lab, etcd, "etcdkill", kill_member)
+    what = f"etcd member (raft leader, host {out.get('member')}) killed"
+    job_done(job, what)
+    same_digest(job, ref, what)
+    no_restarts(job, what)
+    changes = control.leader_changes(job.text(0))
+    print(f"{what}: coordinator leaders {changes}")
+    return job, {"leader_changes": len(changes) - 1}
+
+
+def case_coord_host_partitioned(bindir, tmp, lab, etcd, ref):
+    out = {}
+
+    def cut_leader_host(job, procs, ctl):
+        at_step(40)(job)
+        leader = out["leader"] = ctl.leader()
+        out["at_us"] = time.time() * 1e6
+        lab.link_down(REPLICA_HOSTS[leader])
+        jobs.wait_for(lambda: "lost the lead" in ctl.text(leader), "the cut-off leader gives up the lead", 20)
+        jobs.wait_for(lambda: ctl.events_of(1 - leader, "running"), "a generation runs under the new leader", 30)
+        lab.link_up(REPLICA_HOSTS[leader])
+    job, ctl = run(bindir, tmp, lab, etcd, "cutleader", cut_leader_host)
+    what = "coordinator host partitioned"
+    job_done(job, what)
+    same_digest(job, ref, what)
+    no_restarts(job, what)
+    one_generation_at_a_time(job, what)
+    figures = took_over(ctl, out["leader"], out["at_us"], what)
+    old, new = out["leader"], 1 - out["leader"]
+    lost = ctl.events_of(old, "lost_leadership")
+    check(lost, f"{what}: the old leader logged that it lost the lead")
+    # Cut off, the old leader may still decide in memory (its members' leases run out), but
+    # nothing it could not commit to etcd leaves it: its committed generations all come
+    # before the new leader's first.
+    first_new = min((e["g"] for e in ctl.events_of(new, "leading")), default=None)
+    committed_old = max((e["g"] for e in ctl.events_of(old, "commit")), default=0)
+    check(first_new is not None and committed_old < first_new,
+          f"{what}: the old leader committed no generation at or after the new leader's first "
+          f"({committed_old} < {first_new})")
+    if lost:
+        stop_ms = (lost[0]["ts_us"] - out["at_us"]) / 1000
+        print(f"{what}: the old leader stopped serving {stop_ms:.0f} ms after the cut")
+        check(stop_ms <= LEADER_LEASE_S * 1000, f"{what}: the old leader stopped within its lease ({stop_ms:.0f} ms)")
+    check("standing by" in ctl.text(old).split("lost the lead")[-1], f"{what}: after the heal the old leader stands by")
+    check(job.replica_codes == [0, 0], f"{what}: both replicas end cleanly once the job is over (got {job.replica_codes})")
+    return job, figures
+
+
+CASES = {"leader_killed_training": case_leader_killed_training,
+         "leader_killed_recovery": case_leader_killed_recovery,
+         "etcd_member_killed": case_etcd_member_killed,
+         "coord_host_partitioned": case_coord_host_partitioned}
+
+
+def run_case(bindir, case, tmp):
+    """Runs one case in a fresh lab: (jobs, figures)."""
+    with netlab.Lab(5) as lab:
+        ref = jobs.run_job(bindir, tmp, "ref", steps=STEPS, worker_args=WORKER, lab=lab)
+        etcd = control.EtcdOnHosts(lab, WORKER_HOSTS, tmp)
+        job, figures = CASES[case](bindir, tmp, lab, etcd, ref)
+        check(len(set(ref.digests.values())) == 1 and len(ref.digests) == 6,
+              f"failure-free reference: six slots, one digest (got {ref.digests})")
+        return [ref, job], figures
+
+
+def main():
+    if len(sys.argv) != 3 or sys.argv[2] not in CASES:
+        sys.exit(f"usage: failover_test.py BUILD_BIN_DIR {{{','.join(CASES)}}}")
+    why = netlab.unavailable_reason()
+    if why:
+        print(f"SKIPPED: no network namespaces: {why}")
+        return 77
+    if subprocess.run(["sh", "-c", "command -v etcd && command -v etcdctl"], capture_output=True).returncode != 0:
+        print("SKIPPED: no etcd: etcd and etcdctl are not on PATH (Debian's etcd-server and etcd-client; "
+              "scripts/setup installs them)")
+        return 77
+    bindir, case = os.path.abspath(sys.argv[1]), sys.argv[2]
+    tmp = tempfile.mkdtemp(prefix=f"rf-failover-{case}-")
+    t0 = time.monotonic()
+    ran, _ = run_case(bindir, case, tmp)
+    if failures:
+        for job in ran:
+            job.dump()
+        print(f"failover_test {case}: {len(failures)} check(s) failed in {time.monotonic() - t0:.1f} s; files in {tmp}")
+        return 1
+    subprocess.run(["rm", "-rf", tmp])
+    print(f"failover_test {case}: passed in {time.monotonic() - t0:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
