@@ -25,6 +25,7 @@
 #include "elastic/messages.h"
 #include "elastic/auth.h"
 #include "elastic/control_state.h"
+#include "elastic/coordinator_replies.h"
 #include "elastic/leadership.h"
 #include "elastic/token.h"
 
@@ -41,11 +42,6 @@ void set_nonblocking(int fd) {
   fcntl(fd, F_SETFL, fl | O_NONBLOCK);
 }
 
-json worker_json(WorkerId w) {
-  if (w.slot < 0) return nullptr;
-  return json{{"slot", w.slot}, {"incarnation", w.incarnation}};
-}
-
 const char* answer_name(Answer::Kind k) {
   switch (k) {
     case Answer::Accepted: return "accepted";
@@ -56,24 +52,6 @@ const char* answer_name(Answer::Kind k) {
     case Answer::Finished: return "finished";
   }
   return "?";
-}
-
-json plan_json(const Plan& p) {
-  json ranks = json::array();
-  for (const auto& r : p.ranks)
-    ranks.push_back({{"rank", r.rank},
-                     {"slot", r.worker.slot},
-                     {"incarnation", r.worker.incarnation},
-                     {"has_state", r.report.has_state},
-                     {"step", r.report.step},
-                     {"source_rank", r.source_rank ? json(*r.source_rank) : json(nullptr)}});
-  return {{"generation", p.generation},
-          {"target_step", p.target_step},
-          {"target_digest", p.target_digest},
-          {"fresh_start", p.fresh_start},
-          {"whole_job_restart", p.whole_job_restart},
-          {"job_id", p.job_id},
-          {"ranks", ranks}};
 }
 
 }  // namespace
@@ -112,13 +90,7 @@ struct Coordinator::Impl {
   KvStore kv;
   EventLog log;
   std::list<Conn> conns;
-  // The live line's figures, as each member's last heartbeat gave them (by slot).
-  struct Progress {
-    int64_t incarnation = 0;
-    int64_t step = -1;
-    std::optional<double> loss, samples_per_s;
-  };
-  std::map<int, Progress> progress;
+  std::map<int, Progress> progress;  // the live line's figures, by slot (coordinator_replies.h)
   int64_t wall_offset_us;
   uint64_t last_generation = 0;
   std::vector<json> evictions;  // history, for launchers
@@ -418,7 +390,8 @@ struct Coordinator::Impl {
             Answer a = membership.leave(c.worker, now, r.step);
             send(c, answer_json("leave_reply", a));
           } else if constexpr (std::is_same_v<T, Status>) {
-            send(c, status_json());
+            send(c, status_reply(membership, opt.membership.target_world, progress, evictions,
+                                 opt.leadership ? opt.leadership->id() : std::string(), leaders));
           } else if constexpr (std::is_same_v<T, Exited>) {
             const TimePoint exited_at = now - std::chrono::microseconds(std::max<int64_t>(0, rf::wall_us() - r.exited_wall_us));
             const Membership::ExitedInfo info = membership.process_exited({r.slot, r.incarnation}, r.status, exited_at, now);
@@ -428,7 +401,7 @@ struct Coordinator::Impl {
             membership.request_stop(now);
             send(c, {{"type", "stop_reply"}});
           } else if constexpr (std::is_same_v<T, Summary>) {
-            send(c, summary_json());
+            send(c, summary_reply(membership, [this](TimePoint t) { return wall(t); }, leaders));
           } else if constexpr (std::is_same_v<T, Fatal>) {
             Answer a = membership.worker_fatal(c.worker, r.error, now);
             send(c, answer_json("fatal_reply", a));
@@ -565,50 +538,6 @@ struct Coordinator::Impl {
     owner->phase_.store(static_cast<int>(membership.phase()));
   }
 
-  json status_json() const {
-    json members = json::array();
-    for (size_t r = 0; r < membership.members().size(); ++r)
-      members.push_back({{"rank", r}, {"slot", membership.members()[r].slot},
-                         {"incarnation", membership.members()[r].incarnation}});
-    json standby = json::array();
-    for (const auto& w : membership.standby()) standby.push_back({{"slot", w.slot}, {"incarnation", w.incarnation}});
-    // The member furthest ahead speaks for the job (every member of a generation reports
-    // the same global loss for a step).
-    Progress live;
-    for (const auto& m : membership.members()) {
-      const auto it = progress.find(m.slot);
-      if (it != progress.end() && it->second.incarnation == m.incarnation && it->second.step > live.step)
-        live = it->second;
-    }
-    int finished = 0;
-    for (const auto& rec : membership.recoveries()) finished += rec.finished;
-    return {{"type", "status_reply"},
-            {"phase", to_string(membership.phase())},
-            {"generation", membership.generation()},
-            {"members", members},
-            {"world", membership.members().size()},
-            {"target_world", opt.membership.target_world},
-            {"live_workers", membership.live_workers()},
-            {"standby", standby},
-            {"step", membership.max_member_step()},
-            {"loss", live.loss ? json(*live.loss) : json(nullptr)},
-            {"samples_per_s", live.samples_per_s ? json(*live.samples_per_s) : json(nullptr)},
-            {"recoveries", finished},
-            {"reconfigure", membership.reconfigure_flag()},
-            {"stop", membership.stop_flag()},
-            {"error", membership.error()},
-            {"evicted", evictions},
-            {"leader", opt.leadership ? json(opt.leadership->id()) : json(nullptr)},
-            {"failovers", leaders.empty() ? 0 : leaders.size() - 1}};
-  }
-
-  json leaders_json() const {
-    json out = json::array();
-    for (const auto& l : leaders)
-      out.push_back({{"id", l.id}, {"from_generation", l.from_generation}, {"since_wall_us", l.since_wall_us}});
-    return out;
-  }
-
   // --- the committed state (with a Leadership) ----------------------------------------
   ControlState control_state() const {
     ControlState st;
@@ -664,43 +593,6 @@ struct Coordinator::Impl {
     stopping.store(true);
   }
 
-  json summary_json() const {
-    json recs = json::array();
-    auto ms = [](TimePoint a, TimePoint b) { return std::chrono::duration<double, std::milli>(b - a).count(); };
-    for (const auto& r : membership.recoveries()) {
-      json phases = {{"detect", ms(r.first_seen, r.revoked)},
-                     {"agree", r.planned_at > r.revoked ? json(ms(r.revoked, r.planned_at)) : json(nullptr)}};
-      for (const char* p : {"connect", "transfer", "verify"}) {
-        auto it = r.worker_phase_ms.find(p);
-        phases[p] = it == r.worker_phase_ms.end() ? json(nullptr) : json(it->second);
-      }
-      recs.push_back({{"cause", to_string(r.cause)},
-                      {"worker", worker_json(r.worker)},
-                      {"planned", r.planned},
-                      {"from_generation", r.from_generation},
-                      {"generation", r.finished ? json(r.generation) : json(nullptr)},
-                      {"rounds", r.rounds},
-                      {"whole_job_restart", r.whole_job_restart},
-                      {"target_step", r.target_step},
-                      {"world", r.world},
-                      {"finished", r.finished},
-                      {"first_seen_us", wall(r.first_seen)},
-                      {"detect_ms", ms(r.first_seen, r.revoked)},
-                      {"total_ms", r.finished ? json(ms(r.first_seen, r.running_at)) : json(nullptr)},
-                      {"phases", phases}});
-    }
-    json fired = json::array();
-    for (const auto& f : membership.fired())
-      fired.push_back({{"spec", f.spec}, {"slot", f.worker.slot}, {"incarnation", f.worker.incarnation},
-                       {"generation", f.generation}, {"step", f.step}, {"wall_us", wall(f.at)}});
-    return {{"type", "summary_reply"},
-            {"phase", to_string(membership.phase())},
-            {"generation", membership.generation()},
-            {"error", membership.error()},
-            {"recoveries", recs},
-            {"fired", fired},
-            {"leaders", leaders_json()}};
-  }
 };
 
 Coordinator::Coordinator(CoordinatorOptions options) : impl_(std::make_unique<Impl>(std::move(options), this)) {}
