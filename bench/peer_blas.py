@@ -111,3 +111,23 @@ def apply_env(choice):
 if __name__ == "__main__":
     c = best_openblas(int(sys.argv[1]) if len(sys.argv) > 1 else 1)
     print(c["line"])
+
+
+def write_result(path, section, order, title, notes, rows, choice):
+    """Writes one benchmark table as bench/out JSON (rendered by bench/report.py), with the
+    command, commit, date, machine and the peer's BLAS kernel next to the figures."""
+    import platform
+    import time
+    cpu = subprocess.run(["sh", "-c", "grep -m1 'model name' /proc/cpuinfo | cut -d: -f2"], capture_output=True,
+                         text=True).stdout.strip()
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                           text=True).stdout.strip()
+    with open(path, "w") as f:
+        json.dump({"section": section, "order": order, "title": title,
+                   "command": " ".join(["/usr/bin/python3" if sys.executable == "/usr/bin/python3" else "python3"] +
+                                      sys.argv),
+                   "commit": commit + (" (with local changes)" if dirty else ""),
+                   "date": time.strftime("%Y-%m-%d", time.gmtime()),
+                   "machine": f"{cpu}, {os.cpu_count()} cores, {platform.node()}",
+                   "notes": notes + f" Peer BLAS: {choice['line']}", "rows": rows}, f, indent=1)

@@ -325,6 +325,7 @@ struct Coordinator::Impl {
     if (const auto* h = std::get_if<Hello>(&req)) return challenge(c, *h);
     if (const auto* a = std::get_if<Auth>(&req)) return handle_auth(c, *a, now);
     if (!c.hello) throw ProtocolError(rf::str("request '", request_name(req), "' before hello"));
+    if (c.role == Role::Replica) throw ProtocolError("a replica's connection only watches the leader");
     const bool launcher = c.role == Role::Launcher;
     const bool launcher_only = std::holds_alternative<Status>(req) || std::holds_alternative<Exited>(req) ||
                                std::holds_alternative<StopJob>(req) || std::holds_alternative<Summary>(req);
@@ -430,7 +431,7 @@ struct Coordinator::Impl {
     if (c.hello || !c.challenged) throw ProtocolError("auth without a challenge (send hello first)");
     const Hello h = *c.challenged;
     c.challenged.reset();
-    static const char* roles[] = {"member", "caller", "launcher"};
+    static const char* roles[] = {"member", "caller", "launcher", "replica"};
     const std::string want =
         client_proof(opt.token, c.server_nonce, h.nonce, roles[static_cast<int>(h.role)], h.slot, h.incarnation);
     if (!token_equal(a.mac, want)) {

@@ -43,7 +43,7 @@ std::optional<LeaderInfo> find_leader(EtcdClient& etcd, const std::string& job) 
   const json j = json::parse(kv->value, nullptr, false);
   if (!j.is_object() || !j.contains("addr") || !j["addr"].is_string())
     throw rf::Error(rf::str("etcd: the leader key of job '", job, "' holds no address: ", kv->value.substr(0, 200)));
-  return LeaderInfo{j.value("id", ""), j["addr"].get<std::string>(), kv->create_revision};
+  return LeaderInfo{j.value("id", ""), j["addr"].get<std::string>(), kv->create_revision, kv->lease};
 }
 
 Leadership::Leadership(LeadershipOptions options, std::string id)
@@ -98,6 +98,12 @@ bool Leadership::campaign(const std::string& addr, const std::function<bool()>& 
 
 bool Leadership::leading(TimePoint now) const {
   return lease_id_ != 0 && !lost_.load() && now.time_since_epoch().count() < valid_until_.load();
+}
+
+std::optional<LeaderInfo> Leadership::leader_now() { return find_leader(etcd_, opt_.job); }
+
+void Leadership::depose(const LeaderInfo& leader) {
+  if (leader.lease != 0) etcd_.lease_revoke(leader.lease);
 }
 
 std::string Leadership::lost_reason() const {

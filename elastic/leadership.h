@@ -53,6 +53,7 @@ std::string control_prefix(const std::string& job);
 struct LeaderInfo {
   std::string id, addr;  // addr: "host:port" of its coordinator
   int64_t create_revision = 0;
+  int64_t lease = 0;  // the etcd lease the key is on
 };
 
 // Who leads `job` now (nullopt: nobody). Throws EtcdUnavailable.
@@ -69,6 +70,13 @@ class Leadership {
   // (false). etcd being down is waited out, not an error.
   bool campaign(const std::string& addr, const std::function<bool()>& stop);
   bool leading(TimePoint now) const;
+  // Who leads now (nullopt: nobody). Throws EtcdUnavailable.
+  std::optional<LeaderInfo> leader_now();
+  // Ends `leader`'s term at once by revoking its lease (its key goes with it), for a standby
+  // that saw the leader's process end: its watch connection closed. Safe however wrong that
+  // is: a leader whose key is gone cannot commit any more (commit() is guarded) and steps
+  // down at its next renewal. Throws EtcdUnavailable.
+  void depose(const LeaderInfo& leader);
   std::string lost_reason() const;
 
   // Applies `ops` (keys relative to the prefix) in one transaction, only while this replica

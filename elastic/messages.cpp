@@ -27,8 +27,9 @@ Request decode(const json& m, const std::string& type) {
     if (role == "member") h.role = Role::Member;
     else if (role == "caller") h.role = Role::Caller;
     else if (role == "launcher") h.role = Role::Launcher;
-    else throw ProtocolError(rf::str("field 'role' = '", role, "' is not member, caller or launcher"));
-    if (h.role != Role::Launcher) {
+    else if (role == "replica") h.role = Role::Replica;
+    else throw ProtocolError(rf::str("field 'role' = '", role, "' is not member, caller, launcher or replica"));
+    if (h.role == Role::Member || h.role == Role::Caller) {
       h.slot = static_cast<int>(get_int(m, "slot", 0, kMaxSlot));
       h.incarnation = get_int(m, "incarnation", 0, kMaxGen);
     }

@@ -23,7 +23,9 @@ inline constexpr size_t kMaxTextBytes = 4096;
 inline constexpr int64_t kMaxSlot = 1'000'000;
 inline constexpr int64_t kMaxWaitMs = 3'600'000;
 
-enum class Role { Member, Caller, Launcher };
+// Replica: a standby coordinator replica watching the leader (docs/control-plane.md); it
+// sends nothing after its hello, and the leader's process ending closes its connection.
+enum class Role { Member, Caller, Launcher, Replica };
 
 struct Hello { std::string nonce; Role role; int slot = -1; int64_t incarnation = 0; };
 struct Auth { std::string mac; };  // HMAC-SHA256 over the challenge (elastic/auth.h), hex

@@ -85,6 +85,15 @@ void Connection::connect(const std::string& host, int port, TimePoint deadline, 
   throw ConnectionLost(rf::str("cannot connect to the coordinator at ", host, ":", port, ": ", last_error));
 }
 
+bool Connection::peer_closed(int wait_ms) {
+  if (fd_ < 0) return true;
+  pollfd p{fd_, POLLIN | POLLRDHUP, 0};
+  if (::poll(&p, 1, wait_ms) <= 0) return false;
+  char b;
+  const ssize_t n = ::recv(fd_, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
 void Connection::shutdown() {
   if (fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
 }

@@ -33,6 +33,9 @@ class Connection {
   // Ends a call() another thread is blocked in (it throws ConnectionLost); the connection
   // stays open until close(). Safe from any thread while the connection exists.
   void shutdown();
+  // Whether the other side has closed the connection (end of file or reset), waiting up to
+  // `wait_ms` for it. Data waiting to be read is not a close.
+  bool peer_closed(int wait_ms);
   bool connected() const { return fd_ >= 0; }
 
  private:

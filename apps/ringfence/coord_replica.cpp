@@ -6,9 +6,11 @@
 #include <memory>
 
 #include "base/str.h"
+#include "elastic/auth.h"
 #include "elastic/control_state.h"
 #include "elastic/etcd_client.h"
 #include "elastic/leadership.h"
+#include "elastic/wire.h"
 
 namespace rf::apps {
 
@@ -28,6 +30,49 @@ std::string committed_phase(Leadership& lead) {
   return "";
 }
 
+// A standby's watch on the leader: an authenticated connection to its coordinator (role
+// replica) that the leader's process ending closes. Then the standby deposes it at once
+// instead of waiting up to a lease for etcd to expire it. Only a connection that was open
+// counts: a refused one may be a leader that has not bound its port yet.
+class LeaderWatch {
+ public:
+  LeaderWatch(Leadership& lead, std::string token, std::string id) : lead_(lead), token_(std::move(token)), id_(std::move(id)) {}
+
+  // One look, called while campaigning (every poll): never blocks for long.
+  void look() {
+    try {
+      if (!conn_.connected()) {
+        if (Clock::now() < next_try_) return;
+        next_try_ = Clock::now() + std::chrono::milliseconds(200);
+        watched_ = lead_.leader_now();
+        if (!watched_ || watched_->id == id_) return;
+        const auto [host, port] = parse_host_port(watched_->addr);
+        const TimePoint deadline = Clock::now() + std::chrono::milliseconds(500);
+        conn_.connect(host, port, deadline, false);
+        authenticate(conn_, token_, {{"type", "hello"}, {"role", "replica"}}, deadline);
+        return;
+      }
+      if (!conn_.peer_closed(0)) return;
+      conn_.close();
+      // The leader's process ended, or it stopped serving: its term is over either way.
+      const auto now_leading = lead_.leader_now();
+      if (watched_ && now_leading && now_leading->create_revision == watched_->create_revision) {
+        lead_.depose(*now_leading);
+        say(id_, rf::str("the leader ", watched_->id, " closed its connection: its lease revoked"));
+      }
+    } catch (const rf::Error&) {
+      conn_.close();  // etcd or the leader unreachable now: look again later
+    }
+  }
+
+ private:
+  Leadership& lead_;
+  std::string token_, id_;
+  Connection conn_;
+  std::optional<LeaderInfo> watched_;
+  TimePoint next_try_{};
+};
+
 }  // namespace
 
 int run_coord_replica(const CoordOptions& o, CoordinatorOptions base, const volatile sig_atomic_t& stop) {
@@ -37,7 +82,12 @@ int run_coord_replica(const CoordOptions& o, CoordinatorOptions base, const vola
   while (!stop) {
     auto lead = std::make_shared<Leadership>(lo, id);
     say(id, rf::str("standing by for job '", o.job, "' (etcd ", o.etcd, ")"));
-    if (!lead->campaign(addr, [&] { return stop != 0; })) break;
+    LeaderWatch watch(*lead, base.token, id);
+    if (!lead->campaign(addr, [&] {
+          watch.look();
+          return stop != 0;
+        }))
+      break;
     std::unique_ptr<Coordinator> coord;
     try {
       // A job that ended under an earlier leader stays ended: the standbys leave one by one.

@@ -16,7 +16,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from peer_blas import apply_env, best_openblas  # noqa: E402
+from peer_blas import apply_env, best_openblas, write_result  # noqa: E402
 from torch_models import torch_model  # noqa: E402
 
 
@@ -79,6 +79,7 @@ def main():
     ap.add_argument("--steps", type=int, default=150)
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--json", help="also write the table there (bench/out/ddp_vs_torch.json for RESULTS.md)")
     args = ap.parse_args()
     # The peer at its best: the fastest OpenBLAS kernel this CPU runs, set before torch loads
     # (the ranks mp.spawn starts inherit it).
@@ -87,6 +88,7 @@ def main():
     print(f"# {choice['line']}")
     print(f"# W={args.world}, global batch {args.batch}, 1 thread per rank; median step time, best of {args.repeats}")
     port = 29500 + os.getpid() % 1000
+    rows = []
     for name in args.models.split(","):
         tt, rr = [], []
         for r in range(args.repeats):
@@ -96,6 +98,12 @@ def main():
         t, f = min(tt), min(rr)
         print(f"{name}: pytorch DDP gloo {1000 * args.batch / t:8.0f} samples/s | ringfence {1000 * args.batch / f:8.0f} "
               f"samples/s | ratio {t / f:.2f}x")
+        rows.append({"model": name.upper(), "PyTorch DDP samples/s": round(1000 * args.batch / t),
+                     "ringfence samples/s": round(1000 * args.batch / f), "ringfence / PyTorch DDP": f"{t / f:.2f}x"})
+    if args.json:
+        write_result(args.json, "Data-parallel", 60, f"Samples/s against PyTorch DDP (gloo), W = {args.world}",
+                     f"W = {args.world}, one thread per rank, global batch {args.batch}; best of {args.repeats} median "
+                     f"step times; ratio = ringfence / PyTorch DDP samples/s.", rows, choice)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from peer_blas import apply_env, best_openblas  # noqa: E402
+from peer_blas import apply_env, best_openblas, write_result  # noqa: E402
 from torch_models import torch_model  # noqa: E402
 
 
@@ -73,6 +73,7 @@ def main():
     ap.add_argument("--steps-mlp", type=int, default=200)
     ap.add_argument("--steps-cnn", type=int, default=40)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--json", help="also write the table there (bench/out/train_vs_torch.json for RESULTS.md)")
     a = ap.parse_args()
     # Thread count must be fixed before torch initialises its pools.
     os.environ["OMP_NUM_THREADS"] = str(a.threads)
@@ -87,6 +88,7 @@ def main():
           f"mkldnn: {torch.backends.mkldnn.is_available()}, threads {a.threads}, batch {a.batch}")
     print(f"{'model':6} {'pytorch samples/s':>18} {'ringfence samples/s':>20} {'ratio':>7} {'median ratio':>13}"
           f" {'pytorch cpu ms/step':>20} {'ringfence cpu ms/step':>22} {'cpu ratio':>10} {'median cpu ratio':>17}")
+    rows = []
     for name in a.models.split(","):
         steps = a.steps_mlp if name == "mlp" else a.steps_cnn
         pts, rfs, ptc, rfc = [], [], [], []
@@ -105,6 +107,13 @@ def main():
             line += (f" {min(ptc):20.2f} {min(rfc):22.2f} {min(ptc) / min(rfc):10.2f}"
                      f" {cratios[len(cratios) // 2]:17.2f}")
         print(line, flush=True)
+        rows.append({"model": name.upper(), "PyTorch samples/s": round(pt), "ringfence samples/s": round(rf),
+                     "ratio (best)": f"{rf / pt:.2f}x", "median ratio": f"{ratios[len(ratios) // 2]:.2f}x"})
+    if a.json:
+        write_result(a.json, "Training, one process", 20, "Samples/s against PyTorch",
+                     f"One training step (forward, cross-entropy, backward, SGD momentum) of the reference models, "
+                     f"batch {a.batch}, {a.threads} thread(s); PyTorch {torch.__version__}, measured alternately in one "
+                     f"run, best of {a.repeats} each; ratio = ringfence / PyTorch.", rows, choice)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <memory>
 #include <string>
 #include <thread>
 
@@ -159,4 +160,22 @@ TEST_CASE("a client never sends the token, and refuses a coordinator that cannot
   CHECK(seen.find("\"hello\"") != std::string::npos);  // the impostor did hear the hello
   CHECK(seen.find(token) == std::string::npos);
   CHECK(seen.find("\"auth\"") == std::string::npos);   // and got no answer to its challenge
+}
+
+TEST_CASE("a standby replica's watch: admitted like any client, allowed no request, closed when the leader ends") {
+  const std::string token = random_token();
+  auto coord = std::make_unique<Coordinator>(opts(token));
+  coord->start();
+  Connection watch;
+  const auto deadline = rf::Clock::now() + 5s;
+  watch.connect("127.0.0.1", coord->port(), deadline);
+  CHECK(authenticate(watch, token, {{"type", "hello"}, {"role", "replica"}}, deadline)["type"] == "welcome");
+  CHECK_FALSE(watch.peer_closed(50));  // the leader serves: the watch stays open
+  CHECK(coord->launcher_connections() == 0);  // a watch is no launcher (the job's end does not wait on it)
+  Connection asks;
+  asks.connect("127.0.0.1", coord->port(), deadline);
+  authenticate(asks, token, {{"type", "hello"}, {"role", "replica"}}, deadline);
+  CHECK_THROWS_WITH_AS(asks.call({{"type", "status"}}, deadline), doctest::Contains("only watches the leader"), Refused);
+  coord.reset();  // the leader's process ends
+  CHECK(watch.peer_closed(2000));
 }
