@@ -30,7 +30,7 @@ const char* kUsage =
     "usage:\n"
     "  ringfence run -n N [--min-world M] [--spares K] [--max-restarts R] [--join-window T]\n"
     "                [--heartbeat T --lease T] [--min-world-timeout T] [--report-timeout T] [--inject SPEC]...\n"
-    "                [--summary FILE] [--event-log FILE] [--stop-grace T] [--quiet]\n"
+    "                [--summary FILE] [--event-log FILE] [--trace FILE] [--stop-grace T] [--quiet]\n"
     "                [--coord HOST:PORT [--token-file F] --nnodes N --node-rank I] -- PROGRAM ARGS...\n"
     "  ringfence coord -n W [--min-world M] [--host H] [--port P] [--token-file F] [--event-log FILE]\n"
     "                [--join-window T] [--heartbeat T --lease T] [--min-world-timeout T] [--report-timeout T]\n"
