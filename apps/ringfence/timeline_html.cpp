@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -286,17 +287,28 @@ int write_timeline_html(const std::string& trace_path, const std::string& out_pa
           << "\" width=\"" << w << "\" height=\"" << kLevelH - 2 << "\"" << data_attrs(e) << "><title>" << tooltip(e)
           << "</title></rect>\n";
     }
+    // Labels for what a reader looks for first (every instant has its tooltip): to the right
+    // of the marker, or to its left when the next label is too close (an inject, then the
+    // exit it caused).
+    auto labelled = [](const Event& e) {
+      return e.ph != 'X' && (e.name == "exit" || e.name == "inject" || e.name == "revoke" || e.name == "running");
+    };
+    std::vector<double> label_x;
+    for (const Event& e : t.events)
+      if (labelled(e)) label_x.push_back(kLabelW + static_cast<double>(e.ts) / total * kPlotW);
+    size_t nth_label = 0;
     for (const Event& e : t.events) {
       if (e.ph == 'X') continue;
       const double x0 = kLabelW + static_cast<double>(e.ts) / total * kPlotW;
-      // Labels for what a reader looks for first; every instant has its tooltip.
-      const bool label = e.name == "exit" || e.name == "inject" || e.name == "revoke" || e.name == "running";
+      const bool label = labelled(e);
+      const bool left = label && ++nth_label < label_x.size() && label_x[nth_label] - x0 < 60;
       std::string text = e.name;
       if (e.name == "exit") text = str("exit ", e.args.value("status", json(0)).dump());
       svg << "<g class=\"instant\" transform=\"translate(" << x0 << "," << t.y << ")\" data-y=\"" << t.y << "\""
           << data_attrs(e) << "><title>" << tooltip(e) << "</title><path class=\"n-" << css_name(e.name)
           << "\" d=\"M0 0 L4 6 L0 12 L-4 6 Z\"/>";
-      if (label) svg << "<text x=\"5\" y=\"10\">" << esc(text) << "</text>";
+      if (label)
+        svg << "<text " << (left ? "x=\"-5\" text-anchor=\"end\"" : "x=\"5\"") << " y=\"10\">" << esc(text) << "</text>";
       svg << "</g>\n";
     }
     svg << "</g>\n";
@@ -305,7 +317,8 @@ int write_timeline_html(const std::string& trace_path, const std::string& out_pa
 
   std::ofstream out(out_path);
   out << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>ringfence timeline</title><style>"
-      << kStyle << "</style></head><body>\n<h1>ringfence timeline</h1>\n<div class=\"sub\">" << esc(trace_path)
+      << kStyle << "</style></head><body>\n<h1>ringfence timeline</h1>\n<div class=\"sub\">"
+      << esc(std::filesystem::path(trace_path).filename().string())
       << " &middot; " << str((t1 - t0) / 1e6) << " s &middot; " << tracks.size()
       << " tracks &middot; 0 s = the first event &middot; wheel: zoom, drag: pan, double-click: all</div>\n"
       << "<div class=\"legend\">";
