@@ -69,7 +69,6 @@ struct Trainer::Impl {
   Membership member;
   // Before recovery, which records into it from the heartbeat thread too.
   Tracer tracer;
-  int64_t redo_step = -1;  // the step a recovery redoes (T+1), drawn as "redo" in the trace
   // Last: destroyed first, it stops the heartbeat thread that calls back into it (step 1)
   // before any member it uses goes, also when run() ended with an exception.
   Recovery recovery;
@@ -168,7 +167,7 @@ struct Trainer::Impl {
       }
       const TimePoint t_end = Clock::now();
       tracer.span("optimizer", Tracer::kTrain, t_opt, t_end, ta);
-      tracer.span(s == redo_step ? "redo" : "step", Tracer::kTrain, step_began, t_end, ta);
+      tracer.span("step", Tracer::kTrain, step_began, t_end, ta);
       state.set_step(s);
       const Duration step_time = Clock::now() - step_began;
       watch.end_step(step_time);
@@ -341,8 +340,6 @@ struct Trainer::Impl {
       }
       if (!first) ++result.recoveries;
       first = false;
-      // A generation formed from live state (not a fresh start) begins by redoing T+1.
-      redo_step = member.plan.fresh_start || member.plan.generation <= 1 ? -1 : member.plan.target_step + 1;
       const Leave why = train_generation();
       watch.idle();
       if (why == Leave::Recover) {

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <map>
 #include <optional>
+#include <tuple>
 
 #include "base/error.h"
 #include "base/str.h"
@@ -109,6 +110,33 @@ void merge_coordinator(const std::string& path, int64_t since_us, json& events, 
   });
 }
 
+// A step that some worker began and nobody applied then (a "failed step", or one a worker
+// died inside: its forward or backward without its "step") is redone after the recovery:
+// each later "step" of it is renamed "redo". Only the merge sees every worker, so only it
+// can tell a redone step from a new one (after a planned grow, T+1 was never begun).
+void mark_redone_steps(json& events) {
+  std::map<int64_t, int64_t> begun;  // step -> when it was first begun and not applied
+  std::map<std::tuple<int, int64_t, int64_t>, bool> applied;  // (pid, tid, step)
+  auto step_of = [](const json& e) { return e.contains("args") ? e["args"].value("step", int64_t{-1}) : -1; };
+  auto key = [&](const json& e) { return std::tuple{e.value("pid", 0), e.value("tid", int64_t{0}), step_of(e)}; };
+  for (const json& e : events)
+    if (e.value("name", "") == "step") applied[key(e)] = true;
+  for (const json& e : events) {
+    const std::string name = e.value("name", "");
+    const bool part = name == "forward" || name == "backward" || name == "allreduce wait";
+    const bool unapplied_part = part && !applied.count(key(e));
+    if (name != "failed step" && !unapplied_part) continue;
+    const int64_t ts = e.value("ts", int64_t{0});
+    auto [it, fresh] = begun.emplace(step_of(e), ts);
+    if (!fresh) it->second = std::min(it->second, ts);
+  }
+  for (json& e : events) {
+    if (e.value("name", "") != "step") continue;
+    auto it = begun.find(step_of(e));
+    if (it != begun.end() && e.value("ts", int64_t{0}) > it->second) e["name"] = "redo";
+  }
+}
+
 }  // namespace
 
 TraceMergeResult merge_trace(const TraceMergeInput& in) {
@@ -150,6 +178,7 @@ TraceMergeResult merge_trace(const TraceMergeInput& in) {
                         {"pid", pid}, {"tid", trace_tid(inc, 0)}, {"args", eargs}});
     }
   }
+  mark_redone_steps(events);
   std::stable_sort(events.begin(), events.end(), [](const json& a, const json& b) {
     return a.value("ts", int64_t{0}) < b.value("ts", int64_t{0});
   });

@@ -11,6 +11,8 @@
 // incarnation ("incarnation I", tid 100*I) with one thread per gradient bucket's
 // all-reduces beside it (tid 100*I + 1 + b), all named by metadata events. The launcher's
 // own view of each incarnation (spawned, exited with its status) is added as instants.
+// A step begun and not applied before a recovery is redone after it: each later "step" of
+// it is renamed "redo" (only the merge sees every worker, so only it can tell).
 //
 // A killed worker's file may end in a partial line: lines that do not parse are skipped
 // and counted, never fatal.
