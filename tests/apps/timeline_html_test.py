@@ -83,7 +83,8 @@ def track(dom, kind, slot=None, incarnation=None):
 
 
 def named(items, name, **want):
-    return [x for x in items if x.get("data-name") == name and all(x.get("data-" + k) == str(v) for k, v in want.items())]
+    return [x for x in items
+            if x.get("data-name") == name and all(x.get("data-" + k) == str(v) for k, v in want.items())]
 
 
 def run_stdout(cmd, out_path, err_path, deadline_s):
@@ -161,7 +162,8 @@ def main():
         if os.path.exists(shot):
             with open(shot, "rb") as f:
                 png = f.read()
-            check(png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10000, f"the screenshot is no picture ({len(png)} bytes)")
+            check(png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10000,
+                  f"the screenshot is no picture ({len(png)} bytes)")
         dom_file = os.path.join(tmp, "dom.html")
         rc = run_stdout([*base, "--dump-dom", "file://" + page], dom_file, f"{tmp}/dom.txt", BROWSER_DEADLINE_S)
         check(rc == 0, f"chromium --dump-dom: exit {rc}")
