@@ -27,7 +27,7 @@ struct RunOptions {
   std::vector<FaultSpec> inject;  // --inject (repeatable)
   std::string summary_path;       // --summary FILE
   std::string event_log;          // --event-log FILE
-  std::string trace;              // --trace FILE (docs/trace.md)
+  std::string trace = "";         // --trace FILE (docs/trace.md)
   std::string coord;              // --coord HOST:PORT (empty: embedded coordinator)
   std::string token_file;         // --token-file FILE (with --coord; else RINGFENCE_TOKEN)
   int nnodes = 1;                 // --nnodes
