@@ -82,10 +82,11 @@ bool merge_worker(const std::string& path, int slot, int64_t inc, json& events, 
   return true;
 }
 
-// The coordinator's event log: every line an instant; a revocation to g opens a span
-// "recovery" that the line saying g is RUNNING closes.
+// The coordinator's event log: every line an instant; each recovery a span "recovery" from
+// the first revocation to the generation that then runs (a failure during recovery
+// revokes again: one span covers the whole episode), with the first revocation's cause.
 void merge_coordinator(const std::string& path, int64_t since_us, json& events, int64_t& skipped) {
-  std::map<int64_t, int64_t> revoked_at;  // g -> ts
+  std::optional<std::pair<int64_t, json>> episode;  // (ts, cause) of its first revocation
   read_lines(path, skipped, [&](json line) {
     if (!line.contains("ts_us") || !line["ts_us"].is_number_integer()) {
       ++skipped;
@@ -99,13 +100,13 @@ void merge_coordinator(const std::string& path, int64_t since_us, json& events, 
     args.erase("event");
     events.push_back({{"name", name}, {"ph", "i"}, {"s", "t"}, {"ts", ts}, {"pid", kCoordinatorPid}, {"tid", 0},
                       {"args", args}});
-    const int64_t g = line.contains("g") && line["g"].is_number_integer() ? line["g"].get<int64_t>() : -1;
-    if (name == "revoke" && !revoked_at.count(g)) revoked_at[g] = ts;
-    if (name == "running" && revoked_at.count(g)) {
-      const int64_t t0 = revoked_at[g];
-      events.push_back({{"name", "recovery"}, {"ph", "X"}, {"ts", t0}, {"dur", ts - t0}, {"pid", kCoordinatorPid},
-                        {"tid", 0}, {"args", {{"g", g}, {"step", line.value("s", json(-1))}, {"cause", ""}}}});
-      revoked_at.erase(g);
+    if (name == "revoke" && !episode) episode = {ts, line.value("cause", json(""))};
+    if (name == "running" && episode) {
+      const json rargs = {{"g", line.value("g", json(-1))}, {"target_step", line.value("s", json(-1))},
+                          {"cause", episode->second}};
+      events.push_back({{"name", "recovery"}, {"ph", "X"}, {"ts", episode->first}, {"dur", ts - episode->first},
+                        {"pid", kCoordinatorPid}, {"tid", 0}, {"args", rargs}});
+      episode.reset();
     }
   });
 }

@@ -63,7 +63,9 @@ TEST_CASE("trace merge: parts onto one timeline, a killed worker's partial line 
   write(rf::apps::trace_coordinator_part(trace),
         R"({"ts_us":500,"event":"join","cause":"","g":0,"s":-1})" "\n"  // an earlier run's (before since_us)
         R"({"ts_us":1070,"event":"revoke","cause":"connection_closed","g":2,"s":0})" "\n"
-        R"({"ts_us":1200,"event":"running","cause":"","g":2,"s":0})" "\n");
+        // A failure during the recovery: revoked again, one episode until generation 3 runs.
+        R"({"ts_us":1100,"event":"revoke","cause":"failure_report","g":3,"s":0})" "\n"
+        R"({"ts_us":1200,"event":"running","cause":"","g":3,"s":0})" "\n");
   const json workers = json::parse(R"([
     {"slot":0,"spawns":[{"incarnation":0,"wall_us":900,"reason":"start"}],
      "exits":[{"incarnation":0,"status":0,"wall_us":1300}]},
@@ -93,6 +95,8 @@ TEST_CASE("trace merge: parts onto one timeline, a killed worker's partial line 
   REQUIRE(rec != nullptr);
   CHECK((*rec)["ts"] == 1070);
   CHECK((*rec)["dur"] == 130);
+  CHECK((*rec)["args"]["g"] == 3);
+  CHECK((*rec)["args"]["cause"] == "connection_closed");
   // Step 1 failed in generation 1: its step in generation 2 is the redo; step 2 is new.
   int redo = 0, steps = 0;
   for (const json& e : ev) {
