@@ -1,7 +1,7 @@
 #pragma once
 // Peers' SharedBuffers mapped read-only, cached process-wide by (the peer process's token,
 // buffer id) — not per communicator. Mapping a buffer costs its page-table set-up, ~4-30 us
-// per 4 KiB page on this VM (70-550 ms for 64 MiB measured), which a recovery must not pay
+// per 4 KiB page on a 2-core VM (70-550 ms for 64 MiB measured), which a recovery must not pay
 // again for the survivors' buckets: their processes and buffers outlive generations, so the
 // communicator of g+1 finds the mappings g made. Only a new process (a replacement) is
 // mapped afresh.

@@ -168,7 +168,19 @@ Recovery::Round Recovery::report() {
 
 // ---- plan, steps 5-7 ------------------------------------------------------------------
 
+// A call to the coordinator that meets a lost leader (several replicas) has self-fenced the
+// client and says so (Refused): the round is over for this worker, which joins the next
+// leader as a new member.
 bool Recovery::form() {
+  try {
+    return form_steps();
+  } catch (const elastic::Refused&) {
+    if (client_->fenced()) return false;
+    throw;
+  }
+}
+
+bool Recovery::form_steps() {
   if (!plan()) return false;
   TimePoint t0 = Clock::now();
   if (!connect()) return false;
@@ -379,7 +391,13 @@ void Recovery::verify(uint64_t tag_step, const char* when) {
 
 Recovery::Resumed Recovery::resume() {
   enter(RecoveryPhase::Resume);
-  const elastic::ReadyQuery rq = client_->ready(m_.plan.generation, cfg_.ready_timeout);
+  elastic::ReadyQuery rq;
+  try {
+    rq = client_->ready(m_.plan.generation, cfg_.ready_timeout);
+  } catch (const elastic::Refused&) {
+    if (client_->fenced()) return Resumed::Again;  // the leader was lost (see form())
+    throw;
+  }
   if (rq.kind == elastic::ReadyQuery::Stopped) throw elastic::JobStopped(str("the coordinator stopped the job: ", rq.error));
   if (rq.kind == elastic::ReadyQuery::Done) return Resumed::Done;
   if (rq.kind != elastic::ReadyQuery::Running) return Resumed::Again;

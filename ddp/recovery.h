@@ -130,6 +130,7 @@ class Recovery {
   void end_trace_phase() { enter(std::nullopt); }
 
  private:
+  bool form_steps();  // form() without the lost-leader case
   // The phase recovery is in (nullopt: back to training), for the audit lines and comm's
   // flight recorder.
   void enter(std::optional<RecoveryPhase> phase);

@@ -128,7 +128,7 @@ class Trainer {
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
   // Runs until the last step, a graceful stop, or an unrecoverable error (elastic's
-  // JobStopped, DivergenceError, ...). Reads RINGFENCE_COORD/_TOKEN/_SLOT/_INCARNATION and
+  // JobStopped, DivergenceError, ...). Reads RINGFENCE_COORD (or _ETCD and _JOB)/_TOKEN/_SLOT/_INCARNATION and
   // RINGFENCE_INJECT (with fault_tolerance off: RF_RANK/RF_WORLD/RF_STORE).
   TrainerResult run();
   // Only from the training thread (on_step) or when run() is not running.

@@ -3,6 +3,7 @@
 // for the live line and for evictions (a worker evicted as hung is SIGKILLed before it
 // is replaced), exited (D1 seen by the launcher), stop (graceful stop, R5), summary.
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -13,6 +14,13 @@ namespace rf::elastic {
 class AdminClient {
  public:
   AdminClient(std::string host, int port, std::string token, Duration timeout = std::chrono::seconds(10));
+  // Several coordinator replicas: the leader of `job` in etcd, followed when it changes. A
+  // call that meets a lost leader looks the new one up and is sent again, until `failover`
+  // has passed (then it throws ConnectionLost).
+  AdminClient(std::vector<std::string> etcd, std::string job, std::string token,
+              Duration failover = std::chrono::seconds(20), Duration timeout = std::chrono::seconds(10));
+  // Who leads (its id, as etcd names it); "" with a single coordinator.
+  const std::string& leader() const { return leader_; }
   nlohmann::json status();
   // What the coordinator knew of the process that exited (its exited_reply).
   struct ExitedReply {
@@ -26,6 +34,10 @@ class AdminClient {
 
  private:
   nlohmann::json call(nlohmann::json req);
+  void connect_leader(TimePoint deadline);
+  std::vector<std::string> etcd_;
+  std::string job_, token_, leader_;
+  Duration failover_{};
   Duration timeout_;
   Connection conn_;
 };

@@ -8,7 +8,9 @@
 
 #include "base/str.h"
 #include "base/thread_sched.h"
+#include "elastic/etcd_client.h"
 #include "elastic/frame.h"
+#include "elastic/leadership.h"
 #include "elastic/messages.h"
 
 namespace rf::elastic {
@@ -89,7 +91,13 @@ Query parse_wait_reply(const json& r, const std::string& status, const char* err
 
 ClientOptions ClientOptions::from_env() {
   ClientOptions o;
-  std::tie(o.host, o.port) = parse_host_port(env_or_throw("RINGFENCE_COORD"));
+  if (const char* etcd = std::getenv("RINGFENCE_ETCD"); etcd && *etcd) {
+    o.etcd = parse_etcd_endpoints(etcd);
+    if (const char* job = std::getenv("RINGFENCE_JOB"); job && *job) o.job = job;
+    control_prefix(o.job);  // checks the name
+  } else {
+    std::tie(o.host, o.port) = parse_host_port(env_or_throw("RINGFENCE_COORD"));
+  }
   o.token = env_or_throw("RINGFENCE_TOKEN");
   o.slot = static_cast<int>(env_int("RINGFENCE_SLOT", 0, 1'000'000));
   o.incarnation = env_int("RINGFENCE_INCARNATION", 0, int64_t{1} << 53);
@@ -124,25 +132,58 @@ std::string Client::fence_reason() const {
 
 json Client::base(const char* type) const { return json{{"type", type}}; }
 
-JoinInfo Client::join() {
-  stop_heartbeats();
+std::pair<std::string, int> Client::locate() const {
+  if (opt_.etcd.empty()) return {opt_.host, opt_.port};
+  EtcdClient etcd(EtcdOptions{opt_.etcd, std::chrono::seconds(1)});
+  std::optional<LeaderInfo> leader;
+  try {
+    leader = find_leader(etcd, opt_.job);
+  } catch (const EtcdUnavailable& e) {
+    throw ConnectionLost(e.what());
+  }
+  if (!leader) throw ConnectionLost(rf::str("no coordinator leads job '", opt_.job, "' (etcd has no leader key)"));
+  return parse_host_port(leader->addr);
+}
+
+void Client::connect_once(TimePoint deadline, json& welcome) {
   member_.close();
   caller_.close();
-  const TimePoint deadline = Clock::now() + opt_.connect_timeout;
-  member_.connect(opt_.host, opt_.port, deadline);
+  const auto [host, port] = locate();
+  // A leader etcd still names may be dead or cut off (its key lasts one lease): one try at a
+  // time, then look again.
+  if (!opt_.etcd.empty()) deadline = std::min(deadline, Clock::now() + std::chrono::seconds(1));
+  member_.connect(host, port, deadline, opt_.etcd.empty());
   json hello = {{"type", "hello"}, {"role", "member"}, {"slot", opt_.slot}, {"incarnation", opt_.incarnation}};
   // A spare or a restart that arrives after every member left gets JobFinished (the
   // coordinator's "finished" code): nothing to do, not an error.
-  json w = authenticate(member_, opt_.token, hello, deadline);
+  welcome = authenticate(member_, opt_.token, hello, deadline);
+  caller_.connect(host, port, deadline, opt_.etcd.empty());
+  hello["role"] = "caller";
+  authenticate(caller_, opt_.token, hello, deadline);
+}
+
+JoinInfo Client::join() {
+  stop_heartbeats();
+  const TimePoint deadline = Clock::now() + opt_.connect_timeout;
+  json w;
+  while (true) {
+    try {
+      connect_once(deadline, w);
+      break;
+    } catch (const rf::Error& e) {
+      if (!dynamic_cast<const ConnectionLost*>(&e) && !dynamic_cast<const CallTimeout*>(&e)) throw;
+      // With several replicas the leader may be changing: look it up again until the
+      // deadline (a poll interval, not a wait for something a notification could tell).
+      if (opt_.etcd.empty() || Clock::now() >= deadline) throw;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
   JoinInfo info;
   info.generation = static_cast<uint64_t>(get_int(w, "generation", 0, int64_t{1} << 53));
   info.phase = get_str(w, "phase", 32);
   info.target_world = static_cast<int>(get_int(w, "target_world", 1, 1'000'000));
   opt_.heartbeat = ms(get_int(w, "heartbeat_ms", 1, 3'600'000));
   opt_.lease = ms(get_int(w, "lease_ms", 1, 3'600'000));
-  caller_.connect(opt_.host, opt_.port, deadline);
-  hello["role"] = "caller";
-  authenticate(caller_, opt_.token, hello, deadline);
   fenced_ = false;
   active_ = 0;
   notified_ = 0;
@@ -242,7 +283,14 @@ void Client::close() {
 
 json Client::call(const json& req, Duration timeout) {
   std::lock_guard<std::mutex> l(call_mu_);
-  return caller_.call(req, Clock::now() + timeout);
+  if (opt_.etcd.empty()) return caller_.call(req, Clock::now() + timeout);
+  if (fenced_.load()) throw Refused(rf::str("slot ", opt_.slot, " is fenced (", fence_reason(), "): join again"));
+  try {
+    return caller_.call(req, Clock::now() + timeout);
+  } catch (const ConnectionLost& e) {
+    fence(rf::str("lost the leading coordinator: ", e.what()));
+    throw Refused(rf::str("slot ", opt_.slot, " is fenced (lost the leading coordinator): join again"));
+  }
 }
 
 Answer Client::report(uint64_t round, const StateReport& s) {

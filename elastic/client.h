@@ -25,6 +25,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "base/clock.h"
 #include "elastic/membership_types.h"
@@ -36,6 +37,13 @@ namespace rf::elastic {
 struct ClientOptions {
   std::string host = "127.0.0.1";
   int port = 0;
+  // Several coordinator replicas (`ringfence coord --etcd`): the leader is looked up in
+  // this etcd cluster for `job` (elastic/leadership.h) at every join, and host/port are not
+  // used. A join waits for a leader until connect_timeout. Losing the leader's connection
+  // self-fences (D4) like a lease that cannot be renewed, and every call after it throws
+  // Refused: the worker joins the next leader as a new member.
+  std::vector<std::string> etcd;
+  std::string job = "ringfence";
   std::string token;
   int slot = 0;
   int64_t incarnation = 0;
@@ -45,8 +53,9 @@ struct ClientOptions {
   Duration heartbeat = std::chrono::milliseconds(100);
   Duration lease = std::chrono::seconds(1);
 
-  // From RINGFENCE_COORD (host:port), RINGFENCE_TOKEN, RINGFENCE_SLOT,
-  // RINGFENCE_INCARNATION. Throws rf::InvalidInput naming a missing or bad variable.
+  // From RINGFENCE_COORD (host:port) or RINGFENCE_ETCD (endpoints) and RINGFENCE_JOB,
+  // RINGFENCE_TOKEN, RINGFENCE_SLOT, RINGFENCE_INCARNATION. Throws rf::InvalidInput naming a
+  // missing or bad variable.
   static ClientOptions from_env();
 };
 
@@ -139,6 +148,9 @@ class Client {
 
  private:
   nlohmann::json call(const nlohmann::json& req, Duration timeout);
+  // Where the coordinator is: host/port, or the leader etcd names (ConnectionLost: none).
+  std::pair<std::string, int> locate() const;
+  void connect_once(TimePoint deadline, nlohmann::json& welcome);
   nlohmann::json base(const char* type) const;
   void heartbeat_loop();
   void fence(const std::string& why);

@@ -13,6 +13,7 @@
 #include <list>
 #include <map>
 #include <optional>
+#include <tuple>
 
 #include "base/clock.h"
 #include "base/str.h"
@@ -23,6 +24,8 @@
 #include "elastic/membership.h"
 #include "elastic/messages.h"
 #include "elastic/auth.h"
+#include "elastic/control_state.h"
+#include "elastic/leadership.h"
 #include "elastic/token.h"
 
 namespace rf::elastic {
@@ -97,6 +100,9 @@ struct Coordinator::Impl {
     std::optional<Pending> pending;
   };
 
+  // With a Leadership: what the previous leader committed (loaded before anything else).
+  std::optional<ControlState> prev_state;
+  std::vector<std::tuple<uint64_t, std::string, std::string>> prev_kv;
   CoordinatorOptions opt;
   int listen_fd = -1;
   int wake[2] = {-1, -1};
@@ -118,13 +124,45 @@ struct Coordinator::Impl {
   std::vector<json> evictions;  // history, for launchers
   Coordinator* owner;
 
-  static CoordinatorOptions with_job_id(CoordinatorOptions o) {
+  // The committed state (with a Leadership): leaders, what was last committed, the store
+  // writes not committed yet, why leadership was lost.
+  std::vector<LeaderTerm> leaders;
+  std::string committed;
+  std::vector<EtcdOp> uncommitted;
+  std::string lost_reason;
+
+  static std::optional<ControlState> load_state(Leadership* lead) {
+    if (!lead) return std::nullopt;
+    for (const auto& kv : lead->load("state"))
+      if (kv.key == "state") return decode_control_state(kv.value);
+    return std::nullopt;
+  }
+  static std::vector<std::tuple<uint64_t, std::string, std::string>> load_kv(Leadership* lead) {
+    std::vector<std::tuple<uint64_t, std::string, std::string>> out;
+    if (!lead) return out;
+    for (const auto& kv : lead->load(kKvPrefix))
+      if (auto gk = parse_kv_entry_key(kv.key)) out.emplace_back(gk->first, gk->second, kv.value);
+    return out;
+  }
+  // A new job draws its id; a coordinator taking over keeps the job's id and continues after
+  // the newest generation its predecessor committed.
+  static CoordinatorOptions prepared(CoordinatorOptions o, const std::optional<ControlState>& prev) {
+    if (prev) {
+      if (!prev->job_id.empty()) o.membership.job_id = prev->job_id;
+      o.membership.first_generation = prev->generation + 1;
+      if (prev->phase == "RUNNING" || prev->phase == "RECOVERING") o.membership.previous_members = prev->members;
+    }
     if (o.membership.job_id.empty()) o.membership.job_id = random_token();
     return o;
   }
 
   Impl(CoordinatorOptions o, Coordinator* self)
-      : opt(with_job_id(std::move(o))), membership(opt.membership, Clock::now()), log(opt.event_log), owner(self) {
+      : prev_state(load_state(o.leadership.get())),
+        prev_kv(load_kv(o.leadership.get())),
+        opt(prepared(std::move(o), prev_state)),
+        membership(opt.membership, Clock::now()),
+        log(opt.event_log),
+        owner(self) {
     wall_offset_us = rf::wall_us() - std::chrono::duration_cast<std::chrono::microseconds>(
                                          Clock::now().time_since_epoch()).count();
     if (opt.token.empty()) throw rf::InvalidInput("the coordinator needs a job token");
@@ -151,6 +189,14 @@ struct Coordinator::Impl {
     log.write({{"ts_us", rf::wall_us()}, {"event", "listening"}, {"host", opt.host}, {"port", bound_port},
                {"target_world", opt.membership.target_world}, {"min_world", opt.membership.min_world},
                {"job_id", opt.membership.job_id}});
+    if (opt.leadership) {
+      for (const auto& [g, key, value] : prev_kv) kv.set(g, key, value);
+      if (prev_state) leaders = prev_state->leaders;
+      leaders.push_back({opt.leadership->id(), membership.generation(), rf::wall_us()});
+      log.write({{"ts_us", rf::wall_us()}, {"event", "leading"}, {"leader", opt.leadership->id()},
+                 {"g", membership.generation()}, {"failovers", leaders.size() - 1},
+                 {"previous_phase", prev_state ? prev_state->phase : ""}, {"store_entries", prev_kv.size()}});
+    }
   }
 
   ~Impl() {
@@ -182,7 +228,12 @@ struct Coordinator::Impl {
     log.write({{"ts_us", rf::wall_us()}, {"event", "scheduling"}, {"thread", "coordinator"},
                {"priority", to_string(prio)}});
     std::vector<pollfd> fds;
+    commit_if_changed();  // a new leader's term and first generation, before anyone hears of it
     while (!stopping.load()) {
+      if (opt.leadership && !opt.leadership->leading(Clock::now())) {
+        lose(opt.leadership->lost_reason());
+        break;
+      }
       fds.clear();
       fds.push_back({wake[0], POLLIN, 0});
       fds.push_back({listen_fd, POLLIN, 0});
@@ -258,6 +309,7 @@ struct Coordinator::Impl {
   }
 
   void write_to(Conn& c) {
+    if (!commit_if_changed()) return;  // nothing leaves that etcd does not hold
     while (!c.out.empty()) {
       ssize_t n = ::send(c.fd, c.out.data(), c.out.size(), MSG_NOSIGNAL);
       if (n > 0) {
@@ -340,6 +392,7 @@ struct Coordinator::Impl {
             } catch (const rf::InvalidInput& e) {
               throw ProtocolError(e.what());
             }
+            if (opt.leadership) uncommitted.push_back(EtcdOp::put(kv_entry_key(r.generation, r.key), r.value));
             send(c, {{"type", "kv_set_reply"}});
           } else if constexpr (std::is_same_v<T, KvGet>) {
             auto v = kv.get(r.generation, r.key);
@@ -502,7 +555,10 @@ struct Coordinator::Impl {
       evictions.push_back({{"slot", w.slot}, {"incarnation", w.incarnation}});
     if (membership.generation() != last_generation) {
       last_generation = membership.generation();
-      if (last_generation >= 2) kv.drop_generations_below(last_generation - 1);
+      if (last_generation >= 2) {
+        kv.drop_generations_below(last_generation - 1);
+        if (opt.leadership) uncommitted.push_back(EtcdOp::erase(kv_scope_begin(1), kv_scope_begin(last_generation - 1)));
+      }
     }
     owner->phase_.store(static_cast<int>(membership.phase()));
   }
@@ -539,7 +595,65 @@ struct Coordinator::Impl {
             {"reconfigure", membership.reconfigure_flag()},
             {"stop", membership.stop_flag()},
             {"error", membership.error()},
-            {"evicted", evictions}};
+            {"evicted", evictions},
+            {"leader", opt.leadership ? json(opt.leadership->id()) : json(nullptr)},
+            {"failovers", leaders.empty() ? 0 : leaders.size() - 1}};
+  }
+
+  json leaders_json() const {
+    json out = json::array();
+    for (const auto& l : leaders)
+      out.push_back({{"id", l.id}, {"from_generation", l.from_generation}, {"since_wall_us", l.since_wall_us}});
+    return out;
+  }
+
+  // --- the committed state (with a Leadership) ----------------------------------------
+  ControlState control_state() const {
+    ControlState st;
+    st.generation = membership.generation();
+    st.phase = to_string(membership.phase());
+    st.job_id = opt.membership.job_id;
+    st.members = membership.members();
+    if (membership.plan()) st.plan = plan_json(*membership.plan());
+    else if (membership.running_plan()) st.plan = plan_json(*membership.running_plan());
+    st.error = membership.error();
+    st.leaders = leaders;
+    return st;
+  }
+
+  // Commits what changed since the last commit: false when leadership is lost (the caller
+  // must not send anything; the loop stops).
+  bool commit_if_changed() {
+    if (!opt.leadership) return true;
+    if (owner->lost_.load()) return false;
+    std::string st = encode_control_state(control_state());
+    if (st == committed && uncommitted.empty()) return true;
+    std::vector<EtcdOp> ops = std::move(uncommitted);
+    uncommitted.clear();
+    if (st != committed) ops.push_back(EtcdOp::put("state", st));
+    try {
+      opt.leadership->commit(std::move(ops));
+    } catch (const NotLeader& e) {
+      lose(e.what());
+      return false;
+    }
+    committed = std::move(st);
+    return true;
+  }
+
+  // Stops serving at once: no reply that etcd may not hold leaves, every connection closes
+  // (workers self-fence and follow the next leader).
+  void lose(const std::string& why) {
+    if (owner->lost_.load()) return;
+    lost_reason = why;  // before the flag: lost_reason() reads it once the flag is set
+    owner->lost_.store(true);
+    log.write({{"ts_us", rf::wall_us()}, {"event", "lost_leadership"}, {"leader", opt.leadership->id()},
+               {"g", membership.generation()}, {"error", why}});
+    for (auto& c : conns) {
+      c.out.clear();
+      c.dead = true;
+    }
+    stopping.store(true);
   }
 
   json summary_json() const {
@@ -576,7 +690,8 @@ struct Coordinator::Impl {
             {"generation", membership.generation()},
             {"error", membership.error()},
             {"recoveries", recs},
-            {"fired", fired}};
+            {"fired", fired},
+            {"leaders", leaders_json()}};
   }
 };
 
@@ -588,6 +703,8 @@ Coordinator::~Coordinator() {
 }
 
 int Coordinator::port() const { return impl_->bound_port; }
+
+std::string Coordinator::lost_reason() const { return lost_.load() ? impl_->lost_reason : std::string(); }
 
 void Coordinator::start() {
   thread_ = std::thread([this] { impl_->run(); });

@@ -17,6 +17,8 @@
 
 namespace rf::elastic {
 
+class Leadership;
+
 struct CoordinatorOptions {
   std::string host = "127.0.0.1";  // bind address; "0.0.0.0" for several machines
   int port = 0;                    // 0: an ephemeral port, see Coordinator::port()
@@ -26,6 +28,13 @@ struct CoordinatorOptions {
   Duration tick = std::chrono::milliseconds(5);  // leases and deadlines are checked this often
   size_t max_connections = 4096;
   Duration hello_timeout = std::chrono::seconds(10);  // a connection silent this long is closed
+  // One of several replicas (`ringfence coord --etcd`): the elected leader's hold on etcd
+  // (elastic/leadership.h). The coordinator then continues from the state the previous
+  // leader committed (the next generation, the job id, the store), and commits every change
+  // of generation, phase, members or plan, and every store write, before any reply that
+  // depends on it leaves. When leadership is lost it stops serving at once and closes every
+  // connection (lost_leadership()). nullptr: the single, embedded coordinator.
+  std::shared_ptr<Leadership> leadership;
 };
 
 class Coordinator {
@@ -46,6 +55,10 @@ class Coordinator {
   Phase phase() const { return static_cast<Phase>(phase_.load()); }
   bool finished() const { return phase() == Phase::Done || phase() == Phase::Stopped; }
   int launcher_connections() const { return launchers_.load(); }
+  // With a Leadership: it was lost and the coordinator stopped serving (lost_reason() says
+  // why). The object is then done; a replica campaigns again with a new one.
+  bool lost_leadership() const { return lost_.load(); }
+  std::string lost_reason() const;
 
  private:
   struct Impl;
@@ -53,6 +66,7 @@ class Coordinator {
   std::thread thread_;
   std::atomic<int> phase_{0};
   std::atomic<int> launchers_{0};
+  std::atomic<bool> lost_{false};
 };
 
 }  // namespace rf::elastic

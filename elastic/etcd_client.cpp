@@ -45,18 +45,6 @@ EtcdKv kv_of(const json& j) {
   return kv;
 }
 
-// The end of the range holding every key that starts with `prefix` (etcd's convention).
-std::string prefix_end(std::string prefix) {
-  for (size_t i = prefix.size(); i-- > 0;) {
-    if (static_cast<unsigned char>(prefix[i]) < 0xff) {
-      prefix[i] = static_cast<char>(static_cast<unsigned char>(prefix[i]) + 1);
-      prefix.resize(i + 1);
-      return prefix;
-    }
-  }
-  return std::string(1, '\0');  // all 0xff: to the end of the keyspace
-}
-
 }  // namespace
 
 bool etcd_client_built() { return true; }
@@ -109,7 +97,7 @@ std::optional<EtcdKv> EtcdClient::get(const std::string& key) {
 
 std::vector<EtcdKv> EtcdClient::get_prefix(const std::string& prefix) {
   const json r = json::parse(post("/v3/kv/range", json{{"key", base64_encode(prefix)},
-                                                        {"range_end", base64_encode(prefix_end(prefix))}}
+                                                        {"range_end", base64_encode(etcd_prefix_end(prefix))}}
                                                       .dump()));
   std::vector<EtcdKv> out;
   if (r.contains("kvs"))
@@ -154,10 +142,36 @@ bool EtcdClient::cas(const std::string& key, int64_t expected_mod_revision, cons
   return ok;
 }
 
-int64_t EtcdClient::lease_grant(int64_t ttl_seconds) {
+bool EtcdClient::txn(const std::vector<EtcdCompare>& compares, const std::vector<EtcdOp>& ops, int64_t* revision) {
+  json cmp = json::array();
+  for (const auto& c : compares) {
+    const bool mod = c.target == EtcdCompare::Mod;
+    cmp.push_back({{"key", base64_encode(c.key)}, {"target", mod ? "MOD" : "CREATE"}, {"result", "EQUAL"},
+                   {mod ? "mod_revision" : "create_revision", std::to_string(c.revision)}});
+  }
+  json success = json::array();
+  for (const auto& op : ops) {
+    if (op.kind == EtcdOp::Put) {
+      json put{{"key", base64_encode(op.key)}, {"value", base64_encode(op.value)}};
+      if (op.lease) put["lease"] = std::to_string(op.lease);
+      success.push_back({{"request_put", put}});
+    } else {
+      json del{{"key", base64_encode(op.key)}};
+      if (!op.range_end.empty()) del["range_end"] = base64_encode(op.range_end);
+      success.push_back({{"request_delete_range", del}});
+    }
+  }
+  const json r = json::parse(post("/v3/kv/txn", json{{"compare", cmp}, {"success", success}}.dump()));
+  const bool ok = r.value("succeeded", false);
+  if (ok && revision) *revision = int_field(r.value("header", json::object()), "revision");
+  return ok;
+}
+
+int64_t EtcdClient::lease_grant(int64_t ttl_seconds, int64_t* granted) {
   const json r = json::parse(post("/v3/lease/grant", json{{"TTL", std::to_string(ttl_seconds)}}.dump()));
   if (r.contains("error") && !r["error"].get<std::string>().empty())
     throw rf::Error(rf::str("etcd lease grant: ", r["error"].get<std::string>()));
+  if (granted) *granted = int_field(r, "TTL");
   return int_field(r, "ID");
 }
 

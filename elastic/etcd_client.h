@@ -34,6 +34,27 @@ struct EtcdOptions {
 // naming the text when it is empty or an entry is not http(s)://host:port.
 std::vector<std::string> parse_etcd_endpoints(const std::string& text);
 
+// One condition of a transaction: the key's mod or create revision equals `revision`
+// (0: the key is absent).
+struct EtcdCompare {
+  enum Target { Mod, Create } target = Mod;
+  std::string key;
+  int64_t revision = 0;
+};
+
+// One write of a transaction: put key=value (on `lease` when not 0), or delete every key
+// in [key, range_end) (range_end empty: the key alone).
+struct EtcdOp {
+  enum Kind { Put, Delete } kind = Put;
+  std::string key, value, range_end;
+  int64_t lease = 0;
+  static EtcdOp put(std::string k, std::string v, int64_t lease = 0) { return {Put, std::move(k), std::move(v), {}, lease}; }
+  static EtcdOp erase(std::string from, std::string to = {}) { return {Delete, std::move(from), {}, std::move(to), 0}; }
+};
+
+// The end of the range holding every key that starts with `prefix` (etcd's convention).
+std::string etcd_prefix_end(std::string prefix);
+
 struct EtcdKv {
   std::string key, value;
   int64_t create_revision = 0;
@@ -58,8 +79,13 @@ class EtcdClient {
   bool cas(const std::string& key, int64_t expected_mod_revision, const std::string& value, int64_t lease = 0,
            int64_t* new_revision = nullptr, std::optional<EtcdKv>* current = nullptr);
 
-  // A lease of `ttl` seconds (etcd rounds up to its minimum); its id.
-  int64_t lease_grant(int64_t ttl_seconds);
+  // Applies every op in one atomic step if every compare holds; returns whether it did.
+  // On success *revision (if given) is the store's revision after it.
+  bool txn(const std::vector<EtcdCompare>& compares, const std::vector<EtcdOp>& ops, int64_t* revision = nullptr);
+
+  // A lease of `ttl` seconds (etcd rounds up to its minimum); its id. *granted (if given)
+  // is the TTL etcd gave it.
+  int64_t lease_grant(int64_t ttl_seconds, int64_t* granted = nullptr);
   // Renews it; returns the remaining TTL in seconds, 0 when the lease has expired.
   int64_t lease_keepalive(int64_t id);
   void lease_revoke(int64_t id);

@@ -20,7 +20,8 @@ bool EtcdClient::del(const std::string&) { no_curl(); }
 bool EtcdClient::cas(const std::string&, int64_t, const std::string&, int64_t, int64_t*, std::optional<EtcdKv>*) {
   no_curl();
 }
-int64_t EtcdClient::lease_grant(int64_t) { no_curl(); }
+bool EtcdClient::txn(const std::vector<EtcdCompare>&, const std::vector<EtcdOp>&, int64_t*) { no_curl(); }
+int64_t EtcdClient::lease_grant(int64_t, int64_t*) { no_curl(); }
 int64_t EtcdClient::lease_keepalive(int64_t) { no_curl(); }
 void EtcdClient::lease_revoke(int64_t) { no_curl(); }
 bool etcd_client_built() { return false; }

@@ -28,6 +28,17 @@ std::string base64_decode(const std::string& text) {
   return out;
 }
 
+std::string etcd_prefix_end(std::string prefix) {
+  for (size_t i = prefix.size(); i-- > 0;) {
+    if (static_cast<unsigned char>(prefix[i]) < 0xff) {
+      prefix[i] = static_cast<char>(static_cast<unsigned char>(prefix[i]) + 1);
+      prefix.resize(i + 1);
+      return prefix;
+    }
+  }
+  return std::string(1, '\0');  // all 0xff: to the end of the keyspace
+}
+
 std::vector<std::string> parse_etcd_endpoints(const std::string& text) {
   std::vector<std::string> out;
   size_t start = 0;

@@ -6,6 +6,8 @@
 
 #include "base/error.h"
 #include "base/str.h"
+#include "elastic/etcd_client.h"
+#include "elastic/leadership.h"
 
 namespace rf::elastic {
 
@@ -84,6 +86,8 @@ RunOptions parse_run_args(const std::vector<std::string>& argv) {
     else if (f == "--event-log") o.event_log = args.value();
     else if (f == "--trace") o.trace = args.value();
     else if (f == "--coord") o.coord = args.value();
+    else if (f == "--etcd") o.etcd = args.value();
+    else if (f == "--job") o.job = args.value();
     else if (f == "--token-file") o.token_file = args.value();
     else if (f == "--nnodes") o.nnodes = parse_int(f, args.value(), 1, 1 << 16);
     else if (f == "--node-rank") o.node_rank = parse_int(f, args.value(), 0, 1 << 16);
@@ -98,8 +102,16 @@ RunOptions parse_run_args(const std::vector<std::string>& argv) {
     throw rf::InvalidInput(rf::str("--min-world ", o.min_world, " is larger than the world size ", world));
   if (o.node_rank >= o.nnodes)
     throw rf::InvalidInput(rf::str("--node-rank ", o.node_rank, " must be below --nnodes ", o.nnodes));
-  if (o.nnodes > 1 && o.coord.empty())
-    throw rf::InvalidInput("--nnodes > 1 needs --coord HOST:PORT of a `ringfence coord`");
+  if (!o.coord.empty() && !o.etcd.empty())
+    throw rf::InvalidInput("--coord and --etcd exclude each other: one coordinator, or the leader of replicas in etcd");
+  if (!o.etcd.empty()) {
+    parse_etcd_endpoints(o.etcd);  // names a bad entry
+    control_prefix(o.job);         // names a bad job name
+  } else if (o.job != "ringfence") {
+    throw rf::InvalidInput("--job names a job in etcd: it needs --etcd");
+  }
+  if (o.nnodes > 1 && o.coord.empty() && o.etcd.empty())
+    throw rf::InvalidInput("--nnodes > 1 needs --coord HOST:PORT of a `ringfence coord`, or --etcd URLS of its replicas");
   for (const auto& f : o.inject)
     if (f.rank >= world + o.spares * o.nnodes)
       throw rf::InvalidInput(rf::str("--inject '", f.to_string(), "': rank ", f.rank, " is not below the world size ",
@@ -120,9 +132,24 @@ CoordOptions parse_coord_args(const std::vector<std::string>& argv) {
     else if (timing_flag(args, o.timing)) {
     } else if (f == "--event-log") o.event_log = args.value();
     else if (f == "--token-file") o.token_file = args.value();
+    else if (f == "--etcd") o.etcd = args.value();
+    else if (f == "--job") o.job = args.value();
+    else if (f == "--id") o.id = args.value();
+    else if (f == "--advertise") o.advertise = args.value();
+    else if (f == "--leader-lease") o.leader_lease = parse_duration(f, args.value());
     else throw rf::InvalidInput(rf::str("unknown option '", f, "'"));
   }
   if (o.world == 0) throw rf::InvalidInput("-n W (target world size, all nodes) is required");
+  if (!o.etcd.empty()) {
+    parse_etcd_endpoints(o.etcd);
+    control_prefix(o.job);
+    if (o.port == 0) throw rf::InvalidInput("--etcd needs a fixed --port: etcd names the leader by its address");
+    if (o.advertise.empty() && o.host == "0.0.0.0")
+      throw rf::InvalidInput("--host 0.0.0.0 with --etcd needs --advertise HOST: the address workers reach this replica at");
+    if (o.leader_lease < std::chrono::seconds(1)) throw rf::InvalidInput("--leader-lease must be at least 1s (etcd counts whole seconds)");
+  } else if (!o.id.empty() || !o.advertise.empty() || o.job != "ringfence") {
+    throw rf::InvalidInput("--id, --advertise and --job name a replica in etcd: they need --etcd");
+  }
   if (o.min_world > o.world) throw rf::InvalidInput("--min-world is larger than -n");
   check_timing(o.timing);
   return o;

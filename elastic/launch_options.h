@@ -29,6 +29,8 @@ struct RunOptions {
   std::string event_log;          // --event-log FILE
   std::string trace = "";         // --trace FILE (docs/trace.md)
   std::string coord;              // --coord HOST:PORT (empty: embedded coordinator)
+  std::string etcd;               // --etcd URL[,URL...]: follow the leader of coordinator replicas
+  std::string job = "ringfence";  // --job NAME: the job's name in etcd
   std::string token_file;         // --token-file FILE (with --coord; else RINGFENCE_TOKEN)
   int nnodes = 1;                 // --nnodes
   int node_rank = 0;              // --node-rank
@@ -45,6 +47,15 @@ struct CoordOptions {
   TimingFlags timing;
   std::string event_log;   // --event-log FILE
   std::string token_file;  // --token-file FILE: the job token is written there (mode 0600)
+  // Several replicas: --etcd URL[,URL...] elects one leader among them (the token must then
+  // exist: --token-file FILE is read, or RINGFENCE_TOKEN), --job NAME names the job's keys,
+  // --id NAME names this replica (default host:port), --advertise HOST is the address
+  // workers reach it at (default --host), --leader-lease T its etcd lease.
+  std::string etcd;
+  std::string job = "ringfence";
+  std::string id;
+  std::string advertise;
+  Duration leader_lease = std::chrono::seconds(2);
 };
 
 // "2s", "500ms", "1.5" (seconds). Throws rf::InvalidInput naming `flag`.

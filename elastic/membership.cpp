@@ -39,6 +39,7 @@ const char* to_string(Cause c) {
     case Cause::FailureReport: return "failure_report";
     case Cause::MemberLeftGeneration: return "member_left_generation";
     case Cause::Reconfigure: return "reconfigure";
+    case Cause::LeaderChanged: return "leader_changed";
   }
   return "?";
 }
@@ -85,8 +86,30 @@ Membership::Membership(MembershipOptions options, TimePoint now) : opt_(options)
     throw rf::InvalidInput("the heartbeat must be positive and shorter than the lease");
   if (opt_.job_id.size() > kMaxJobIdBytes)
     throw rf::InvalidInput(rf::str("the job id is ", opt_.job_id.size(), " bytes, more than ", kMaxJobIdBytes));
+  if (opt_.first_generation < 1) throw rf::InvalidInput("the first generation must be >= 1");
+  generation_ = opt_.first_generation;
   round_.started = now;
-  round_.forming = true;
+  if (!opt_.previous_members.empty()) {
+    // A new leader: its first round recovers the generation that ran under the old one.
+    phase_ = Phase::Recovering;
+    members_ = opt_.previous_members;  // as during any recovery: the generation being recovered
+    for (const auto& m : opt_.previous_members) {
+      round_.expected.insert(m.slot);
+      prev_slots_.push_back(m.slot);
+    }
+    in_episode_ = true;
+    RecoveryRecord rec;
+    rec.cause = Cause::LeaderChanged;
+    rec.from_generation = generation_ - 1;
+    rec.generation = generation_;
+    rec.rounds = 1;
+    rec.first_seen = rec.revoked = now;
+    recoveries_.push_back(rec);
+    last_revoke_cause_ = Cause::LeaderChanged;
+    log({"revoke", to_string(Cause::LeaderChanged), {}, generation_, -1, now, now,
+         rf::str("a new leader continues after generation ", generation_ - 1)});
+  }
+  round_.forming = opt_.previous_members.empty();
 }
 
 Membership::Worker* Membership::live_worker(WorkerId w) {

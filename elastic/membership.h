@@ -138,7 +138,7 @@ class Membership {
 
   MembershipOptions opt_;
   Phase phase_ = Phase::Forming;
-  uint64_t generation_ = 1;  // FORMING builds generation 1
+  uint64_t generation_ = 1;  // FORMING builds generation first_generation (1 for a new job)
   std::map<int, Worker> workers_;  // by slot; only the newest incarnation of a slot
   std::vector<WorkerId> members_;
   std::vector<int> prev_slots_;

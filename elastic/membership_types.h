@@ -6,6 +6,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "base/clock.h"
 #include "elastic/plan.h"
@@ -33,6 +34,7 @@ enum class Cause {
   FailureReport,         // a worker reported a failure: transport error, D3 stall, divergence, bad image
   MemberLeftGeneration,  // a member reported for the next round on its own
   Reconfigure,           // planned: joiners wait for a round (R5)
+  LeaderChanged,         // a coordinator replica took over from the leader (several replicas)
 };
 const char* to_string(Cause c);
 // The coordinator decided the worker is gone while its process may still run (hung,
@@ -78,6 +80,14 @@ struct MembershipOptions {
   // Names this job in every plan (Plan::job_id); the Coordinator draws a random one when
   // empty. Checkpoints record it, so a whole-job restart restores only its own.
   std::string job_id;  // at most kMaxJobIdBytes
+  // The generation the first round forms. 1 for a new job; a coordinator that takes over
+  // from another continues after the newest generation that one committed (a generation
+  // number is never reused, PROTOCOL.md "Control plane").
+  uint64_t first_generation = 1;
+  // The members of the generation that ran under the previous leader, in rank order. Not
+  // empty: the first round is a recovery (cause leader_changed) that expects them and keeps
+  // their ranks, so with the same W every batch is split as before.
+  std::vector<WorkerId> previous_members;
 };
 
 // The reason of a Finished answer: every member has left (DONE). A worker that meets it (a

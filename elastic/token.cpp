@@ -1,8 +1,10 @@
 #include "elastic/token.h"
 
 #include <cstdio>
+#include <fstream>
 
 #include "base/error.h"
+#include "base/str.h"
 
 namespace rf::elastic {
 
@@ -29,6 +31,13 @@ bool token_equal(const std::string& a, const std::string& b) {
     diff |= x ^ y;
   }
   return diff == 0;
+}
+
+std::string read_token_file(const std::string& path) {
+  std::ifstream f(path);
+  std::string t;
+  if (!f || !(f >> t) || t.empty()) throw rf::InvalidInput(rf::str("cannot read a job token from '", path, "'"));
+  return t;
 }
 
 }  // namespace rf::elastic

@@ -9,5 +9,7 @@ namespace rf::elastic {
 // 32 hex characters from /dev/urandom. Throws rf::Error if it cannot be read.
 std::string random_token();
 bool token_equal(const std::string& a, const std::string& b);
+// The first word of the file. Throws rf::InvalidInput naming the file when there is none.
+std::string read_token_file(const std::string& path);
 
 }  // namespace rf::elastic

@@ -42,7 +42,7 @@ int remaining_ms(TimePoint deadline) {
 }
 }  // namespace
 
-void Connection::connect(const std::string& host, int port, TimePoint deadline) {
+void Connection::connect(const std::string& host, int port, TimePoint deadline, bool retry_refused) {
   close();
   addrinfo hints{};
   hints.ai_family = AF_INET;
@@ -75,8 +75,9 @@ void Connection::connect(const std::string& host, int port, TimePoint deadline) 
       return;
     }
     last_error = std::strerror(errno);
+    const bool refused = errno == ECONNREFUSED;
     ::close(fd);
-    if (Clock::now() >= deadline) break;
+    if (Clock::now() >= deadline || (refused && !retry_refused)) break;
     pollfd none{-1, 0, 0};
     ::poll(&none, 0, std::min(20, remaining_ms(deadline)));  // back off before retrying
   }

@@ -21,8 +21,10 @@ class Connection {
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
 
-  // Throws ConnectionLost when the coordinator cannot be reached before the deadline.
-  void connect(const std::string& host, int port, TimePoint deadline);
+  // Throws ConnectionLost when the coordinator cannot be reached before the deadline. A
+  // refused connection is tried again until then (the coordinator may still be starting),
+  // unless retry_refused is false (a leader etcd names may be dead: look again instead).
+  void connect(const std::string& host, int port, TimePoint deadline, bool retry_refused = true);
   // Sends one request and waits for its reply. Throws CallTimeout at the deadline,
   // ConnectionLost when the connection breaks, Refused on an "error" reply (the server
   // closes the connection after it). The connection is unusable after any throw.

@@ -40,8 +40,9 @@ std::ofstream open_step_log(const std::string& path, const char* flag, int64_t i
 }  // namespace
 
 bool launched_by_ringfence() {
-  const char* coord = std::getenv("RINGFENCE_COORD");
-  return coord && *coord;
+  for (const char* name : {"RINGFENCE_COORD", "RINGFENCE_ETCD"})
+    if (const char* v = std::getenv(name); v && *v) return true;
+  return false;
 }
 
 LocalPlacement local_placement_from_env() {

@@ -18,7 +18,8 @@
 
 namespace rf::models {
 
-// True when `ringfence run` started this process (RINGFENCE_COORD is set).
+// True when `ringfence run` started this process (RINGFENCE_COORD or, with coordinator
+// replicas, RINGFENCE_ETCD is set).
 bool launched_by_ringfence();
 
 // This worker among its launcher's workers on this host: RINGFENCE_LOCAL_RANK and

@@ -19,6 +19,7 @@
 #include "apps/ringfence/timeline_html.h"
 #include "base/error.h"
 #include "base/str.h"
+#include "apps/ringfence/coord_replica.h"
 #include "elastic/coordinator.h"
 #include "elastic/launch_options.h"
 #include "elastic/token.h"
@@ -32,9 +33,12 @@ const char* kUsage =
     "  ringfence run -n N [--min-world M] [--spares K] [--max-restarts R] [--join-window T]\n"
     "                [--heartbeat T --lease T] [--min-world-timeout T] [--report-timeout T] [--inject SPEC]...\n"
     "                [--summary FILE] [--event-log FILE] [--trace FILE] [--stop-grace T] [--quiet]\n"
-    "                [--coord HOST:PORT [--token-file F] --nnodes N --node-rank I] -- PROGRAM ARGS...\n"
+    "                [--coord HOST:PORT | --etcd URL[,URL...] [--job NAME]] [--token-file F] [--nnodes N --node-rank I]\n"
+    "                -- PROGRAM ARGS...\n"
     "  ringfence coord -n W [--min-world M] [--host H] [--port P] [--token-file F] [--event-log FILE]\n"
     "                [--join-window T] [--heartbeat T --lease T] [--min-world-timeout T] [--report-timeout T]\n"
+    "                [--etcd URL[,URL...] [--job NAME] [--id NAME] [--advertise HOST] [--leader-lease T]]\n"
+    "                (--etcd: one of several replicas; the job token is read from --token-file or RINGFENCE_TOKEN)\n"
     "  ringfence timeline EVENTS.jsonl     (the coordinator's event log as a timeline)\n"
     "  ringfence timeline --html OUT.html TRACE.json   (a --trace file as a self-contained page)\n"
     "SPEC: KIND:rank=R:step=S[:phase=P][:after_chunks=K] | KIND:rank=R:at=SECONDS\n"
@@ -109,6 +113,17 @@ int run_coord(const CoordOptions& o) {
   co.membership.join_window = o.timing.join_window;
   co.membership.min_world_timeout = o.timing.min_world_timeout;
   co.membership.report_timeout = o.timing.report_timeout;
+  if (!o.etcd.empty()) {
+    // Replicas share the job's token: it must exist already (every replica reads the same).
+    if (env_token && *env_token) co.token = env_token;
+    else if (!o.token_file.empty()) co.token = read_token_file(o.token_file);
+    else throw rf::InvalidInput("--etcd needs the job's token: --token-file FILE (read) or RINGFENCE_TOKEN");
+    struct sigaction sa {};
+    sa.sa_handler = on_stop;
+    sigaction(SIGINT, &sa, nullptr);
+    sigaction(SIGTERM, &sa, nullptr);
+    return rf::apps::run_coord_replica(o, co, g_stop);
+  }
   Coordinator coord(co);
   if (!o.token_file.empty()) {
     const mode_t old = umask(077);

@@ -26,7 +26,13 @@ std::string live_line(const json& st, int restarts) {
   char loss[48] = "", rate[48] = "";
   if (const json* l = number("loss")) std::snprintf(loss, sizeof loss, " | loss %.4f", l->get<double>());
   if (const json* r = number("samples_per_s")) std::snprintf(rate, sizeof rate, " | %.0f samples/s", r->get<double>());
-  return rf::str("ringfence: g ", st.value("generation", 0), " ", st.value("phase", "?"), " | members ",
+  // Several coordinator replicas: who leads, and how often the lead changed.
+  std::string leader;
+  if (st.contains("leader") && st["leader"].is_string()) {
+    leader = " | leader " + st["leader"].get<std::string>();
+    if (const int f = st.value("failovers", 0); f > 0) leader += rf::str(" (", f, " failover", f > 1 ? "s" : "", ")");
+  }
+  return rf::str("ringfence: g ", st.value("generation", 0), " ", st.value("phase", "?"), leader, " | members ",
                  st.value("world", 0), "/", st.value("target_world", 0),
                  standby ? rf::str(" | standby ", standby) : std::string(), " | step ", st.value("step", -1), loss,
                  rate, " | recoveries ", st.value("recoveries", 0), " | restarts ", restarts,
@@ -79,6 +85,12 @@ void StatusLine::finish(const json& s) {
                s.value("phase", "?").c_str(), s.value("exit_status", 1), s["generations"].dump().c_str(),
                s.value("restarts", 0), s["recoveries"].size(), s.value("wall_s", 0.0));
   if (!s.value("error", "").empty()) std::fprintf(stderr, "ringfence: error: %s\n", s["error"].get<std::string>().c_str());
+  if (s.contains("leaders") && !s["leaders"].empty()) {
+    std::string terms;
+    for (const auto& l : s["leaders"])
+      terms += rf::str(terms.empty() ? "" : ", ", l.value("id", "?"), " from generation ", l.value("from_generation", 0));
+    std::fprintf(stderr, "ringfence: coordinator leaders: %s\n", terms.c_str());
+  }
   int i = 0;
   for (const auto& r : s["recoveries"]) {
     const json& w = r["worker"];

@@ -27,6 +27,7 @@
 #include "base/str.h"
 #include "elastic/admin_client.h"
 #include "elastic/coordinator.h"
+#include "elastic/etcd_client.h"
 #include "elastic/token.h"
 #include "elastic/wire.h"
 
@@ -78,13 +79,6 @@ struct RunningSnapshot {
 
 int exit_status_of(int st) { return WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st); }
 
-std::string read_token_file(const std::string& path) {
-  std::ifstream f(path);
-  std::string t;
-  if (!f || !(f >> t) || t.empty()) throw rf::InvalidInput(rf::str("cannot read a job token from '", path, "'"));
-  return t;
-}
-
 class Supervisor {
  public:
   explicit Supervisor(const RunOptions& o) : opt_(o) {}
@@ -94,7 +88,7 @@ class Supervisor {
     std::string host = "127.0.0.1";
     int port = 0;
     if (!opt_.trace.empty()) prepare_trace_parts(opt_.trace);
-    if (opt_.coord.empty()) {
+    if (opt_.coord.empty() && opt_.etcd.empty()) {  // the embedded coordinator
       token_ = random_token();
       CoordinatorOptions co;
       co.token = token_;
@@ -110,13 +104,19 @@ class Supervisor {
       coord_->start();
       port = coord_->port();
     } else {
-      std::tie(host, port) = parse_host_port(opt_.coord);
       if (!opt_.token_file.empty()) token_ = read_token_file(opt_.token_file);
       else if (const char* t = std::getenv("RINGFENCE_TOKEN"); t && *t) token_ = t;
-      else throw rf::InvalidInput("--coord needs the job token: --token-file FILE or RINGFENCE_TOKEN");
+      else throw rf::InvalidInput(rf::str(opt_.etcd.empty() ? "--coord" : "--etcd",
+                                          " needs the job token: --token-file FILE or RINGFENCE_TOKEN"));
     }
-    coord_addr_ = rf::str(host, ":", port);
-    admin_ = std::make_unique<AdminClient>(host, port, token_);
+    if (!opt_.etcd.empty()) {
+      // Several coordinator replicas: the launcher and its workers follow the leader etcd names.
+      admin_ = std::make_unique<AdminClient>(parse_etcd_endpoints(opt_.etcd), opt_.job, token_);
+    } else {
+      if (!opt_.coord.empty()) std::tie(host, port) = parse_host_port(opt_.coord);
+      coord_addr_ = rf::str(host, ":", port);
+      admin_ = std::make_unique<AdminClient>(host, port, token_);
+    }
 
     // Slots: this node's primaries, then its spares after every node's primaries.
     for (int i = 0; i < opt_.nprocs; ++i) {
@@ -151,7 +151,7 @@ class Supervisor {
  private:
   void spawn(WorkerProc& w) {
     std::vector<std::string> env = worker_environment(
-        {.coord = coord_addr_, .token = token_, .slot = w.slot, .incarnation = w.incarnation,
+        {.coord = coord_addr_, .etcd = opt_.etcd, .job = opt_.job, .token = token_, .slot = w.slot, .incarnation = w.incarnation,
          .world = opt_.nprocs * opt_.nnodes, .node_rank = opt_.node_rank, .spare = w.spare,
          .local_rank = w.local_rank, .local_world = static_cast<int>(workers_.size()), .job_ran = snap_.seen,
          .inject = join_fault_specs(opt_.inject),
@@ -570,7 +570,8 @@ class Supervisor {
                 {"not_fired", not_fired(opt_.inject, inject_record(), fired)},
                 {"last_step", last_step_},
                 {"workers", workers},
-                {"recoveries", summary.value("recoveries", json::array())}};
+                {"recoveries", summary.value("recoveries", json::array())},
+                {"leaders", summary.value("leaders", json::array())}};
     status_.finish(out);
     if (!opt_.trace.empty()) write_job_trace(opt_, workers, start_wall_us_);
     // A fault asked for and never injected: the run did not test what it was meant to. The

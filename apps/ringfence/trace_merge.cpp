@@ -203,9 +203,10 @@ std::string coordinator_event_log(const rf::elastic::RunOptions& o) {
 
 void write_job_trace(const rf::elastic::RunOptions& o, const json& workers, int64_t since_us) {
   try {
-    // A remote coordinator (--coord) writes its log on its own machine: no coordinator track.
+    // A remote coordinator (--coord, --etcd) writes its log on its own machine: no coordinator track.
+    const bool embedded = o.coord.empty() && o.etcd.empty();
     const TraceMergeResult r = merge_trace({.trace_path = o.trace,
-                                            .coordinator_log = o.coord.empty() ? coordinator_event_log(o) : "",
+                                            .coordinator_log = embedded ? coordinator_event_log(o) : "",
                                             .since_us = since_us,
                                             .workers = workers});
     remove_trace_parts(o.trace);

@@ -10,7 +10,11 @@ std::vector<std::string> worker_environment(const WorkerEnv& w, char* const* inh
   std::vector<std::string> env;
   for (char* const* e = inherited; e && *e; ++e)
     if (std::strncmp(*e, "RINGFENCE_", 10) != 0) env.emplace_back(*e);
-  env.push_back("RINGFENCE_COORD=" + w.coord);
+  if (!w.coord.empty()) env.push_back("RINGFENCE_COORD=" + w.coord);
+  if (!w.etcd.empty()) {  // the worker finds the leading coordinator replica there
+    env.push_back("RINGFENCE_ETCD=" + w.etcd);
+    env.push_back("RINGFENCE_JOB=" + w.job);
+  }
   env.push_back("RINGFENCE_TOKEN=" + w.token);
   env.push_back(str("RINGFENCE_SLOT=", w.slot));
   env.push_back(str("RINGFENCE_INCARNATION=", w.incarnation));

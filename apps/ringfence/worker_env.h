@@ -9,7 +9,9 @@
 namespace rf::apps {
 
 struct WorkerEnv {
-  std::string coord;   // host:port
+  std::string coord;   // host:port (empty with etcd)
+  std::string etcd;    // the etcd endpoints of several coordinator replicas ("" : none)
+  std::string job;     // the job's name in etcd (with etcd)
   std::string token;
   int slot = 0;
   int64_t incarnation = 0;

@@ -321,7 +321,7 @@ class AbAccum {
     // The sign test and the interval assume independent pairs; under load, episodes (a
     // compile starting) span several blocks, so they are optimistic: the MLP control (one
     // bucket, overlap on and off run the same code) once gave a "loss" of 1.8 % with
-    // p = 0.002 (bench/RESULTS.md "Data-parallel"). Read a verdict against the control's.
+    // p = 0.002. Read a verdict against the control's.
     std::printf("# pairs under load are not independent: compare with the MLP control (same code either way) run "
                 "in the same conditions before believing a verdict\n");
   }
@@ -491,7 +491,7 @@ int main(int argc, char** argv) {
       std::printf("fault-tolerance overhead, step time ft / plain - 1 per round:\n");
       paired("ft", "plain", step, d);
       // ft does strictly more work than plain; plain slower beyond the criterion itself
-      // means the comparison is off (bench/RESULTS.md "Data-parallel"), not that ft is free.
+      // means the comparison is off (the two ran under different load), not that ft is free.
       const double m = median(d);
       std::printf("VERDICT overhead <= 2 %%: %s (median of %zu paired rounds %+.2f %%)\n",
                   m < -2.0 ? "undetermined, plain is slower than ft" : m <= 2.0 ? "yes" : "no", d.size(), m);

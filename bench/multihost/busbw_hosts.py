@@ -17,6 +17,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "multihost"))
@@ -119,7 +120,8 @@ def main():
                                                  "wrong": wrong})
     os.makedirs(os.path.dirname(os.path.abspath(a.json)), exist_ok=True)
     with open(a.json, "w") as f:
-        json.dump({"commit": commit, "cpu": cpu, "cores": os.cpu_count(), "mpi": mpi_version,
+        json.dump({"command": "python3 " + " ".join(sys.argv), "date": time.strftime("%Y-%m-%d", time.gmtime()),
+                   "commit": commit, "cpu": cpu, "cores": os.cpu_count(), "mpi": mpi_version,
                    "mpi_flags": MPI_BASE, "rounds": a.rounds, "busbw_GBps": table}, f, indent=1)
     subprocess.run(["rm", "-rf", tmp])
 

@@ -18,6 +18,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "multihost"))
@@ -96,7 +97,8 @@ def main():
               " | ".join(f"{med[k]:.0f}" for k in PHASES) + f" | {med['total']:.0f} |")
     os.makedirs(os.path.dirname(os.path.abspath(a.json)), exist_ok=True)
     with open(a.json, "w") as f:
-        json.dump({"trials": a.trials, "cpu": cpu, "cores": os.cpu_count(), "commit": commit,
+        json.dump({"command": "python3 " + " ".join(sys.argv), "date": time.strftime("%Y-%m-%d", time.gmtime()),
+                   "trials": a.trials, "cpu": cpu, "cores": os.cpu_count(), "commit": commit,
                    "machine": platform.node(), "results": results}, f, indent=1)
     subprocess.run(["rm", "-rf", tmp])
 

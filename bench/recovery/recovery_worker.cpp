@@ -60,7 +60,7 @@ class BigState : public nn::Module {
 double ms_since(TimePoint t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
 
 // Where a replacement's start-up and one recovery's state work go, without a job: each
-// operation timed once, in the order a recovery runs them (bench/RESULTS.md "Recovery").
+// operation timed once, in the order a recovery runs them.
 int profile(const std::string& model, int64_t big_params, int64_t samples) {
   TimePoint t = Clock::now();
   const auto kind = model == "cnn" ? models::ModelKind::CNN : models::ModelKind::MLP;

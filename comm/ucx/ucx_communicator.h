@@ -48,14 +48,14 @@ struct UcxOptions {
   size_t chunk_bytes = size_t{256} << 10;
   int flows = 2;
   // All-reduces up to this many bytes use recursive doubling, larger ones the ring.
-  // -1 = auto, from the --small-bytes sweep in bench/RESULTS.md "Communication" (2 cores):
+  // -1 = auto, from a comm_bench --small-bytes sweep on 2 cores:
   // 128 KiB for W <= 4 (recursive doubling as fast or faster up to 128 KiB at W = 2 and 4:
   // log2 W rounds instead of 2(W-1) matter more than its extra bytes, log2(W) x N against
   // 2N(W-1)/W, while ranks share cores), 16 KiB above (W = 8: even at 16 KiB, ring wins
   // from 64 KiB).
   int64_t small_allreduce_bytes = -1;
   // Back-off of the wait loop when nothing happens: spin this many rounds, then yield the
-  // core this many rounds, then nap 50 us per round (bench/RESULTS.md "Communication").
+  // core this many rounds, then nap 50 us per round (comm_bench --idle-spins).
   // -1 = auto: 8 spins while the ranks fit the machine's hardware threads, 0 when they
   // outnumber them (then every spin steals the core from the peer we wait for). On a
   // cluster, where W counts ranks of every host, set it yourself (8 is a good start).
@@ -70,14 +70,12 @@ struct UcxOptions {
   size_t single_copy_bytes = size_t{32} << 10;
   // ...and only in collectives whose buffer (Collective::bytes()) is at most this large.
   // -1 = auto: 8 MiB while the ranks fit the machine's hardware threads, no cap when they
-  // outnumber them. Measured (bench/RESULTS.md "Communication", single-copy/FIFO busbw,
-  // three runs): W = 2 on 2 cores 1.10-1.21x at 4 MiB, 0.97-1.02x at 8 MiB, 0.80-0.87x
-  // at 16 MiB and 0.79-0.88x above. With a core per rank, UCX's FIFO splits the copying
-  // between sender (copy-in) and receiver (copy-out), running in parallel, while a
-  // single-copy receiver does all of it; once the buffers spill the cache that parallel
-  // split wins. With more ranks than cores there is no parallelism to split into, and
-  // one copy instead of two keeps winning (W = 4 on 2 cores: 1.01-1.21x at 16-32 MiB,
-  // 0.92-0.97x at 64 MiB). Every rank must resolve the same value (checked at connect).
+  // outnumber them. With a core per rank, UCX's FIFO splits the copying between sender
+  // (copy-in) and receiver (copy-out), running in parallel, while a single-copy receiver
+  // does all of it; once the buffers spill the cache that parallel split wins (at W = 2
+  // on 2 cores the two paths are level at 8 MiB, single-copy 0.8-0.9x from 16 MiB). With
+  // more ranks than cores there is no parallelism to split into, and one copy instead of
+  // two keeps winning. Every rank must resolve the same value (checked at connect).
   int64_t single_copy_max_bytes = -1;
   // Shared-memory path (comm/shm_session.h), used when every pair of ranks can map each
   // other's memory (same host; probed when connecting, else off for the whole communicator,

@@ -61,7 +61,7 @@ bool narrow_fits(bool trans_b, int64_t M, int64_t N, int64_t K) {
 
 }  // namespace
 
-// Measured per shape with bench/train/gemm_bench (docs/core.md): NN/TN products up to 64M
+// Measured per shape with bench/train/gemm_bench (bench/RESULTS.md): NN/TN products up to 64M
 // go to gemm_small, narrow transposed-B ones to gemm_small on B^T; everything else (the
 // forward of every Linear layer, x W^T, and the largest products) comes here. With AVX-512
 // no shape is left to Eigen: Eigen's blocking depends on its thread count, so --threads

@@ -86,12 +86,10 @@ void small_cols(int64_t M, int64_t n_begin, int64_t n_end, int64_t K, float alph
 
 }  // namespace
 
-// Measured per shape (one thread, CPU time, bench/train/gemm_bench; numbers in
-// docs/core.md). On the Xeon of the first sessions this kernel won only on the conv shapes
-// and lost to Eigen from 12.8M up; on this Zen 4 it is 1.25-1.5x Eigen on every NN/TN
-// shape of the models (up to the MLP's 512x784x128 = 51M) and as fast as or up to 20 %
-// faster than gemm_packed there (no packing to pay for). Beyond 64M it is unmeasured and,
-// having no cache blocking, left to gemm_packed.
+// Routed by shape from bench/train/gemm_bench (one thread, CPU time; bench/RESULTS.md):
+// with no packing to pay for, this kernel beats Eigen on every NN/TN shape of the models
+// (up to the MLP's 512x784x128 = 51M) and ties or beats gemm_packed there. Beyond 64M it
+// is unmeasured and, having no cache blocking, left to gemm_packed.
 bool gemm_small_fits(bool trans_b, int64_t M, int64_t N, int64_t K) {
   return !trans_b && M * N * K <= 64 * 1024 * 1024;
 }

@@ -14,6 +14,7 @@
 
 #include "base/clock.h"
 #include "elastic/etcd_client.h"
+#include "elastic/leadership.h"
 #include "tests/elastic/etcd_cluster.h"
 
 using namespace rf::elastic;
@@ -101,6 +102,64 @@ TEST_CASE("a key on a lease disappears when the lease is not kept alive") {
   c.put("/lease/x", "y", other);
   c.lease_revoke(other);
   CHECK_FALSE(c.get("/lease/x").has_value());
+}
+
+TEST_CASE("a transaction applies all of its writes only when every compare holds") {
+  EtcdClient c = client();
+  int64_t rev = 0;
+  REQUIRE(c.txn({{EtcdCompare::Create, "/txn/guard", 0}}, {EtcdOp::put("/txn/guard", "g"), EtcdOp::put("/txn/a", "1")}, &rev));
+  const int64_t guard_rev = c.get("/txn/guard")->create_revision;
+  CHECK(guard_rev == rev);
+  CHECK_FALSE(c.txn({{EtcdCompare::Create, "/txn/guard", guard_rev + 100}}, {EtcdOp::put("/txn/a", "2")}));
+  CHECK(c.get("/txn/a")->value == "1");
+  c.put("/txn/r/1", "x");
+  c.put("/txn/r/2", "y");
+  c.put("/txn/r/3", "z");
+  CHECK(c.txn({{EtcdCompare::Create, "/txn/guard", guard_rev}},
+              {EtcdOp::put("/txn/a", "3"), EtcdOp::erase("/txn/r/1", "/txn/r/3")}));
+  CHECK(c.get("/txn/a")->value == "3");
+  CHECK(c.get_prefix("/txn/r/").size() == 1);  // [1, 3): 1 and 2 gone, 3 kept
+}
+
+TEST_CASE("leadership: one replica leads, a standby takes over when it resigns, the old one cannot write") {
+  const LeadershipOptions lo{cluster().urls(), "lead1", 1s};
+  EtcdClient c = client();
+  auto a = std::make_unique<Leadership>(lo, "a");
+  REQUIRE(a->campaign("127.0.0.1:1001", [] { return false; }));
+  CHECK(a->leading(rf::Clock::now()));
+  a->commit({EtcdOp::put("state", "from a")});
+  CHECK(c.get(control_prefix("lead1") + "state")->value == "from a");
+  auto who = find_leader(c, "lead1");
+  REQUIRE(who.has_value());
+  CHECK(who->id == "a");
+  CHECK(who->addr == "127.0.0.1:1001");
+
+  Leadership b(lo, "b");
+  int polls = 0;  // while a leads, b's campaign only polls (stopped after 10 looks)
+  CHECK_FALSE(b.campaign("127.0.0.1:1002", [&] { return ++polls > 10; }));
+  a->resign();
+  CHECK_FALSE(a->leading(rf::Clock::now()));
+  REQUIRE(b.campaign("127.0.0.1:1002", [] { return false; }));
+  CHECK(find_leader(c, "lead1")->id == "b");
+  b.commit({EtcdOp::put("state", "from b")});
+  CHECK_THROWS_AS(a->commit({EtcdOp::put("state", "stale a")}), NotLeader);
+  CHECK(c.get(control_prefix("lead1") + "state")->value == "from b");
+}
+
+TEST_CASE("a leader whose key is gone cannot write, even before its lease says so") {
+  const LeadershipOptions lo{cluster().urls(), "lead2", 2s};
+  EtcdClient c = client();
+  Leadership a(lo, "a");
+  REQUIRE(a.campaign("127.0.0.1:1001", [] { return false; }));
+  a.commit({EtcdOp::put("state", "g1")});
+  // What a lease expiry does while a is cut off: its key vanishes and another replica wins.
+  c.lease_revoke(c.get(control_prefix("lead2") + "leader")->lease);
+  Leadership b(lo, "b");
+  REQUIRE(b.campaign("127.0.0.1:1002", [] { return false; }));
+  b.commit({EtcdOp::put("state", "g2")});
+  CHECK_THROWS_WITH_AS(a.commit({EtcdOp::put("state", "g2 from a")}), doctest::Contains("another replica"), NotLeader);
+  CHECK_FALSE(a.leading(rf::Clock::now()));
+  CHECK(c.get(control_prefix("lead2") + "state")->value == "g2");
 }
 
 TEST_CASE("a member killed: the client goes on with the others") {

@@ -58,3 +58,35 @@ TEST_CASE("ringfence coord flags") {
   CHECK_THROWS_AS(parse_coord_args({"--port", "1"}), rf::InvalidInput);
   CHECK_THROWS_AS(parse_coord_args({"-n", "2", "--port", "70000"}), rf::InvalidInput);
 }
+
+TEST_CASE("coordinator replicas in etcd: run and coord flags, and what they refuse") {
+  auto r = parse_run_args({"-n", "2", "--etcd", "10.0.0.1:2379,http://10.0.0.2:2379", "--job", "j-1", "--nnodes", "3",
+                           "--node-rank", "2", "--", "w"});
+  CHECK(r.etcd == "10.0.0.1:2379,http://10.0.0.2:2379");
+  CHECK(r.job == "j-1");
+  auto c = parse_coord_args({"-n", "6", "--etcd", "127.0.0.1:2379", "--port", "29500", "--id", "c1", "--job", "j",
+                             "--leader-lease", "3s", "--token-file", "t"});
+  CHECK(c.etcd == "127.0.0.1:2379");
+  CHECK(c.id == "c1");
+  CHECK(c.leader_lease == std::chrono::seconds(3));
+  auto why = [](auto parse, std::vector<std::string> a) {
+    try {
+      parse(a);
+    } catch (const rf::InvalidInput& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  const auto run = [](const std::vector<std::string>& a) { return parse_run_args(a); };
+  const auto coord = [](const std::vector<std::string>& a) { return parse_coord_args(a); };
+  CHECK(why(run, {"-n", "2", "--coord", "h:1", "--etcd", "h:2379", "--", "w"}).find("exclude each other") !=
+        std::string::npos);
+  CHECK(why(run, {"-n", "2", "--etcd", "ftp://h:2379", "--", "w"}).find("'ftp://h:2379'") != std::string::npos);
+  CHECK(why(run, {"-n", "2", "--etcd", "h:2379", "--job", "a/b", "--", "w"}).find("job name 'a/b'") != std::string::npos);
+  CHECK(why(run, {"-n", "2", "--job", "j", "--", "w"}).find("needs --etcd") != std::string::npos);
+  CHECK(why(coord, {"-n", "2", "--etcd", "h:2379", "--port", "0"}).find("fixed --port") != std::string::npos);
+  CHECK(why(coord, {"-n", "2", "--etcd", "h:2379", "--host", "0.0.0.0"}).find("--advertise") != std::string::npos);
+  CHECK(why(coord, {"-n", "2", "--etcd", "h:2379", "--leader-lease", "500ms"}).find("at least 1s") !=
+        std::string::npos);
+  CHECK(why(coord, {"-n", "2", "--id", "c1"}).find("need --etcd") != std::string::npos);
+}

@@ -15,7 +15,7 @@ using rf::apps::WorkerEnv;
 TEST_CASE("a worker's environment: inherited less RINGFENCE_*, then the launcher's values") {
   std::string path = "PATH=/bin", old_slot = "RINGFENCE_SLOT=9", cuda = "CUDA_VISIBLE_DEVICES=0,1";
   char* inherited[] = {path.data(), old_slot.data(), cuda.data(), nullptr};
-  const WorkerEnv w{.coord = "127.0.0.1:7000", .token = "t", .slot = 5, .incarnation = 2, .world = 6,
+  const WorkerEnv w{.coord = "127.0.0.1:7000", .etcd = "", .job = "", .token = "t", .slot = 5, .incarnation = 2, .world = 6,
                     .node_rank = 1, .spare = true, .local_rank = 3, .local_world = 4, .job_ran = true,
                     .inject = "kill:rank=1:step=3"};
   const std::vector<std::string> env = worker_environment(w, inherited);
@@ -26,5 +26,15 @@ TEST_CASE("a worker's environment: inherited less RINGFENCE_*, then the launcher
       "RINGFENCE_INJECT=kill:rank=1:step=3"};
   CHECK(env == want);
   CHECK(std::count(env.begin(), env.end(), "RINGFENCE_SLOT=9") == 0);  // the launcher's own is not passed on
-  CHECK(worker_environment(WorkerEnv{}, nullptr).size() == want.size() - 2);
+  CHECK(worker_environment(WorkerEnv{}, nullptr).size() == want.size() - 3);  // no COORD either
+}
+
+TEST_CASE("with coordinator replicas the worker gets etcd and the job name instead of an address") {
+  WorkerEnv w;
+  w.etcd = "http://10.0.0.9:2379,http://10.0.0.8:2379";
+  w.job = "j1";
+  const std::vector<std::string> env = worker_environment(w, nullptr);
+  CHECK(std::count(env.begin(), env.end(), "RINGFENCE_ETCD=http://10.0.0.9:2379,http://10.0.0.8:2379") == 1);
+  CHECK(std::count(env.begin(), env.end(), "RINGFENCE_JOB=j1") == 1);
+  CHECK(std::none_of(env.begin(), env.end(), [](const std::string& e) { return e.rfind("RINGFENCE_COORD=", 0) == 0; }));
 }
