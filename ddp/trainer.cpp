@@ -169,7 +169,7 @@ struct Trainer::Impl {
       tracer.span("optimizer", Tracer::kTrain, t_opt, t_end, ta);
       tracer.span("step", Tracer::kTrain, step_began, t_end, ta);
       state.set_step(s);
-      const Duration step_time = Clock::now() - step_began;
+      const Duration step_time = t_end - step_began;
       watch.end_step(step_time);
       inj->step_took(s, step_time);  // a slow spec's reference
       if (client) client->set_step(s);
