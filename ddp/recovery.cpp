@@ -29,7 +29,8 @@ std::string words_digest(const uint64_t* w) { return std::string(reinterpret_cas
 }  // namespace
 
 Recovery::Recovery(Parts p)
-    : cfg_(p.cfg), m_(p.member), state_(p.state), reducer_(p.reducer), watch_(p.watch), ckpt_(p.checkpointing) {}
+    : cfg_(p.cfg), m_(p.member), state_(p.state), reducer_(p.reducer), watch_(p.watch), ckpt_(p.checkpointing),
+      tracer_(p.tracer) {}
 
 Recovery::~Recovery() {
   await_staging();
@@ -43,9 +44,13 @@ void Recovery::start(const elastic::ClientOptions& options, FaultInjector& inj, 
   comm::prepare_backend(cfg_.backend);
   client_ = std::make_unique<elastic::Client>(copt_);
   client_->on_revoked([this](const elastic::Revocation& r) {
+    if (tracer_) tracer_->instant_any("revoked", r.cause, {.generation = static_cast<int64_t>(r.generation)});
     abort(str("generation revoked (", r.cause, "), now ", r.generation));
   });
-  client_->on_fenced([this](const std::string& why) { abort(str("self-fenced (D4): ", why), true); });
+  client_->on_fenced([this](const std::string& why) {
+    if (tracer_) tracer_->instant_any("fenced", why);
+    abort(str("self-fenced (D4): ", why), true);
+  });
   client_->on_stopped([this] { abort("the coordinator stopped the job"); });
 }
 
@@ -59,6 +64,15 @@ bool Recovery::join() {
 }
 
 void Recovery::enter(std::optional<RecoveryPhase> phase) {
+  // The trace: one span per phase, from entering it to entering the next (or training).
+  if (tracer_ && tracer_->enabled() && traced_ != phase) {
+    const TimePoint now = Clock::now();
+    if (traced_)
+      tracer_->span(recovery_phase_name(*traced_), Tracer::kTrain, traced_since_, now,
+                    {.step = state_.step(), .generation = static_cast<int64_t>(m_.plan.generation), .rank = m_.rank});
+    traced_ = phase;
+    traced_since_ = now;
+  }
   if (audit_) audit_->set_phase(phase);
   comm::set_phase_label(phase ? recovery_phase_name(*phase) : kTrainingPhaseLabel);
 }

@@ -21,10 +21,12 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "base/trace.h"
 #include "comm/communicator.h"
 #include "comm/errors.h"
 #include "ddp/audit_log.h"
@@ -66,6 +68,7 @@ class Recovery {
     Reducer& reducer;
     StepWatch& watch;
     Checkpointing& checkpointing;
+    Tracer* tracer = nullptr;  // each phase a span (enter), revocations instants
   };
   explicit Recovery(Parts parts);
   // Waits for the staging thread and closes the client: its heartbeat thread calls abort().
@@ -123,6 +126,9 @@ class Recovery {
   // Throws elastic::JobStopped when the coordinator stopped the job.
   Resumed resume();
 
+  // The trace's phase span in progress ends now (the worker leaves recovery for good).
+  void end_trace_phase() { enter(std::nullopt); }
+
  private:
   bool form_steps();  // form() without the lost-leader case
   // The phase recovery is in (nullopt: back to training), for the audit lines and comm's
@@ -148,6 +154,9 @@ class Recovery {
   uint64_t staging_size_ = 0;
   std::thread staging_thread_;
   double connect_ms_ = 0, staging_wait_ms_ = 0;
+  Tracer* tracer_ = nullptr;
+  std::optional<RecoveryPhase> traced_;  // the phase whose span is open, since traced_since_
+  TimePoint traced_since_;
 };
 
 }  // namespace rf::ddp

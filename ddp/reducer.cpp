@@ -65,6 +65,8 @@ Reducer::Reducer(const std::vector<NamedTensor>& params, ReducerOptions options)
   tail_host_ = static_cast<float*>(rt_->host_staging(sizeof(float) * kTail));
   pending_.assign(layout_.num_buckets(), 0);
   work_.resize(layout_.num_buckets());
+  bucket_start_.resize(layout_.num_buckets());
+  bucket_done_.resize(layout_.num_buckets());
   for (size_t k = 0; k < params.size(); ++k) {
     const ParamSlot& slot = layout_.params[k];
     Tensor p = params[k].second;
@@ -134,7 +136,8 @@ void Reducer::start_ready_buckets() {
 }
 
 void Reducer::start_bucket(int b) {
-  if (b == 0) timeline_.first_start = Clock::now();
+  bucket_start_[b] = Clock::now();
+  if (b == 0) timeline_.first_start = bucket_start_[b];
   work_[b] = comm_->allreduce_start(whole(b), ops_.bucket(step_, b), stream());
 }
 
@@ -163,14 +166,19 @@ ControlBlock Reducer::finish() {
     for (int b = 0; b < next_start_; ++b) timeline_.done_at_finish += work_[b]->test() ? 1 : 0;
     // Buckets whose hooks did not all fire (an empty local batch, an unused parameter)
     // still join the collective: all ranks start the same ones in the same order.
-    for (int b = 0; b < next_start_; ++b) work_[b]->wait();
+    for (int b = 0; b < next_start_; ++b) {
+      work_[b]->wait();
+      bucket_done_[b] = Clock::now();
+    }
     for (; next_start_ < layout_.num_buckets(); ++next_start_) {
-      if (next_start_ == 0) timeline_.first_start = Clock::now();
+      bucket_start_[next_start_] = Clock::now();
+      if (next_start_ == 0) timeline_.first_start = bucket_start_[next_start_];
       if (device_.is_cpu()) {
         comm_->allreduce(whole(next_start_), ops_.bucket(step_, next_start_));
       } else {
         comm_->allreduce_start(whole(next_start_), ops_.bucket(step_, next_start_), stream())->wait();
       }
+      bucket_done_[next_start_] = Clock::now();
     }
   } catch (...) {
     abandon();

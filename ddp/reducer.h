@@ -29,6 +29,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "base/clock.h"
@@ -121,6 +122,10 @@ class Reducer {
   // Buckets started before finish() in the last step (how much overlapped backward).
   int started_during_backward() const { return timeline_.started_early; }
   const StepTimeline& timeline() const { return timeline_; }
+  // Bucket b's all-reduce in the last step: when it was handed to the communicator, and
+  // when the training thread saw it complete (a bucket done during backward is seen at
+  // finish(): its end is an upper bound). For the trace (base/trace.h).
+  std::pair<TimePoint, TimePoint> bucket_times(int b) const { return {bucket_start_[b], bucket_done_[b]}; }
   // The parameters' device: where the buckets live, and where the trainer puts each batch.
   Device device() const { return device_; }
 
@@ -151,6 +156,7 @@ class Reducer {
   comm::Communicator* comm_ = nullptr;  // armed between begin_step and finish/abandon
   uint64_t step_ = 0;
   int next_start_ = 0;
+  std::vector<TimePoint> bucket_start_, bucket_done_;  // per bucket, of the step in flight or the last one
   StepTimeline timeline_;  // of the step in flight, then of the last one; .overlap latches opt_.overlap
   double global_loss_ = 0.0;
   // The hooks outlive the reducer (they belong to the parameters): they reach it through

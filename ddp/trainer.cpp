@@ -1,6 +1,7 @@
 #include "ddp/trainer.h"
 
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -10,6 +11,7 @@
 #include "base/error.h"
 #include "base/str.h"
 #include "base/thread_sched.h"
+#include "base/trace.h"
 #include "comm/communicator.h"
 #include "comm/errors.h"
 #include "comm/file_store.h"
@@ -36,6 +38,12 @@ enum class Leave { Recover, Finished, Stopped };
 CheckpointingOptions checkpointing_options(const TrainerConfig& c) {
   return {.dir = c.ckpt_dir, .every = c.ckpt_every, .keep = c.ckpt_keep, .resume = c.resume, .model_name = c.model_name};
 }
+
+std::string trace_path(const TrainerConfig& c) {
+  if (!c.trace.empty()) return c.trace;
+  const char* env = std::getenv("RINGFENCE_TRACE");
+  return env ? env : "";
+}
 }  // namespace
 
 // The step loop (R1, R2, R5) and the order of a worker's life: join, then recovery's steps
@@ -59,6 +67,8 @@ struct Trainer::Impl {
   StepWatch watch;
   Checkpointing checkpointing;
   Membership member;
+  // Before recovery, which records into it from the heartbeat thread too.
+  Tracer tracer;
   // Last: destroyed first, it stops the heartbeat thread that calls back into it (step 1)
   // before any member it uses goes, also when run() ended with an exception.
   Recovery recovery;
@@ -66,11 +76,21 @@ struct Trainer::Impl {
   Impl(nn::Module& m, LossFn l, const data::Dataset& d, optim::Optimizer& o, TrainerConfig c)
       : model(m), loss_fn(std::move(l)), ds(d), optimizer(o), cfg(std::move(c)),
         sampler(d.n, cfg.global_batch, cfg.seed), reducer(m.named_parameters(), cfg.reducer), state(m, o, cfg.model_name),
-        watch(cfg.stall), checkpointing(checkpointing_options(cfg), m, o, state),
-        recovery({cfg, member, state, reducer, watch, checkpointing}) {}
+        watch(cfg.stall), checkpointing(checkpointing_options(cfg), m, o, state), tracer(trace_path(cfg)),
+        recovery({cfg, member, state, reducer, watch, checkpointing, &tracer}) {}
 
   CheckpointOrigin origin() const {
     return {member.rank, member.world, member.plan.generation, member.plan.job_id};
+  }
+
+  // The step's bucket all-reduces, one lane each (they overlap backward and each other).
+  void trace_buckets(const TraceArgs& ta) {
+    for (int b = 0; b < reducer.num_buckets(); ++b) {
+      const auto [begin, end] = reducer.bucket_times(b);
+      TraceArgs a = ta;
+      a.bucket = b;
+      tracer.span("allreduce", Tracer::kComm + b, begin, end, a);
+    }
   }
 
   Leave train_generation() {
@@ -107,6 +127,8 @@ struct Trainer::Impl {
       cb.stop = client && client->stop_requested() ? 1 : 0;
 
       ControlBlock sums;
+      const TraceArgs ta{.step = s, .generation = static_cast<int64_t>(member.plan.generation), .rank = rank};
+      TimePoint t_fwd = Clock::now(), t_bwd = t_fwd, t_wait = t_fwd;
       try {
         inj->at(FaultPhase::Forward, s);
         if (cfg.overlap_ab_period > 0) reducer.set_overlap(overlap_ab_on(s, cfg.overlap_ab_period));
@@ -114,15 +136,20 @@ struct Trainer::Impl {
         if (b > 0) {
           Tensor loss = loss_fn(model(x), y_buf);
           reducer.set_local_loss(loss);  // stays on the device: the host reads it in finish()
+          t_bwd = Clock::now();
+          tracer.span("forward", Tracer::kTrain, t_fwd, t_bwd, ta);
           inj->at(FaultPhase::Backward, s);
           loss.backward();
         } else {
           inj->at(FaultPhase::Backward, s);
         }
+        t_wait = Clock::now();
+        tracer.span("backward", Tracer::kTrain, t_bwd, t_wait, ta);
         inj->at(FaultPhase::Allreduce, s);
         ActivityBoard::WaitScope waiting(watch.board());
         sums = reducer.finish();
       } catch (const comm::CommError& e) {
+        tracer.span("failed step", Tracer::kTrain, step_began, Clock::now(), ta);
         // R1: the gradient of s is incomplete; nothing is applied.
         std::fprintf(stderr, "ringfence worker slot %d rank %d: step %lld not applied: %s\n", slot, rank,
                      static_cast<long long>(s), e.what());
@@ -130,13 +157,19 @@ struct Trainer::Impl {
         recovery.failure(e);
         return Leave::Recover;
       }
+      const TimePoint t_opt = Clock::now();
+      tracer.span("allreduce wait", Tracer::kTrain, t_wait, t_opt, ta);
+      trace_buckets(ta);
       inj->at(FaultPhase::Optimizer, s);
       {
         NoGradGuard ng;
         optimizer.step();  // the only writer of parameters (R1)
       }
+      const TimePoint t_end = Clock::now();
+      tracer.span("optimizer", Tracer::kTrain, t_opt, t_end, ta);
+      tracer.span("step", Tracer::kTrain, step_began, t_end, ta);
       state.set_step(s);
-      const Duration step_time = Clock::now() - step_began;
+      const Duration step_time = t_end - step_began;
       watch.end_step(step_time);
       inj->step_took(s, step_time);  // a slow spec's reference
       if (client) client->set_step(s);
@@ -259,6 +292,10 @@ struct Trainer::Impl {
       // the call above must not be inside what it measures.
       audit_->record("inject", member.plan.generation, s, "", member.rank, member.world,
                      str("\"spec\":\"", f.to_string(), "\""));
+      // Written out now: a kill leaves the trace complete up to here.
+      tracer.instant_any("inject", f.to_string(),
+                         {.step = s, .generation = static_cast<int64_t>(member.plan.generation), .rank = member.rank});
+      tracer.flush();
     });
     recovery.start(copt, *inj, *audit_);  // the transport context, the client, step 1's hooks
     elastic::Client& client = *recovery.client();
@@ -315,6 +352,7 @@ struct Trainer::Impl {
       break;
     }
     recovery.forget_previous();  // no next generation to shrink into
+    recovery.end_trace_phase();
     finish_result(seconds_since(t0));
     client.close();
     return result;

@@ -82,6 +82,9 @@ struct TrainerConfig {
   int64_t ckpt_keep = 3;
   bool resume = false;
   std::string flight_recorder;  // comm's flight recorder dumps here on failure ("" = stderr)
+  // Spans of every step and recovery phase in Chrome trace format (base/trace.h,
+  // docs/trace.md). "" = RINGFENCE_TRACE, which `ringfence run --trace` sets; unset: none.
+  std::string trace;
   std::chrono::milliseconds plan_timeout{120000};
   std::chrono::milliseconds ready_timeout{60000};
 };

@@ -84,6 +84,7 @@ RunOptions parse_run_args(const std::vector<std::string>& argv) {
     } else if (f == "--inject") o.inject.push_back(parse_fault_spec(args.value()));
     else if (f == "--summary") o.summary_path = args.value();
     else if (f == "--event-log") o.event_log = args.value();
+    else if (f == "--trace") o.trace = args.value();
     else if (f == "--coord") o.coord = args.value();
     else if (f == "--etcd") o.etcd = args.value();
     else if (f == "--job") o.job = args.value();

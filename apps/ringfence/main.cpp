@@ -1,7 +1,7 @@
 // ringfence — the launcher.
 //   ringfence run -n N [options] -- PROGRAM ARGS...   (docs/launcher.md)
 //   ringfence coord -n W [--host H] [--port P] [--token-file F] ...
-//   ringfence timeline EVENTS.jsonl
+//   ringfence timeline EVENTS.jsonl | ringfence timeline --html OUT.html TRACE.json
 #include <signal.h>
 #include <sys/stat.h>
 #include <poll.h>
@@ -16,6 +16,7 @@
 
 #include "apps/ringfence/supervisor.h"
 #include "apps/ringfence/timeline.h"
+#include "apps/ringfence/timeline_html.h"
 #include "base/error.h"
 #include "base/str.h"
 #include "apps/ringfence/coord_replica.h"
@@ -31,7 +32,7 @@ const char* kUsage =
     "usage:\n"
     "  ringfence run -n N [--min-world M] [--spares K] [--max-restarts R] [--join-window T]\n"
     "                [--heartbeat T --lease T] [--min-world-timeout T] [--report-timeout T] [--inject SPEC]...\n"
-    "                [--summary FILE] [--event-log FILE] [--stop-grace T] [--quiet]\n"
+    "                [--summary FILE] [--event-log FILE] [--trace FILE] [--stop-grace T] [--quiet]\n"
     "                [--coord HOST:PORT | --etcd URL[,URL...] [--job NAME]] [--token-file F] [--nnodes N --node-rank I]\n"
     "                -- PROGRAM ARGS...\n"
     "  ringfence coord -n W [--min-world M] [--host H] [--port P] [--token-file F] [--event-log FILE]\n"
@@ -39,6 +40,7 @@ const char* kUsage =
     "                [--etcd URL[,URL...] [--job NAME] [--id NAME] [--advertise HOST] [--leader-lease T]]\n"
     "                (--etcd: one of several replicas; the job token is read from --token-file or RINGFENCE_TOKEN)\n"
     "  ringfence timeline EVENTS.jsonl     (the coordinator's event log as a timeline)\n"
+    "  ringfence timeline --html OUT.html TRACE.json   (a --trace file as a self-contained page)\n"
     "SPEC: KIND:rank=R:step=S[:phase=P][:after_chunks=K] | KIND:rank=R:at=SECONDS\n"
     "      KIND kill|stop|hang|exit|drop|slow; P forward|backward|allreduce|optimizer|transfer|recovery\n"
     "      slow also takes :factor=F:steps=N (N steps from S, each F x the rank's median step time)\n"
@@ -187,8 +189,9 @@ int main(int argc, char** argv) {
       return run_coord(o);
     }
     if (cmd == "timeline") {
-      if (args.size() != 1) {
-        std::fprintf(stderr, "usage: ringfence timeline EVENTS.jsonl\n");
+      if (args.size() == 3 && args[0] == "--html") return rf::apps::write_timeline_html(args[2], args[1]);
+      if (args.size() != 1 || args[0] == "--html") {
+        std::fprintf(stderr, "usage: ringfence timeline EVENTS.jsonl | ringfence timeline --html OUT.html TRACE.json\n");
         return 2;
       }
       return rf::apps::print_timeline(args[0]);

@@ -21,6 +21,7 @@
 
 #include "apps/ringfence/not_fired.h"
 #include "apps/ringfence/status_line.h"
+#include "apps/ringfence/trace_merge.h"
 #include "apps/ringfence/worker_env.h"
 #include "base/clock.h"
 #include "base/str.h"
@@ -86,11 +87,12 @@ class Supervisor {
     const int world = opt_.nprocs * opt_.nnodes;
     std::string host = "127.0.0.1";
     int port = 0;
+    if (!opt_.trace.empty()) prepare_trace_parts(opt_.trace);
     if (opt_.coord.empty() && opt_.etcd.empty()) {  // the embedded coordinator
       token_ = random_token();
       CoordinatorOptions co;
       co.token = token_;
-      co.event_log = opt_.event_log;
+      co.event_log = coordinator_event_log(opt_);
       co.membership.target_world = world;
       co.membership.min_world = opt_.min_world ? opt_.min_world : world;
       co.membership.heartbeat = opt_.timing.heartbeat;
@@ -152,7 +154,8 @@ class Supervisor {
         {.coord = coord_addr_, .etcd = opt_.etcd, .job = opt_.job, .token = token_, .slot = w.slot, .incarnation = w.incarnation,
          .world = opt_.nprocs * opt_.nnodes, .node_rank = opt_.node_rank, .spare = w.spare,
          .local_rank = w.local_rank, .local_world = static_cast<int>(workers_.size()), .job_ran = snap_.seen,
-         .inject = join_fault_specs(opt_.inject)},
+         .inject = join_fault_specs(opt_.inject),
+         .trace = opt_.trace.empty() ? "" : trace_part_path(opt_.trace, w.slot, w.incarnation)},
         environ);
     std::vector<char*> envp, argv;
     for (auto& s : env) envp.push_back(s.data());
@@ -578,6 +581,7 @@ class Supervisor {
                 {"recoveries", summary.value("recoveries", json::array())},
                 {"leaders", summary.value("leaders", json::array())}};
     status_.finish(out);
+    if (!opt_.trace.empty()) write_job_trace(opt_, workers, start_wall_us_);
     // A fault asked for and never injected: the run did not test what it was meant to. The
     // training itself succeeded, so the exit status is unchanged; the summary lists them.
     for (const auto& nf : out["not_fired"])

@@ -30,6 +30,7 @@ std::vector<std::string> worker_environment(const WorkerEnv& w, char* const* inh
   // Every spec goes to the workers; they act on step= specs (FaultSpec::launcher_side()
   // tells the at= ones, which the launcher executes itself).
   env.push_back("RINGFENCE_INJECT=" + w.inject);
+  if (!w.trace.empty()) env.push_back("RINGFENCE_TRACE=" + w.trace);  // ddp::TrainerConfig::trace
   return env;
 }
 

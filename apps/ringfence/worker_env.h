@@ -24,6 +24,7 @@ struct WorkerEnv {
   int local_world = 1;
   bool job_ran = false;
   std::string inject;  // every --inject spec, ';'-separated
+  std::string trace = "";  // this incarnation's trace file (--trace; "" = none)
 };
 
 // "NAME=value" entries: `inherited` (e.g. environ) less its RINGFENCE_* entries, then ours.
