@@ -19,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "apps/ringfence/control_plane.h"
 #include "apps/ringfence/not_fired.h"
 #include "apps/ringfence/status_line.h"
 #include "apps/ringfence/trace_merge.h"
@@ -85,38 +86,12 @@ class Supervisor {
 
   int run() {
     const int world = opt_.nprocs * opt_.nnodes;
-    std::string host = "127.0.0.1";
-    int port = 0;
     if (!opt_.trace.empty()) prepare_trace_parts(opt_.trace);
-    if (opt_.coord.empty() && opt_.etcd.empty()) {  // the embedded coordinator
-      token_ = random_token();
-      CoordinatorOptions co;
-      co.token = token_;
-      co.event_log = coordinator_event_log(opt_);
-      co.membership.target_world = world;
-      co.membership.min_world = opt_.min_world ? opt_.min_world : world;
-      co.membership.heartbeat = opt_.timing.heartbeat;
-      co.membership.lease = opt_.timing.lease;
-      co.membership.join_window = opt_.timing.join_window;
-      co.membership.min_world_timeout = opt_.timing.min_world_timeout;
-      co.membership.report_timeout = opt_.timing.report_timeout;
-      coord_ = std::make_unique<Coordinator>(co);
-      coord_->start();
-      port = coord_->port();
-    } else {
-      if (!opt_.token_file.empty()) token_ = read_token_file(opt_.token_file);
-      else if (const char* t = std::getenv("RINGFENCE_TOKEN"); t && *t) token_ = t;
-      else throw rf::InvalidInput(rf::str(opt_.etcd.empty() ? "--coord" : "--etcd",
-                                          " needs the job token: --token-file FILE or RINGFENCE_TOKEN"));
-    }
-    if (!opt_.etcd.empty()) {
-      // Several coordinator replicas: the launcher and its workers follow the leader etcd names.
-      admin_ = std::make_unique<AdminClient>(parse_etcd_endpoints(opt_.etcd), opt_.job, token_);
-    } else {
-      if (!opt_.coord.empty()) std::tie(host, port) = parse_host_port(opt_.coord);
-      coord_addr_ = rf::str(host, ":", port);
-      admin_ = std::make_unique<AdminClient>(host, port, token_);
-    }
+    ControlPlane cp = connect_control_plane(opt_, coordinator_event_log(opt_));
+    coord_ = std::move(cp.embedded);
+    admin_ = std::move(cp.admin);
+    token_ = cp.token;
+    coord_addr_ = cp.coord_addr;
 
     // Slots: this node's primaries, then its spares after every node's primaries.
     for (int i = 0; i < opt_.nprocs; ++i) {
