@@ -60,9 +60,11 @@ Leadership::Leadership(LeadershipOptions options, std::string id)
 
 Leadership::~Leadership() { resign(); }
 
-bool Leadership::campaign(const std::string& addr, const std::function<bool()>& stop) {
+bool Leadership::campaign(const std::string& addr, const std::function<bool()>& stop,
+                          const std::function<void(const std::string&)>& unavailable) {
   const std::string key = prefix_ + kLeaderKey;
   const std::string value = json{{"id", id_}, {"addr", addr}}.dump();
+  std::optional<TimePoint> last_said;
   while (!stop()) {
     try {
       if (etcd_.get(key)) {
@@ -89,7 +91,11 @@ bool Leadership::campaign(const std::string& addr, const std::function<bool()>& 
       }
       ka_thread_ = std::thread([this] { keepalive_loop(); });
       return true;
-    } catch (const EtcdUnavailable&) {
+    } catch (const EtcdUnavailable& e) {
+      if (unavailable && (!last_said || Clock::now() - *last_said >= std::chrono::seconds(10))) {
+        last_said = Clock::now();
+        unavailable(e.what());
+      }
       std::this_thread::sleep_for(kCampaignPoll);  // etcd has no quorum now: try again
     }
   }

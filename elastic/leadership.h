@@ -67,8 +67,10 @@ class Leadership {
   Leadership& operator=(const Leadership&) = delete;
 
   // Blocks until this replica leads, serving at `addr` (true), or until stop() says so
-  // (false). etcd being down is waited out, not an error.
-  bool campaign(const std::string& addr, const std::function<bool()>& stop);
+  // (false). etcd being down is waited out, not an error: `unavailable` (if given) hears
+  // why, at the first failed call and then at most every 10 s.
+  bool campaign(const std::string& addr, const std::function<bool()>& stop,
+                const std::function<void(const std::string&)>& unavailable = {});
   bool leading(TimePoint now) const;
   // Who leads now (nullopt: nobody). Throws EtcdUnavailable.
   std::optional<LeaderInfo> leader_now();

@@ -83,10 +83,14 @@ int run_coord_replica(const CoordOptions& o, CoordinatorOptions base, const vola
     auto lead = std::make_shared<Leadership>(lo, id);
     say(id, rf::str("standing by for job '", o.job, "' (etcd ", o.etcd, ")"));
     LeaderWatch watch(*lead, base.token, id);
-    if (!lead->campaign(addr, [&] {
-          watch.look();
-          return stop != 0;
-        }))
+    const auto unavailable = [&](const std::string& why) { say(id, "etcd does not answer, still trying: " + why); };
+    if (!lead->campaign(
+            addr,
+            [&] {
+              watch.look();
+              return stop != 0;
+            },
+            unavailable))
       break;
     std::unique_ptr<Coordinator> coord;
     try {
