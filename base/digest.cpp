@@ -14,14 +14,7 @@
 
 namespace rf {
 
-struct StateDigest::State {
-  XXH3_state_t* x;
-};
-
-void StateDigest::Free::operator()(State* s) const {
-  XXH3_freeState(s->x);
-  delete s;
-}
+void StateDigest::Free::operator()(XXH3_state_s* s) const { XXH3_freeState(s); }
 
 namespace {
 XXH3_state_t* new_xxh3_state() {
@@ -31,12 +24,14 @@ XXH3_state_t* new_xxh3_state() {
 }
 }  // namespace
 
-StateDigest::StateDigest() : s_(new State{new_xxh3_state()}) { XXH3_128bits_reset(s_->x); }
+StateDigest::StateDigest() : s_(new_xxh3_state()) { XXH3_128bits_reset(s_.get()); }
 
-StateDigest::StateDigest(const StateDigest& o) : s_(new State{new_xxh3_state()}) { XXH3_copyState(s_->x, o.s_->x); }
+StateDigest::StateDigest(const StateDigest& o) : s_(new_xxh3_state()) { XXH3_copyState(s_.get(), o.s_.get()); }
 
 StateDigest& StateDigest::operator=(const StateDigest& o) {
-  if (this != &o) XXH3_copyState(s_->x, o.s_->x);
+  if (this == &o) return *this;
+  if (!s_) s_.reset(new_xxh3_state());  // assigned to after a move
+  XXH3_copyState(s_.get(), o.s_.get());
   return *this;
 }
 
@@ -44,7 +39,7 @@ StateDigest::~StateDigest() = default;
 
 void StateDigest::update(const void* data, size_t bytes) {
   if (bytes == 0) return;  // data may be null for an empty tensor
-  XXH3_128bits_update(s_->x, data, bytes);
+  XXH3_128bits_update(s_.get(), data, bytes);
 }
 
 void StateDigest::update_u64(uint64_t v) {
@@ -59,7 +54,7 @@ void StateDigest::update_str(const std::string& s) {
 }
 
 std::array<uint64_t, 2> StateDigest::value() const {
-  const XXH128_hash_t h = XXH3_128bits_digest(s_->x);
+  const XXH128_hash_t h = XXH3_128bits_digest(s_.get());
   return {h.high64, h.low64};
 }
 

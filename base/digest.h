@@ -23,6 +23,8 @@
 
 #include "base/error.h"
 
+struct XXH3_state_s;  // libxxhash's streaming state (XXH3_state_t), kept out of this header
+
 namespace rf {
 
 // The version of the digests this build computes: XXH3-128, 32 hex digits after "x3:".
@@ -55,11 +57,10 @@ class StateDigest {
   std::array<uint64_t, 2> value() const;  // {high, low} 64 bits, in hex()'s order
 
  private:
-  struct State;  // libxxhash's XXH3_state_t, kept out of this header
   struct Free {
-    void operator()(State* s) const;
+    void operator()(XXH3_state_s* s) const;
   };
-  std::unique_ptr<State, Free> s_;
+  std::unique_ptr<XXH3_state_s, Free> s_;
 };
 
 // One-shot helper.

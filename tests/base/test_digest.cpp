@@ -1,6 +1,7 @@
 #include <doctest/doctest.h>
 
 #include <random>
+#include <utility>
 #include <vector>
 
 #include <xxhash.h>
@@ -50,6 +51,9 @@ TEST_CASE("the digest is XXH3-128 of the bytes, as xxh128sum prints it, after th
   CHECK(d.value() == std::array<uint64_t, 2>{h.high64, h.low64});
   const rf::StateDigest copy = d;  // copies carry on from the same state
   CHECK(copy.hex() == d.hex());
+  rf::StateDigest moved = std::move(d);
+  d = copy;  // a moved-from digest can be assigned to
+  CHECK(d.hex() == moved.hex());
 }
 
 TEST_CASE("digests of two versions are never compared") {
