@@ -1,73 +1,50 @@
 #include "base/digest.h"
 
-#include <algorithm>
 #include <cstring>
 
+#if defined(__x86_64__)
+// XXH3_128bits_update becomes libxxhash's run-time dispatch (SSE2 / AVX2 / AVX-512): the
+// fastest variant measured (bench/RESULTS.md), whatever this build's -march.
+#include <xxh_x86dispatch.h>
+#endif
+#include <xxhash.h>
+
+#include "base/enforce.h"
+#include "base/str.h"
+
 namespace rf {
+
+void StateDigest::Free::operator()(XXH3_state_s* s) const { XXH3_freeState(s); }
+
 namespace {
-
-constexpr uint64_t kP1 = 0x9E3779B185EBCA87ULL;
-constexpr uint64_t kP2 = 0xC2B2AE3D27D4EB4FULL;
-constexpr uint64_t kP3 = 0x165667B19E3779F9ULL;
-
-inline uint64_t rotl(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
-
-inline uint64_t load64(const unsigned char* p) {
-  uint64_t v;
-  std::memcpy(&v, p, 8);  // little-endian hosts only (x86-64, aarch64)
-  return v;
+XXH3_state_t* new_xxh3_state() {
+  XXH3_state_t* x = XXH3_createState();
+  RF_ENFORCE(x != nullptr, "XXH3_createState: out of memory");
+  return x;
 }
-
-inline uint64_t round(uint64_t acc, uint64_t w) { return rotl(acc + w * kP2, 31) * kP1; }
-
-inline uint64_t fmix(uint64_t k) {
-  k ^= k >> 33;
-  k *= 0xff51afd7ed558ccdULL;
-  k ^= k >> 33;
-  k *= 0xc4ceb9fe1a85ec53ULL;
-  k ^= k >> 33;
-  return k;
-}
-
 }  // namespace
 
-StateDigest::StateDigest() : lanes_{kP1 + kP2, kP2, 0, 0 - kP1} {}
+StateDigest::StateDigest() : s_(new_xxh3_state()) { XXH3_128bits_reset(s_.get()); }
 
-void StateDigest::block(const unsigned char* p) {
-  lanes_[0] = round(lanes_[0], load64(p));
-  lanes_[1] = round(lanes_[1], load64(p + 8));
-  lanes_[2] = round(lanes_[2], load64(p + 16));
-  lanes_[3] = round(lanes_[3], load64(p + 24));
+StateDigest::StateDigest(const StateDigest& o) : s_(new_xxh3_state()) { XXH3_copyState(s_.get(), o.s_.get()); }
+
+StateDigest& StateDigest::operator=(const StateDigest& o) {
+  if (this == &o) return *this;
+  if (!s_) s_.reset(new_xxh3_state());  // assigned to after a move
+  XXH3_copyState(s_.get(), o.s_.get());
+  return *this;
 }
 
+StateDigest::~StateDigest() = default;
+
 void StateDigest::update(const void* data, size_t bytes) {
-  if (bytes == 0) return;  // data may be null for an empty tensor; memcpy(null) is UB
-  auto p = static_cast<const unsigned char*>(data);
-  total_ += bytes;
-  if (tail_len_ > 0) {
-    size_t take = std::min(bytes, 32 - tail_len_);
-    std::memcpy(tail_.data() + tail_len_, p, take);
-    tail_len_ += take;
-    p += take;
-    bytes -= take;
-    if (tail_len_ < 32) return;
-    block(tail_.data());
-    tail_len_ = 0;
-  }
-  while (bytes >= 32) {
-    block(p);
-    p += 32;
-    bytes -= 32;
-  }
-  if (bytes > 0) {
-    std::memcpy(tail_.data(), p, bytes);
-    tail_len_ = bytes;
-  }
+  if (bytes == 0) return;  // data may be null for an empty tensor
+  XXH3_128bits_update(s_.get(), data, bytes);
 }
 
 void StateDigest::update_u64(uint64_t v) {
   unsigned char b[8];
-  std::memcpy(b, &v, 8);
+  std::memcpy(b, &v, 8);  // little-endian hosts only (x86-64, aarch64)
   update(b, 8);
 }
 
@@ -77,20 +54,17 @@ void StateDigest::update_str(const std::string& s) {
 }
 
 std::array<uint64_t, 2> StateDigest::value() const {
-  uint64_t h = rotl(lanes_[0], 1) + rotl(lanes_[1], 7) + rotl(lanes_[2], 12) + rotl(lanes_[3], 18);
-  h ^= total_ * kP3;
-  for (size_t i = 0; i < tail_len_; ++i) h = rotl(h ^ (tail_[i] * kP3), 11) * kP1;
-  uint64_t a = fmix(h ^ lanes_[0] ^ lanes_[2]);
-  uint64_t b = fmix(h + kP2 + (lanes_[1] ^ lanes_[3]));
-  return {a, b};
+  const XXH128_hash_t h = XXH3_128bits_digest(s_.get());
+  return {h.high64, h.low64};
 }
 
 std::string StateDigest::hex() const {
   static const char* digits = "0123456789abcdef";
   auto v = value();
-  std::string out(32, '0');
+  std::string out = std::string(kDigestVersion) + ":" + std::string(32, '0');
+  const size_t at = kDigestVersion.size() + 1;
   for (int w = 0; w < 2; ++w)
-    for (int i = 0; i < 16; ++i) out[w * 16 + i] = digits[(v[w] >> (60 - 4 * i)) & 0xF];
+    for (int i = 0; i < 16; ++i) out[at + w * 16 + i] = digits[(v[w] >> (60 - 4 * i)) & 0xF];
   return out;
 }
 
@@ -98,6 +72,34 @@ std::string digest_hex(const void* data, size_t bytes) {
   StateDigest d;
   d.update(data, bytes);
   return d.hex();
+}
+
+std::string_view digest_version(std::string_view digest) {
+  const size_t colon = digest.find(':');
+  return colon == std::string_view::npos ? std::string_view("none") : digest.substr(0, colon);
+}
+
+namespace {
+std::string describe(std::string_view version) {
+  if (version == kDigestVersion) return str("'", version, "' (XXH3-128)");
+  if (version == "none") return "'none' (no version prefix: the four-lane digest that x3 replaced)";
+  return str("'", version, "' (unknown to this build)");
+}
+}  // namespace
+
+bool same_digest(std::string_view a, std::string_view b, std::string_view what) {
+  const std::string_view va = digest_version(a), vb = digest_version(b);
+  if (va != vb)
+    throw DigestVersionError(str(what, ": digests of two versions, ", describe(va), " and ", describe(vb),
+                                 ", cannot be compared (", a, " vs ", b, ")"));
+  return a == b;
+}
+
+void require_digest_version(std::string_view digest, std::string_view what) {
+  const std::string_view v = digest_version(digest);
+  if (v != kDigestVersion)
+    throw DigestVersionError(str(what, ": digest ", digest, " is of version ", describe(v), "; this build computes ",
+                                 describe(kDigestVersion), " and cannot check it"));
 }
 
 }  // namespace rf

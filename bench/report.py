@@ -6,9 +6,10 @@ benchmark, each with its command, commit, date and machine. Older figures are in
 
 A result file is {"section", "title", "order", "command", "commit", "date", "machine",
 "notes"?, "columns"?, "rows": [{...}]}: the table's columns are "columns" or the rows' keys
-in order of appearance. Three files have their own shape, written by their scripts:
-multihost_busbw.json and multihost_recovery.json (bench/multihost/) and failover.json
-({"command", "commit", "date", "machine", "rows"}: rendered as a table of the rows' keys).
+in order of appearance. Four files have their own shape, written by their programs:
+multihost_busbw.json and multihost_recovery.json (bench/multihost/), failover.json
+({"command", "commit", "date", "machine", "rows"}: rendered as a table of the rows' keys)
+and digest.json (build/bin/digest_bench's "results", one row per variant and size).
 --check exits 1 if RESULTS.md differs from what the JSON renders (CI, or before a commit).
 Standard library only.
 """
@@ -122,6 +123,20 @@ def failover(d):
     return block("Coordinator fail-over", d, table(d.get("rows", [])), notes)
 
 
+def digest(d):
+    sizes = sorted({r["bytes"] for r in d["results"]})
+    label = {b: (f"{b / 1e6:g} MB" if b % (1 << 20) else size_label(b)) for b in sizes}
+    rows = {}
+    for r in d["results"]:
+        row = rows.setdefault(r["variant"], {"variant": r["variant"]})
+        row[label[r["bytes"]]] = f"{r['GBps_median']:.1f} ({r['GBps_min']:.1f}–{r['GBps_max']:.1f})"
+    notes = (f"GB/s (10^9 bytes per second of the hashing thread's CPU time), median (min–max) of "
+             f"{d.get('trials', '?')} trials on one core, buffers pre-faulted and warm; the variants take turns "
+             f"within each trial. {d.get('cpu', '')}. StateDigest is XXH3-128 through libxxhash's x86 dispatch; "
+             "the four-lane digest (version none) is a copy in bench/digest/, the baseline.")
+    return block("State digest throughput", d, table(list(rows.values())), notes)
+
+
 def load():
     blocks = {s: [] for s in SECTIONS}
     for path in sorted(glob.glob(os.path.join(OUT, "*.json"))):
@@ -134,6 +149,8 @@ def load():
             blocks[SECTIONS[6]].append((70, multihost_recovery(d)))
         elif name == "failover":
             blocks[SECTIONS[7]].append((80, failover(d)))
+        elif name == "digest":
+            blocks[SECTIONS[2]].append((d.get("order", 35), digest(d)))
         else:
             sec = d.get("section", "Other")
             blocks.setdefault(sec, []).append(

@@ -43,4 +43,19 @@ class ForeignStateError : public MismatchError {
   using MismatchError::MismatchError;
 };
 
+// The file's digests are of another version than this build's (base/digest.h), or carry
+// none: it may be intact, but it cannot be checked, and digests of two versions are never
+// compared. Every older file of the same run is of that version too, so resume_newest
+// stops on one instead of skipping it.
+class DigestVersionMismatch : public FormatError {
+ public:
+  using FormatError::FormatError;
+};
+
+// Throws DigestVersionMismatch naming `source` and the metadata `key` unless `digest` is
+// of this build's version.
+void require_digest_version(const std::string& source, const char* key, const std::string& digest);
+// rf::same_digest for digests of `source`: DigestVersionMismatch across versions.
+bool same_digest(const std::string& source, const std::string& a, const std::string& b, const std::string& what);
+
 }  // namespace rf::ckpt

@@ -37,6 +37,13 @@ std::optional<ResumePoint> resume_newest(const std::string& dir, nn::Module& mod
                               str(e.problem(), " — an intact checkpoint that holds the state of another run; not "
                                   "resuming in ", dir, ", where this run would overwrite and prune it (choose another "
                                   "checkpoint directory)"));
+    } catch (const DigestVersionMismatch& e) {
+      // Intact perhaps, but unverifiable by this build; so is every older file. Skipping
+      // them all would start fresh over a run's work: stop and say why instead.
+      throw DigestVersionMismatch(e.source(), e.tensor(),
+                                  str(e.problem(), " — not resuming in ", dir,
+                                      ": resume with the ringfence build that wrote it, or choose another "
+                                      "checkpoint directory"));
     } catch (const rf::Error& e) {
       // restore_state left the state untouched (R6), so the previous file can be tried.
       warn << "resume: skipping " << f.path << ": " << e.what() << "\n";

@@ -16,7 +16,7 @@ namespace rf::ckpt {
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;
 // Metadata keys the writer fills in and the reader verifies.
 inline constexpr const char* kCrcKey = "crc32c";              // JSON object string: name -> 8 hex digits
-inline constexpr const char* kDigestKey = "state_digest";     // 32 hex digits (rf::StateDigest)
+inline constexpr const char* kDigestKey = "state_digest";     // rf::StateDigest::hex(): "x3:" + 32 hex digits
 inline constexpr const char* kMetaCrcKey = "metadata_crc32c";  // 8 hex digits over the other metadata
 
 struct TensorInfo {

@@ -131,6 +131,8 @@ void SafetensorsReader::verify_integrity() const {
   }
   auto dig = metadata().find(kDigestKey);
   if (dig == metadata().end()) throw ChecksumError(source_, "", rf::str("no '", kDigestKey, "' metadata"));
+  // A digest of another version cannot be recomputed here: refuse it before any pass.
+  require_digest_version(source_, kDigestKey, dig->second);
   // One pass: per chunk the CRC and the digest, while it is in cache (before: a CRC pass,
   // then a digest pass over the whole image).
   constexpr size_t kChunk = size_t{256} << 10;

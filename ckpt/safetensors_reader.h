@@ -55,7 +55,7 @@ class SafetensorsReader {
   // (ChecksumError on damage), in ONE pass over the data: chunk by chunk, each chunk's CRC
   // and digest while it is in cache. A tensor's CRC is compared when its last chunk is done.
   void verify_integrity() const;
-  std::string state_digest() const;  // recomputed from the data, 32 hex digits
+  std::string state_digest() const;  // recomputed from the data (rf::StateDigest::hex())
 
  private:
   SafetensorsReader(std::vector<std::byte> owned, std::span<const std::byte> view, std::string source,

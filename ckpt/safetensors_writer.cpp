@@ -79,7 +79,7 @@ std::string SafetensorsWriter::header_json(const Sums* sums) const {
   const auto order = file_order();
   for (size_t i = 0; i < order.size(); ++i) crcs[order[i]->name] = sums ? hex32(sums->crc[i]) : "00000000";
   meta[kCrcKey] = crcs.dump();
-  meta[kDigestKey] = sums ? sums->digest : std::string(32, '0');
+  meta[kDigestKey] = sums ? sums->digest : std::string(rf::kDigestChars, '0');
   meta[kMetaCrcKey] = hex32(metadata_crc(metadata_));
   h["__metadata__"] = meta;
   uint64_t offset = 0;

@@ -16,6 +16,11 @@
 //   job_id          optional: the coordinator's id of the job that wrote it (under
 //                   `ringfence run`), so a whole-job restart restores only its own files
 //   crc32c, state_digest, metadata_crc32c   filled in by the writer, verified by the reader
+//
+// state_digest and rf_state_digest (ckpt/state.h) record their digest version as their
+// prefix, "x3:" + 32 hex digits (base/digest.h). A file whose digests are of another
+// version, or have none, is refused with DigestVersionMismatch (format_error.h): never
+// compared.
 #include <cstdint>
 #include <string>
 

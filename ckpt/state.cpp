@@ -106,7 +106,7 @@ size_t snapshot_size(const nn::Module& model, const optim::Optimizer& optimizer,
   collect(s, model, optimizer, nullptr);  // addresses only: nothing is read
   SafetensorsWriter w;
   for (auto& p : s.parts) w.add(p.name, p.dtype, p.shape, p.data);
-  write_meta(w, meta, std::string(32, '0'));  // same length as the real digest
+  write_meta(w, meta, std::string(kDigestChars, '0'));  // same length as the real digest
   return w.serialized_size();
 }
 
@@ -171,6 +171,7 @@ SnapshotMeta restore_state(std::span<const std::byte> image, nn::Module& model, 
   auto it = r.metadata().find(kRfDigestKey);
   if (it == r.metadata().end()) throw FormatError(source, "", str("metadata '", kRfDigestKey, "' is missing"));
   const std::string& rf_digest = it->second;
+  require_digest_version(source, kRfDigestKey, rf_digest);
 
   if (!expect.model.empty() && meta.model != expect.model)
     throw ForeignStateError(source, "",
@@ -184,7 +185,7 @@ SnapshotMeta restore_state(std::span<const std::byte> image, nn::Module& model, 
                                                 : str("was written by job ", meta.job_id, ", expected job ", expect.job_id));
   if (expect.step && meta.step != *expect.step)
     throw MismatchError(source, "", str("is the state of step ", meta.step, ", expected step ", *expect.step));
-  if (!expect.digest.empty() && rf_digest != expect.digest)
+  if (!expect.digest.empty() && !same_digest(source, rf_digest, expect.digest, "its state digest against the expected"))
     throw ChecksumError(source, "", str("state digest is ", rf_digest, ", expected ", expect.digest));
 
   std::vector<ExpectedTensor> want;

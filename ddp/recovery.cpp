@@ -5,9 +5,11 @@
 #include <optional>
 
 #include "base/clock.h"
+#include "base/digest.h"
 #include "base/enforce.h"
 #include "base/error.h"
 #include "base/str.h"
+#include "ckpt/format_error.h"
 #include "comm/flight_recorder.h"
 #include "ddp/elastic_store.h"
 #include "ddp/op_plan.h"
@@ -19,13 +21,21 @@ using elastic::FaultPhase;
 namespace {
 double ms_since(TimePoint t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
 
-// A digest (32 hex characters) as 4 u64 words for the all-gather.
-void digest_words(const std::string& hex, uint64_t* out) {
-  char buf[32] = {};
-  std::memcpy(buf, hex.data(), std::min<size_t>(hex.size(), 32));
-  std::memcpy(out, buf, 32);
+// A digest string, version prefix included ("x3:" + 32 hex), as kDigestWords u64 words
+// for the all-gather, zero-padded: a peer's digest of another version arrives whole and
+// is refused by same_digest below, never compared.
+constexpr size_t kDigestWords = 6;
+static_assert(kDigestChars <= 8 * kDigestWords);
+void digest_words(const std::string& digest, uint64_t* out) {
+  RF_ENFORCE(digest.size() <= 8 * kDigestWords, "digest '", digest, "' is longer than ", 8 * kDigestWords, " bytes");
+  char buf[8 * kDigestWords] = {};
+  std::memcpy(buf, digest.data(), digest.size());
+  std::memcpy(out, buf, sizeof buf);
 }
-std::string words_digest(const uint64_t* w) { return std::string(reinterpret_cast<const char*>(w), 32); }
+std::string words_digest(const uint64_t* w) {
+  const char* c = reinterpret_cast<const char*>(w);
+  return std::string(c, strnlen(c, 8 * kDigestWords));
+}
 }  // namespace
 
 Recovery::Recovery(Parts p)
@@ -230,13 +240,7 @@ bool Recovery::plan() {
         return false;
       }
     } catch (const InvalidInput& e) {
-      // Every worker and every restart would refuse the same way: the coordinator STOPs
-      // the job with this error (the launcher's last line), instead of restarting us.
-      try {
-        client_->fatal(e.what());
-      } catch (const Error& fe) {
-        std::fprintf(stderr, "ringfence worker slot %d: could not tell the coordinator: %s\n", copt_.slot, fe.what());
-      }
+      tell_fatal(e.what());  // every worker and every restart would refuse the same way
       throw;
     }
   }
@@ -354,6 +358,13 @@ bool Recovery::transfer() {
                  static_cast<unsigned long long>(plan.generation), e.what());
     failure(e);
     return false;
+  } catch (const ckpt::DigestVersionMismatch& e) {
+    // The source's digests are of another version (another ringfence build): every round
+    // would refuse the same way, so the coordinator stops the job with this error.
+    std::fprintf(stderr, "ringfence worker slot %d: generation %llu: state transfer refused: %s\n", copt_.slot,
+                 static_cast<unsigned long long>(plan.generation), e.what());
+    tell_fatal(e.what());
+    throw;
   } catch (const InvalidInput& e) {
     // A damaged image (R6 kept the old state): this generation cannot start; say so and
     // go round again (a new round picks a source again).
@@ -365,10 +376,11 @@ bool Recovery::transfer() {
 }
 
 void Recovery::verify(uint64_t tag_step, const char* when) {
-  // (step, digest) of every rank: 1 + 4 words each.
+  // (step, digest) of every rank: 1 + kDigestWords words each.
+  constexpr size_t kWords = 1 + kDigestWords;
   const int world = m_.world;
   const std::string mine = state_.current_digest();
-  std::vector<uint64_t> in(5), out(5 * static_cast<size_t>(world));
+  std::vector<uint64_t> in(kWords), out(kWords * static_cast<size_t>(world));
   in[0] = static_cast<uint64_t>(state_.step());
   digest_words(mine, in.data() + 1);
   {
@@ -378,13 +390,29 @@ void Recovery::verify(uint64_t tag_step, const char* when) {
   }
   std::string bad;
   for (int r = 0; r < world; ++r) {
-    const uint64_t* w = out.data() + 5 * r;
+    const uint64_t* w = out.data() + kWords * r;
     const std::string d = words_digest(w + 1);
-    if (d != mine || w[0] != in[0]) bad += str(" rank ", r, " has step ", static_cast<int64_t>(w[0]), " digest ", d, ";");
+    bool same = false;
+    try {
+      same = same_digest(d, mine, str(when, ", generation ", m_.plan.generation, ": rank ", r, " against ", m_.rank));
+    } catch (const DigestVersionError& e) {
+      tell_fatal(e.what());
+      throw;
+    }
+    if (!same || w[0] != in[0]) bad += str(" rank ", r, " has step ", static_cast<int64_t>(w[0]), " digest ", d, ";");
   }
   if (!bad.empty())
     throw DivergenceError(str("replicas diverged (", when, ", generation ", m_.plan.generation, "): rank ", m_.rank,
                               " has step ", state_.step(), " digest ", mine, ";", bad));
+}
+
+void Recovery::tell_fatal(const std::string& error) {
+  if (!client_) return;
+  try {
+    client_->fatal(error);
+  } catch (const Error& fe) {
+    std::fprintf(stderr, "ringfence worker slot %d: could not tell the coordinator: %s\n", copt_.slot, fe.what());
+  }
 }
 
 // ---- step 8 ---------------------------------------------------------------------------

@@ -117,7 +117,9 @@ class Recovery {
   bool connect();
   bool transfer();
   // Step 7's all-gather, also verify-every's: DivergenceError names every rank's digest on a
-  // mismatch. tag_step: the step the collective's tag carries; when: for the message.
+  // mismatch; digests of two versions (two ringfence builds) are not compared: the job stops
+  // with rf::DigestVersionError. tag_step: the step the collective's tag carries; when: for
+  // the message.
   void verify(uint64_t tag_step, const char* when);
 
   // --- step 8 --------------------------------------------------------------------------
@@ -135,6 +137,9 @@ class Recovery {
   // flight recorder.
   void enter(std::optional<RecoveryPhase> phase);
   elastic::StateReport state_report() const;
+  // An error every worker and every restart would meet again: the coordinator stops the
+  // job with it (the launcher's last line) instead of restarting us. Best effort.
+  void tell_fatal(const std::string& error);
 
   const TrainerConfig& cfg_;
   Membership& m_;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 
+#include "base/digest.h"
 #include "base/str.h"
 
 namespace rf::elastic {
@@ -29,6 +30,23 @@ PlanOutcome make_plan(uint64_t generation, const std::vector<int>& prev_slots,
   auto holds_t = [&](const Reporter& r) {
     return any_state && r.report.has_state && r.report.step == plan.target_step;
   };
+
+  // Digests of two versions (two ringfence builds in one job) say nothing about each
+  // other: refuse to compare them, and name who reported which.
+  std::map<std::string, std::vector<const Reporter*>> by_version;
+  for (const auto& r : reporters)
+    if (r.report.has_state) by_version[std::string(rf::digest_version(r.report.digest))].push_back(&r);
+  if (by_version.size() > 1) {
+    std::string msg = rf::str("digests of ", by_version.size(), " versions in the round for generation ", generation,
+                              ": they cannot be compared, the job stops (run one ringfence build in the whole job):");
+    for (const auto& [version, rs] : by_version)
+      for (const Reporter* r : rs)
+        msg += rf::str(" slot ", r->worker.slot, " incarnation ", r->worker.incarnation, " version '", version,
+                       "' digest '", r->report.digest, "';");
+    msg.pop_back();
+    out.error = msg;
+    return out;
+  }
 
   // Step 4: all holders of T must agree, or we refuse to go on.
   if (any_state) {

@@ -2,7 +2,8 @@
 // The plan of a recovery round (PROTOCOL.md step 4) as a pure function of the reports:
 // T = the largest reported step; every worker that reported T must agree on the digest
 // (else the job stops with an error naming workers and digests — never continue on
-// diverged replicas); survivors keep their order; a replacement takes the rank of the
+// diverged replicas; so does a round whose digests are of two versions, never compared);
+// survivors keep their order; a replacement takes the rank of the
 // worker it replaces (same slot, or a spare filling the hole) so with the same W the
 // partition of every batch is unchanged; each worker behind T and each new worker gets
 // a source rank holding T (round-robin over the holders, to spread the transfers).
@@ -24,7 +25,7 @@ struct WorkerId {
 struct StateReport {
   bool has_state = false;
   int64_t step = -1;   // last applied step, -1 before the first
-  std::string digest;  // StateDigest::hex() of S at `step`
+  std::string digest;  // StateDigest::hex() of S at `step`, version prefix included
 };
 
 struct PlanRank {

@@ -30,7 +30,7 @@ VARIANTS = [
     ["hang:rank=0:step=325:phase=allreduce", "kill:rank=2:step=325:phase=backward"],
     ["hang:rank=1:step=200:phase=backward", "stop:rank=3:step=200:phase=forward"],
 ]
-DIGEST = re.compile(r"== test accuracy .* state ([0-9a-f]{32})")
+DIGEST = re.compile(r"== test accuracy .* state (x3:[0-9a-f]{32})")
 
 
 def run(args, specs, work):

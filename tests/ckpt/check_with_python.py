@@ -8,6 +8,7 @@
                                         writer, for `st_write_sample --check FILE`
 """
 import json
+import re
 import sys
 
 import numpy as np
@@ -66,7 +67,7 @@ def main(path: str) -> int:
         mine = f"{crc32c(arr.tobytes()):08x}"
         if crcs.get(name) != mine:
             failures.append(f"crc32c of {name}: file says {crcs.get(name)}, Python computes {mine}")
-    if len(meta.get("state_digest", "")) != 32:
+    if not re.fullmatch(r"x3:[0-9a-f]{32}", meta.get("state_digest", "")):  # version "x3": XXH3-128
         failures.append(f"state_digest: {meta.get('state_digest')!r}")
     for f in failures:
         print("MISMATCH:", f)

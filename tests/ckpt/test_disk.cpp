@@ -297,6 +297,62 @@ TEST_CASE("resume: an intact checkpoint of another model or optimizer is refused
   CHECK(warn.str().empty());
 }
 
+TEST_CASE("resume: a checkpoint whose digests have no version, or another, is refused, never compared") {
+  // This build computes "x3:" digests only. A file that records another version (or, written
+  // before digests carried one, none) cannot be checked; every older file is of that
+  // version too, so skipping it would start fresh over the run's work.
+  TempDir d;
+  Trainee t(1);
+  t.set(10.0f);
+  write_state(d.path, t, 10);  // an older checkpoint of ours: still not reached
+  t.set(30.0f);
+  const std::string x3 = t.digest();
+  REQUIRE(x3.rfind("x3:", 0) == 0);
+  std::string version, recorded;
+  SUBCASE("no version: as written before digests were versioned") {
+    version = "'none'";
+    recorded = x3.substr(3);
+  }
+  SUBCASE("a version this build does not know") {
+    version = "'x9'";
+    recorded = "x9:" + x3.substr(3);
+  }
+  std::vector<std::byte> image;
+  rf::ckpt::serialize_state(*t.model, *t.sgd, meta_at(30), image, /*rf_digest=*/recorded);
+  // The image digest the writer recorded, rewritten to the same version (the header keeps
+  // its length: spaces after the value are JSON whitespace).
+  std::string bytes(reinterpret_cast<const char*>(image.data()), image.size());
+  const std::string key = "\"state_digest\":\"";
+  const size_t at = bytes.find(key + "x3:");
+  REQUIRE(at != std::string::npos);
+  const std::string old_value = bytes.substr(at + key.size(), 35);
+  std::string new_value = old_value.substr(3);
+  if (version == "'x9'") new_value = "x9:" + new_value;
+  new_value += "\"" + std::string(35 - new_value.size(), ' ');
+  bytes.replace(at + key.size(), 36, new_value);
+  bytes.resize(image.size());
+  const std::string newest = d / "ckpt-000000030.safetensors";
+  std::ofstream(newest, std::ios::binary | std::ios::trunc)
+      .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+
+  Trainee r(9);
+  const std::string before = r.digest();
+  std::ostringstream warn;
+  try {
+    rf::ckpt::resume_newest(d.path, *r.model, *r.sgd, {.model = "tiny", .optimizer = "sgd"}, warn);
+    FAIL("resume_newest compared or skipped a checkpoint of another digest version");
+  } catch (const rf::ckpt::DigestVersionMismatch& e) {
+    const std::string m = e.what();
+    CAPTURE(m);
+    CHECK(m.find(newest + ": metadata 'state_digest'") == 0);
+    CHECK(m.find("of version " + version) != std::string::npos);
+    CHECK(m.find("this build computes 'x3'") != std::string::npos);
+    CHECK(m.find("not resuming in " + d.path) != std::string::npos);
+  }
+  CHECK(r.digest() == before);  // nothing restored, not even the older file of ours
+  CHECK(warn.str().empty());
+}
+
 TEST_CASE("resume: none valid starts fresh with a warning; a demanded file is an error") {
   TempDir d;
   Trainee t(1), r(2);

@@ -64,7 +64,7 @@ TEST_CASE("serialize_into a reused buffer gives the same image as to_bytes") {
 TEST_CASE("serialize_into's one pass (copy, then CRC and digest of each chunk) gives write_file's bytes") {
   // write_file checksums the caller's memory first and streams it after; serialize_into
   // copies 256 KiB chunks and checksums the copies. Tensors of several chunks, sizes that
-  // are not a multiple of the chunk or of the digest's 32-byte block, and an empty one.
+  // are not a multiple of the chunk or of XXH3's 64-byte stripe, and an empty one.
   std::vector<float> big(3 * 65536 + 777);  // 3 chunks and a bit
   for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<float>(i % 1013) * 0.5f;
   std::vector<float> odd(9, 1.25f);

@@ -61,7 +61,7 @@ std::string error_of(const Bytes& image, rf::nn::Module& m, rf::optim::Optimizer
                      const rf::ckpt::RestoreExpect& expect = {}) {
   try {
     rf::ckpt::restore_state(image, m, opt, expect, "img");
-  } catch (const rf::ckpt::FormatError& e) {
+  } catch (const rf::ckpt::FormatError& e) {  // DigestVersionMismatch included
     return e.what();
   }
   return "";
@@ -208,6 +208,12 @@ TEST_CASE("R6: a cut-short, corrupted or mismatched image leaves the old state b
     CHECK(error_of(image, *b, sb, {.model = "mlp"}).find("model 'tiny', expected 'mlp'") != std::string::npos);
     CHECK(error_of(image, *b, sb, {.step = 5}).find("step 2, expected step 5") != std::string::npos);
     CHECK(error_of(image, *b, sb, {.digest = before_digest}).find("expected " + before_digest) != std::string::npos);
+    CHECK(intact());
+    // The same hex without its version (a plan made from another build's reports):
+    // refused as incomparable, not as a mismatch.
+    const std::string unversioned = rf::ckpt::state_digest_of(*a, sa).substr(3);
+    CHECK(error_of(image, *b, sb, {.step = 2, .digest = unversioned}).find("digests of two versions, 'x3'") !=
+          std::string::npos);
     CHECK(intact());
     CHECK(error_of(image, *b, sb, {.step = 2, .digest = rf::ckpt::state_digest_of(*a, sa)}).empty());
     CHECK(rf::ckpt::state_digest_of(*b, sb) == rf::ckpt::state_digest_of(*a, sa));

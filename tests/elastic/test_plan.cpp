@@ -32,6 +32,23 @@ TEST_CASE("digest mismatch names every holder of T") {
   CHECK(out.error.find("cc") == std::string::npos);  // behind T: not part of the check
 }
 
+TEST_CASE("digests of two versions are never compared: the round stops naming who reported which") {
+  const std::string x3 = "x3:99aa06d3014798d86001c324468d497f";
+  const std::string old = "99aa06d3014798d86001c324468d497f";  // the same hex, no version
+  auto out = make_plan(2, {0, 1, 2}, {rep(0, 0, 3, x3), rep(1, 0, 3, old), rep(2, 0, 2, x3)}, 3);
+  CHECK_FALSE(out.plan);
+  CHECK(out.error.find("2 versions") != std::string::npos);
+  CHECK(out.error.find("slot 0 incarnation 0 version 'x3'") != std::string::npos);
+  CHECK(out.error.find("slot 1 incarnation 0 version 'none'") != std::string::npos);
+  // A worker behind T of another version is refused too: it would receive T's state from
+  // a source whose digest it cannot check.
+  auto behind = make_plan(2, {0, 1}, {rep(0, 0, 3, x3), rep(1, 0, 2, old)}, 2);
+  CHECK_FALSE(behind.plan);
+  CHECK(behind.error.find("slot 1 incarnation 0 version 'none'") != std::string::npos);
+  auto same = make_plan(2, {0, 1}, {rep(0, 0, 3, x3), rep(1, 0, 3, x3), fresh(2, 1)}, 3);
+  CHECK(same.plan);
+}
+
 TEST_CASE("a spare fills the hole of a lost worker; holders of T are preferred") {
   auto out = make_plan(3, {0, 1, 2}, {rep(0, 0, 4, "x"), rep(2, 0, 4, "x"), fresh(7, 0, 1), rep(8, 0, 4, "x", 2)}, 3);
   REQUIRE(out.plan);

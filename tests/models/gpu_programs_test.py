@@ -42,7 +42,7 @@ SKIP = 77
 # runtime(cuda:i) without a device, cuda_unavailable_reason(), a build without CUDA).
 NO_GPU = re.compile(r"no CUDA device|no CUDA-capable device|this build has no CUDA|cudaGetDeviceCount|"
                     r"CUDA driver version is insufficient|cudaErrorNoDevice|cudaErrorInsufficientDriver")
-FINAL = re.compile(r"^== train_\w+ slot (\d+) incarnation (\d+): step (-?\d+),.* world (\d+),.* state ([0-9a-f]{32})\s*$",
+FINAL = re.compile(r"^== train_\w+ slot (\d+) incarnation (\d+): step (-?\d+),.* world (\d+),.* state (x3:[0-9a-f]{32})\s*$",
                    re.M)
 KILL = "kill:rank=1:step=20:phase=allreduce:after_chunks=1"  # fires once a chunk of step 20's all-reduce went through
 STEPS = 40

@@ -39,7 +39,7 @@ KILL = "kill:rank=1:step=20:phase=allreduce:after_chunks=1"
 NEVER = "kill:rank=0:step=30:phase=transfer"  # step 30 is reached, but no recovery redoes it
 NEVER_CHUNKS = "slow:rank=0:step=25:phase=allreduce:after_chunks=999"  # no all-reduce here has 999
 FINAL = re.compile(r"^== train_mlp slot (\d+) incarnation (\d+): step (-?\d+), generation (\d+), world (\d+), "
-                   r"recoveries (\d+), state ([0-9a-f]{32})$", re.M)
+                   r"recoveries (\d+), state (x3:[0-9a-f]{32})$", re.M)
 
 def run_job(ringfence, train_mlp, work, launcher_flags, timeout=120):
     os.makedirs(work)

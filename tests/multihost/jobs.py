@@ -136,7 +136,7 @@ def run_job(bindir, tmp, name, hosts=3, per_host=2, steps=200, launcher_args=Non
         if own:
             lab.close()
     for path in job.logs:
-        for slot, digest in re.findall(r"== train_mlp slot (\d+) incarnation \d+: step \d+, .*state ([0-9a-f]{32})",
+        for slot, digest in re.findall(r"== train_mlp slot (\d+) incarnation \d+: step \d+, .*state (x3:[0-9a-f]{32})",
                                        read(path)):
             job.digests[int(slot)] = digest
     metrics = read(os.path.join(tmp, f"{name}-metrics.json"))
