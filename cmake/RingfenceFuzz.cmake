@@ -1,7 +1,7 @@
 # libFuzzer targets, built with clang++ (the main build uses g++, whose objects libFuzzer
 # cannot instrument), plus a ctest test that runs each for a bounded time.
 #
-#   rf_fuzz_target(NAME <name> LAYER <layer> SOURCES <files...> [SEEDS <dir>] [SECONDS <s>])
+#   rf_fuzz_target(NAME <name> LAYER <layer> SOURCES <files...> [LIBS <-lfoo...>] [SEEDS <dir>] [SECONDS <s>])
 #
 # SOURCES are compiled together with -fsanitize=fuzzer,address,undefined; one of them
 # defines LLVMFuzzerTestOneInput. Include paths: the repository root (and the system's,
@@ -21,7 +21,7 @@ if(NOT RF_CLANGXX)
 endif()
 
 function(rf_fuzz_target)
-  cmake_parse_arguments(F "" "NAME;LAYER;SECONDS;SEEDS" "SOURCES" ${ARGN})
+  cmake_parse_arguments(F "" "NAME;LAYER;SECONDS;SEEDS" "SOURCES;LIBS" ${ARGN})
   if(NOT F_SECONDS)
     set(F_SECONDS 15)
   endif()
@@ -41,7 +41,7 @@ function(rf_fuzz_target)
     OUTPUT ${out}
     COMMAND ${CMAKE_COMMAND} -E make_directory ${CMAKE_BINARY_DIR}/bin/fuzz
     COMMAND ${RF_CLANGXX} -std=c++20 -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined
-            -I${PROJECT_SOURCE_DIR} ${srcs} -o ${out}
+            -I${PROJECT_SOURCE_DIR} ${srcs} ${F_LIBS} -o ${out}
     DEPENDS ${deps}
     COMMENT "Building libFuzzer target ${F_NAME} with clang++"
     VERBATIM)

@@ -11,4 +11,5 @@ rf_fuzz_target(NAME fuzz_safetensors LAYER ckpt SECONDS 15
           ${PROJECT_SOURCE_DIR}/ckpt/format_error.cpp
           ${PROJECT_SOURCE_DIR}/ckpt/safetensors_header.cpp
           ${PROJECT_SOURCE_DIR}/ckpt/safetensors_reader.cpp
-          ${PROJECT_SOURCE_DIR}/base/digest.cpp)
+          ${PROJECT_SOURCE_DIR}/base/digest.cpp
+  LIBS ${XXHASH_LINK_LIBRARIES})  # the digest is XXH3-128 (libxxhash)
