@@ -1,10 +1,11 @@
 #pragma once
-// The benchmarks' command-line flags: one small parser instead of a loop per program.
+// The benchmarks' command-line flags: one table per program instead of a loop per program.
 // `--name VALUE` or `--name=VALUE`; --help / -h prints every flag with its default and
 // exits 0; an unknown flag, a flag missing its value (also when the next argument is
 // another flag) or a value that is not a number in range is a usage error naming the flag
 // and the value ("PROG: --rounds: 'abc' is not an integer (see --help)", exit 2).
-// Header-only and std-only, so that every bench can use it whatever it links.
+// The flag table and matching are CLI11's (through base/cli.h, which every bench reaches
+// through rf_base); the numbers are parsed here, to keep these exact rules and messages.
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
@@ -13,10 +14,14 @@
 #include <cstdlib>
 #include <functional>
 #include <limits>
+#include <map>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
 #include <vector>
+
+#include "base/cli.h"
 
 namespace rf::bench {
 
@@ -25,7 +30,8 @@ class UsageError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// A decimal integer in [lo, hi], nothing else (no sign tricks, no trailing text).
+// A decimal integer in [lo, hi], nothing else (no sign tricks, no trailing text). Ours:
+// CLI11's integers also take hex, octal and leading blanks.
 inline int64_t parse_int_flag(const std::string& flag, const std::string& v, int64_t lo = 0,
                               int64_t hi = std::numeric_limits<int64_t>::max()) {
   char* end = nullptr;
@@ -57,17 +63,20 @@ class Flags {
   using Setter = std::function<void(const std::string& flag, const std::string& value)>;
 
   // prog: the program's name in messages; synopsis: the first line(s) of --help.
-  Flags(std::string prog, std::string synopsis) : prog_(std::move(prog)), synopsis_(std::move(synopsis)) {}
+  Flags(std::string prog, std::string synopsis) : prog_(std::move(prog)) {
+    app_.set_help_flag();  // ours, listed last (see finish())
+    app_.formatter(std::make_shared<rf::cli::Help>(std::move(synopsis)));
+  }
 
   // A flag with a value; `meta` names the value in --help ("N", "FILE"), `help` says what
   // it does and its default.
   Flags& value(std::string name, std::string meta, std::string help, Setter set) {
-    specs_.push_back({std::move(name), std::move(meta), std::move(help), std::move(set), true});
+    setters_[rf::cli::value_flag(app_, name, meta, help)] = std::move(set);
     return *this;
   }
   // A flag without a value.
   Flags& toggle(std::string name, std::string help, std::function<void()> set) {
-    specs_.push_back({std::move(name), "", std::move(help), [s = std::move(set)](auto&, auto&) { s(); }, false});
+    setters_[rf::cli::toggle(app_, name, help)] = [s = std::move(set)](auto&, auto&) { s(); };
     return *this;
   }
   // Integer flags: the value must lie in [lo, hi].
@@ -90,57 +99,48 @@ class Flags {
     });
   }
 
-  std::string usage() const {
-    std::string u = "usage: " + synopsis_ + "\n";
-    size_t width = 0;
-    for (const auto& s : specs_) width = std::max(width, s.name.size() + (s.takes_value ? s.meta.size() + 1 : 0));
-    for (const auto& s : specs_) {
-      std::string left = s.takes_value ? s.name + " " + s.meta : s.name;
-      left.resize(width, ' ');
-      u += "  " + left + "  " + s.help + "\n";
-    }
-    u += "  --help, -h" + std::string(width > 10 ? width - 10 : 0, ' ') + "  this text\n";
-    return u;
+  // "usage: SYNOPSIS" and every flag with its help, aligned (rf::cli::Help).
+  std::string usage() {
+    finish();
+    return app_.help();
   }
 
   // Applies every argument; false when --help was given (the usage went to stdout).
   // Throws UsageError.
-  bool parse(int argc, char** argv) const {
-    for (int i = 1; i < argc; ++i) {
-      std::string flag = argv[i], value;
-      if (flag == "--help" || flag == "-h") {
-        std::fputs(usage().c_str(), stdout);
-        return false;
+  bool parse(int argc, char** argv) {
+    finish();
+    const std::vector<std::string> args(argv + 1, argv + argc);
+    // --help anywhere shows the flags: no flag here takes "--help" or "-h" as its value.
+    if (std::find_if(args.begin(), args.end(), [](auto& a) { return a == "--help" || a == "-h"; }) != args.end()) {
+      std::fputs(usage().c_str(), stdout);
+      return false;
+    }
+    // A flag missing its value must not take the next flag as one.
+    const auto next_is_flag = [this](const std::string& next) {
+      return next.size() > 1 && next[0] == '-' && rf::cli::find(app_, next) != nullptr;
+    };
+    const auto refuse = [](const rf::cli::Problem& p) {
+      switch (p.kind) {
+        case rf::cli::Problem::Unknown: throw UsageError("unknown flag '" + p.arg + "'");
+        case rf::cli::Problem::MissingValue: throw UsageError(p.arg + ": missing value");
+        case rf::cli::Problem::NextIsFlag:
+          throw UsageError(p.arg + ": missing value (the next argument is the flag '" + p.next + "')");
+        default: throw UsageError(p.arg + " takes no value");
       }
-      bool inline_value = false;
-      const size_t eq = flag.find('=');
-      if (flag.rfind("--", 0) == 0 && eq != std::string::npos) {
-        value = flag.substr(eq + 1);
-        flag = flag.substr(0, eq);
-        inline_value = true;
-      }
-      const Spec* spec = find(flag);
-      if (!spec) throw UsageError("unknown flag '" + std::string(argv[i]) + "'");
-      if (!spec->takes_value) {
-        if (inline_value) throw UsageError(flag + " takes no value");
-        spec->set(flag, "");
-        continue;
-      }
-      if (!inline_value) {
-        if (i + 1 >= argc) throw UsageError(flag + ": missing value");
-        const std::string next = argv[i + 1];
-        if (next.size() > 1 && next[0] == '-' && find(next.substr(0, next.find('='))))
-          throw UsageError(flag + ": missing value (the next argument is the flag '" + next + "')");
-        value = argv[++i];
-      }
-      spec->set(flag, value);
+    };
+    try {
+      rf::cli::parse_checked(
+          app_, args, next_is_flag,
+          [this](const CLI::Option& o, const std::string& v) { setters_.at(&o)(rf::cli::flag_name(o), v); }, refuse);
+    } catch (const CLI::ParseError& e) {  // check() leaves CLI11 nothing to refuse
+      throw UsageError(e.what());
     }
     return true;
   }
 
   // The usual main(): parse, print a usage error as "PROG: why (see --help)". Returns -1
   // to go on, else the exit code (0 after --help, 2 after a usage error).
-  int parse_or_exit_code(int argc, char** argv) const {
+  int parse_or_exit_code(int argc, char** argv) {
     try {
       return parse(argc, argv) ? -1 : 0;
     } catch (const UsageError& e) {
@@ -154,18 +154,13 @@ class Flags {
   }
 
  private:
-  struct Spec {
-    std::string name, meta, help;
-    Setter set;
-    bool takes_value;
-  };
-  const Spec* find(const std::string& name) const {
-    for (const auto& s : specs_)
-      if (s.name == name) return &s;
-    return nullptr;
+  // --help, -h closes the list; parse() handles it before CLI11 sees the arguments.
+  void finish() {
+    if (!app_.get_option_no_throw("--help")) setters_[rf::cli::toggle(app_, "--help,-h", "this text")] = [](auto&, auto&) {};
   }
-  std::string prog_, synopsis_;
-  std::vector<Spec> specs_;
+  std::string prog_;
+  CLI::App app_;
+  std::map<const CLI::Option*, Setter> setters_;
 };
 
 }  // namespace rf::bench

@@ -1,9 +1,13 @@
 #include "elastic/launch_options.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
+#include <functional>
+#include <map>
 
+#include "base/cli.h"
 #include "base/error.h"
 #include "base/str.h"
 #include "elastic/etcd_client.h"
@@ -11,6 +15,7 @@
 
 namespace rf::elastic {
 
+// Ours, not CLI::AsNumberWithUnit: that also takes "2 s" and words its errors its own way.
 Duration parse_duration(const std::string& flag, const std::string& text) {
   std::string num = text;
   double scale = 1.0;
@@ -25,6 +30,7 @@ Duration parse_duration(const std::string& flag, const std::string& text) {
 
 namespace {
 
+// Ours: CLI11's integers also take hex, octal and leading blanks (base/cli.h).
 int parse_int(const std::string& flag, const std::string& text, int min, int max) {
   int x = 0;
   auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), x);
@@ -33,31 +39,53 @@ int parse_int(const std::string& flag, const std::string& text, int min, int max
   return x;
 }
 
-// Walks flags; `value()` takes the flag's argument or throws naming the flag.
-struct Args {
-  const std::vector<std::string>& a;
-  size_t i = 0;
-  std::string flag;
-  bool next() {
-    if (i >= a.size()) return false;
-    flag = a[i++];
-    return true;
-  }
-  std::string value() {
-    if (i >= a.size()) throw rf::InvalidInput(rf::str(flag, " needs a value"));
-    return a[i++];
-  }
-};
+using Setter = std::function<void(const std::string& flag, const std::string& value)>;
 
-bool timing_flag(Args& args, TimingFlags& t) {
-  if (args.flag == "--heartbeat") t.heartbeat = parse_duration(args.flag, args.value());
-  else if (args.flag == "--lease") t.lease = parse_duration(args.flag, args.value());
-  else if (args.flag == "--join-window") t.join_window = parse_duration(args.flag, args.value());
-  else if (args.flag == "--min-world-timeout") t.min_world_timeout = parse_duration(args.flag, args.value());
-  else if (args.flag == "--report-timeout") t.report_timeout = parse_duration(args.flag, args.value());
-  else return false;
-  return true;
-}
+// The flags of one command: CLI11 holds the table and collects the values (base/cli.h);
+// each setter converts its value. Every name is its own option, so that a message names
+// the flag as it was typed (-n or --nprocs). Help is apps/ringfence/main.cpp's kUsage.
+class Command {
+ public:
+  Command() { app_.set_help_flag(); }  // -h and --help are the launcher's (main.cpp)
+  void value(const std::string& names, Setter set) { add(names, set, true); }
+  void toggle(const std::string& name, std::function<void()> set) {
+    add(name, [set](auto&, auto&) { set(); }, false);
+  }
+  void timing(TimingFlags& t) {
+    value("--heartbeat", [&t](auto& f, auto& v) { t.heartbeat = parse_duration(f, v); });
+    value("--lease", [&t](auto& f, auto& v) { t.lease = parse_duration(f, v); });
+    value("--join-window", [&t](auto& f, auto& v) { t.join_window = parse_duration(f, v); });
+    value("--min-world-timeout", [&t](auto& f, auto& v) { t.min_world_timeout = parse_duration(f, v); });
+    value("--report-timeout", [&t](auto& f, auto& v) { t.report_timeout = parse_duration(f, v); });
+  }
+  // unknown_hint follows "unknown option 'X'" in that message.
+  void parse(const std::vector<std::string>& args, const std::string& unknown_hint) {
+    // A value flag takes the next argument whatever it is, as it always has here.
+    const auto set = [this](const CLI::Option& o, const std::string& v) { setters_.at(&o)(rf::cli::flag_name(o), v); };
+    const auto refuse = [&unknown_hint](const rf::cli::Problem& p) {
+      switch (p.kind) {
+        case rf::cli::Problem::Unknown: throw rf::InvalidInput(rf::str("unknown option '", p.arg, "'", unknown_hint));
+        case rf::cli::Problem::MissingValue: throw rf::InvalidInput(rf::str(p.arg, " needs a value"));
+        default: throw rf::InvalidInput(rf::str(p.arg, " takes no value"));
+      }
+    };
+    try {
+      rf::cli::parse_checked(app_, args, nullptr, set, refuse);
+    } catch (const CLI::ParseError& e) {  // check() leaves CLI11 nothing to refuse
+      throw rf::InvalidInput(e.what());
+    }
+  }
+
+ private:
+  void add(const std::string& names, const Setter& set, bool takes_value) {
+    for (const std::string& name : CLI::detail::split(names, ',')) {
+      CLI::Option* o = takes_value ? rf::cli::value_flag(app_, name, "", "") : rf::cli::toggle(app_, name, "");
+      setters_[o] = set;
+    }
+  }
+  CLI::App app_;
+  std::map<const CLI::Option*, Setter> setters_;
+};
 
 void check_timing(const TimingFlags& t) {
   if (t.heartbeat >= t.lease)
@@ -68,33 +96,30 @@ void check_timing(const TimingFlags& t) {
 
 RunOptions parse_run_args(const std::vector<std::string>& argv) {
   RunOptions o;
-  Args args{argv, 0, {}};
+  // Everything after the first "--" is the worker's command line, passed on untouched
+  // (CLI11's own "--" would still let a positional before it through).
+  const auto dashes = std::find(argv.begin(), argv.end(), "--");
+  if (dashes != argv.end()) o.program.assign(dashes + 1, argv.end());
   bool have_n = false;
-  while (args.next()) {
-    const std::string& f = args.flag;
-    if (f == "--") {
-      o.program.assign(argv.begin() + static_cast<long>(args.i), argv.end());
-      break;
-    }
-    if (f == "-n" || f == "--nprocs") o.nprocs = parse_int(f, args.value(), 1, 4096), have_n = true;
-    else if (f == "--min-world") o.min_world = parse_int(f, args.value(), 1, 1 << 20);
-    else if (f == "--spares") o.spares = parse_int(f, args.value(), 0, 4096);
-    else if (f == "--max-restarts") o.max_restarts = parse_int(f, args.value(), 0, 1 << 20);
-    else if (timing_flag(args, o.timing)) {
-    } else if (f == "--inject") o.inject.push_back(parse_fault_spec(args.value()));
-    else if (f == "--summary") o.summary_path = args.value();
-    else if (f == "--event-log") o.event_log = args.value();
-    else if (f == "--trace") o.trace = args.value();
-    else if (f == "--coord") o.coord = args.value();
-    else if (f == "--etcd") o.etcd = args.value();
-    else if (f == "--job") o.job = args.value();
-    else if (f == "--token-file") o.token_file = args.value();
-    else if (f == "--nnodes") o.nnodes = parse_int(f, args.value(), 1, 1 << 16);
-    else if (f == "--node-rank") o.node_rank = parse_int(f, args.value(), 0, 1 << 16);
-    else if (f == "--stop-grace") o.stop_grace = parse_duration(f, args.value());
-    else if (f == "--quiet") o.quiet = true;
-    else throw rf::InvalidInput(rf::str("unknown option '", f, "' (see ringfence run --help)"));
-  }
+  Command c;
+  c.value("-n,--nprocs", [&](auto& f, auto& v) { o.nprocs = parse_int(f, v, 1, 4096), have_n = true; });
+  c.value("--min-world", [&](auto& f, auto& v) { o.min_world = parse_int(f, v, 1, 1 << 20); });
+  c.value("--spares", [&](auto& f, auto& v) { o.spares = parse_int(f, v, 0, 4096); });
+  c.value("--max-restarts", [&](auto& f, auto& v) { o.max_restarts = parse_int(f, v, 0, 1 << 20); });
+  c.timing(o.timing);
+  c.value("--inject", [&](auto&, auto& v) { o.inject.push_back(parse_fault_spec(v)); });
+  c.value("--summary", [&](auto&, auto& v) { o.summary_path = v; });
+  c.value("--event-log", [&](auto&, auto& v) { o.event_log = v; });
+  c.value("--trace", [&](auto&, auto& v) { o.trace = v; });
+  c.value("--coord", [&](auto&, auto& v) { o.coord = v; });
+  c.value("--etcd", [&](auto&, auto& v) { o.etcd = v; });
+  c.value("--job", [&](auto&, auto& v) { o.job = v; });
+  c.value("--token-file", [&](auto&, auto& v) { o.token_file = v; });
+  c.value("--nnodes", [&](auto& f, auto& v) { o.nnodes = parse_int(f, v, 1, 1 << 16); });
+  c.value("--node-rank", [&](auto& f, auto& v) { o.node_rank = parse_int(f, v, 0, 1 << 16); });
+  c.value("--stop-grace", [&](auto& f, auto& v) { o.stop_grace = parse_duration(f, v); });
+  c.toggle("--quiet", [&] { o.quiet = true; });
+  c.parse(std::vector<std::string>(argv.begin(), dashes), " (see ringfence run --help)");
   if (!have_n) throw rf::InvalidInput("-n N (workers) is required");
   if (o.program.empty()) throw rf::InvalidInput("give the worker program after --");
   const int world = o.nprocs * o.nnodes;
@@ -122,23 +147,20 @@ RunOptions parse_run_args(const std::vector<std::string>& argv) {
 
 CoordOptions parse_coord_args(const std::vector<std::string>& argv) {
   CoordOptions o;
-  Args args{argv, 0, {}};
-  while (args.next()) {
-    const std::string& f = args.flag;
-    if (f == "-n" || f == "--world") o.world = parse_int(f, args.value(), 1, 1 << 20);
-    else if (f == "--min-world") o.min_world = parse_int(f, args.value(), 1, 1 << 20);
-    else if (f == "--host") o.host = args.value();
-    else if (f == "--port") o.port = parse_int(f, args.value(), 0, 65535);
-    else if (timing_flag(args, o.timing)) {
-    } else if (f == "--event-log") o.event_log = args.value();
-    else if (f == "--token-file") o.token_file = args.value();
-    else if (f == "--etcd") o.etcd = args.value();
-    else if (f == "--job") o.job = args.value();
-    else if (f == "--id") o.id = args.value();
-    else if (f == "--advertise") o.advertise = args.value();
-    else if (f == "--leader-lease") o.leader_lease = parse_duration(f, args.value());
-    else throw rf::InvalidInput(rf::str("unknown option '", f, "'"));
-  }
+  Command c;
+  c.value("-n,--world", [&](auto& f, auto& v) { o.world = parse_int(f, v, 1, 1 << 20); });
+  c.value("--min-world", [&](auto& f, auto& v) { o.min_world = parse_int(f, v, 1, 1 << 20); });
+  c.value("--host", [&](auto&, auto& v) { o.host = v; });
+  c.value("--port", [&](auto& f, auto& v) { o.port = parse_int(f, v, 0, 65535); });
+  c.timing(o.timing);
+  c.value("--event-log", [&](auto&, auto& v) { o.event_log = v; });
+  c.value("--token-file", [&](auto&, auto& v) { o.token_file = v; });
+  c.value("--etcd", [&](auto&, auto& v) { o.etcd = v; });
+  c.value("--job", [&](auto&, auto& v) { o.job = v; });
+  c.value("--id", [&](auto&, auto& v) { o.id = v; });
+  c.value("--advertise", [&](auto&, auto& v) { o.advertise = v; });
+  c.value("--leader-lease", [&](auto& f, auto& v) { o.leader_lease = parse_duration(f, v); });
+  c.parse(argv, "");
   if (o.world == 0) throw rf::InvalidInput("-n W (target world size, all nodes) is required");
   if (!o.etcd.empty()) {
     parse_etcd_endpoints(o.etcd);

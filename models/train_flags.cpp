@@ -1,11 +1,13 @@
 #include "models/train_flags.h"
 
 #include <charconv>
+#include <memory>
 #include <cmath>
 #include <functional>
 #include <map>
 #include <set>
 
+#include "base/cli.h"
 #include "base/str.h"
 #include "comm/communicator.h"
 #include "core/device.h"
@@ -13,6 +15,7 @@
 namespace rf::models {
 namespace {
 
+// Numbers are ours: CLI11's integers also take hex, octal and leading blanks (base/cli.h).
 int64_t parse_int(const std::string& flag, const std::string& v, int64_t min) {
   int64_t out = 0;
   auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
@@ -49,126 +52,151 @@ comm::Backend parse_backend_flag(const std::string& flag, const std::string& v) 
   }
 }
 
+using Setter = std::function<void(const std::string& flag, const std::string& value)>;
+
+// The flags' table: names, value meta and help (train_usage prints it from here), and what
+// each value sets. `given` collects the flags that appeared.
+void declare(CLI::App& app, std::map<const CLI::Option*, Setter>& setters, TrainOptions& o, bool& help,
+             std::set<std::string>& given) {
+  const std::string name = std::string("train_") + model_name(o.model);
+  app.description(name + " — train the reference " + model_name(o.model) +
+                  " on Fashion-MNIST (CPU or GPU; one process,\n"
+                  "or data-parallel and fault-tolerant under `ringfence run -n N -- " + name + "`)\n");
+  app.formatter(std::make_shared<rf::cli::Help>(name + " [flags]", 21));
+  app.set_help_flag();  // --help is ours: parsing goes on, so a bad flag is still reported
+  auto value = [&](const std::string& flag, const std::string& meta, const std::string& text, Setter set) {
+    CLI::Option* opt = rf::cli::value_flag(app, flag, meta, text);
+    setters[opt] = [set, &given](const std::string& f, const std::string& v) {
+      if (v.empty()) throw FlagError(str(f, ": empty value"));
+      set(f, v);
+      given.insert(f);
+    };
+    return opt;
+  };
+  auto toggle = [&](const std::string& flag, const std::string& text, std::function<void()> set) {
+    CLI::Option* opt = rf::cli::toggle(app, flag, text);
+    setters[opt] = [set, &given](const std::string& f, const std::string&) { set(), given.insert(f); };
+    return opt;
+  };
+  value("--epochs", "N", "epochs over the training set (default 1)", [&](auto& f, auto& v) { o.epochs = parse_int(f, v, 1); });
+  value("--batch", "N", "global batch size (default 128)", [&](auto& f, auto& v) { o.batch = parse_int(f, v, 1); });
+  value("--lr", "X", "SGD learning rate (default 0.05)", [&](auto& f, auto& v) { o.lr = parse_float(f, v); });
+  value("--momentum", "X", "SGD momentum (default 0.9)", [&](auto& f, auto& v) { o.momentum = parse_float(f, v); });
+  value("--seed", "N", "model init and batch order (default 0)",
+        [&](auto& f, auto& v) { o.seed = static_cast<uint64_t>(parse_int(f, v, 0)); });
+  value("--data-dir", "DIR", "Fashion-MNIST IDX files (default /usr/share/datasets/fashion-mnist)",
+        [&](auto&, auto& v) { o.data_dir = v; });
+  value("--threads", "N", "GEMM threads (default 1)", [&](auto& f, auto& v) { o.threads = static_cast<int>(parse_int(f, v, 1)); });
+  value("--device", "D",
+        "cpu, cuda or cuda:N: where the model, its gradients, the optimizer\n"
+        "state and each batch live (default cpu). cuda is cuda:0 by hand;\n"
+        "under ringfence run, local rank i takes GPU i mod (GPUs on the\n"
+        "host). Without that GPU: an error before training (exit 2)",
+        [&](auto& f, auto& v) { parse_device_flag(f, v, o); });
+  value("--log-interval", "N", "print step, loss, samples/s every N steps (default 50, 0 = quiet)",
+        [&](auto& f, auto& v) { o.log_interval = parse_int(f, v, 0); });
+  value("--max-steps", "N", "stop after N steps", [&](auto& f, auto& v) { o.max_steps = parse_int(f, v, 0); });
+  value("--synthetic", "N", "train on N synthetic samples instead of Fashion-MNIST",
+        [&](auto& f, auto& v) { o.synthetic = parse_int(f, v, 1); });
+  value("--init", "FILE", "initial parameters from safetensors (PyTorch names)", [&](auto&, auto& v) { o.init_file = v; });
+  value("--metrics", "FILE",
+        "write a JSON summary (test_accuracy, final_loss, steps,\n"
+        "samples_per_sec, state_digest, ...)",
+        [&](auto&, auto& v) { o.metrics_file = v; });
+  value("--loss-log", "FILE", "JSON lines {\"step\":s,\"loss\":x} (mean over the global batch)",
+        [&](auto&, auto& v) { o.loss_log = v; });
+  value("--batch-log", "FILE", "JSON lines {\"step\":s,\"indices\":[...]} (global batch samples)",
+        [&](auto&, auto& v) { o.batch_log = v; });
+  value("--ckpt-dir", "DIR",
+        "write checkpoints to DIR (ckpt-<step>.safetensors), at the end\n"
+        "of training and every --ckpt-every steps; one writer per DIR;\n"
+        "a DIR that already holds checkpoints needs --resume",
+        [&](auto&, auto& v) { o.ckpt_dir = v; });
+  value("--ckpt-every", "N", "also checkpoint every N steps (default 0: only at the end)",
+        [&](auto& f, auto& v) { o.ckpt_every = parse_int(f, v, 0); });
+  value("--ckpt-keep", "K", "keep the K newest checkpoints (default 3)", [&](auto& f, auto& v) { o.ckpt_keep = parse_int(f, v, 1); });
+  toggle("--resume",
+         "continue from the newest valid checkpoint in --ckpt-dir\n"
+         "(damaged ones are skipped with a warning; none: start fresh;\n"
+         "an intact one of another model or optimizer: an error)",
+         [&] { o.resume = true; });
+  value("--resume-from", "FILE", "continue from this checkpoint (an error if it is not valid)",
+        [&](auto&, auto& v) { o.resume_from = v; });
+  value("--ckpt-test-pause-in-write", "STEP",
+        "(tests) stop half-way through writing the\n"
+        "checkpoint of STEP and wait to be killed",
+        [&](auto& f, auto& v) { o.ckpt_test_pause_step = parse_int(f, v, 0); });
+  toggle("--help", "this text", [&] { help = true; });
+  toggle("-h", "", [&] { help = true; })->group("");
+  const std::string run_only = "Under ringfence run only";
+  value("--verify-every", "N",
+        "all ranks compare state digests every N steps; divergence stops\n"
+        "the job (default 0: off)",
+        [&](auto& f, auto& v) { o.verify_every = parse_int(f, v, 0); })
+      ->group(run_only);
+  value("--audit-log", "FILE",
+        "every worker appends one JSON line per state change (apply,\n"
+        "transfer, ...) tagged with its slot and incarnation",
+        [&](auto&, auto& v) { o.audit_log = v; })
+      ->group(run_only);
+  value("--flight-dir", "DIR",
+        "on a failure, comm's flight records go to\n"
+        "DIR/flight-slot<S>-inc<I>.jsonl instead of stderr",
+        [&](auto&, auto& v) { o.flight_dir = v; })
+      ->group(run_only);
+  value("--backend", "B",
+        "ucx or nccl: how gradients are all-reduced (default ucx; on a\n"
+        "GPU through pinned host memory, so ranks may share a GPU); nccl\n"
+        "needs --device cuda and a GPU of its own for each local rank",
+        [&](auto& f, auto& v) { o.backend = parse_backend_flag(f, v); })
+      ->group(run_only);
+  app.footer(
+      "By hand, SIGTERM / SIGINT: stop after the current step (checkpointed with\n"
+      "--ckpt-dir), exit 0. Under ringfence run, Ctrl-C the launcher instead.\n"
+      "Under ringfence run, rank 0 prints the test accuracy and writes --metrics,\n"
+      "slot 0 writes --loss-log and --batch-log; --resume-from is not available there.\n");
+}
+
 }  // namespace
 
 std::string train_usage(ModelKind kind) {
-  const std::string name = std::string("train_") + model_name(kind);
-  return name + " — train the reference " + model_name(kind) +
-         " on Fashion-MNIST (CPU or GPU; one process,\n"
-         "or data-parallel and fault-tolerant under `ringfence run -n N -- " + name + "`)\n"
-         "usage: " + name + " [flags]\n"
-         "  --epochs N         epochs over the training set (default 1)\n"
-         "  --batch N          global batch size (default 128)\n"
-         "  --lr X             SGD learning rate (default 0.05)\n"
-         "  --momentum X       SGD momentum (default 0.9)\n"
-         "  --seed N           model init and batch order (default 0)\n"
-         "  --data-dir DIR     Fashion-MNIST IDX files (default /usr/share/datasets/fashion-mnist)\n"
-         "  --threads N        GEMM threads (default 1)\n"
-         "  --device D         cpu, cuda or cuda:N: where the model, its gradients, the optimizer\n"
-         "                     state and each batch live (default cpu). cuda is cuda:0 by hand;\n"
-         "                     under ringfence run, local rank i takes GPU i mod (GPUs on the\n"
-         "                     host). Without that GPU: an error before training (exit 2)\n"
-         "  --log-interval N   print step, loss, samples/s every N steps (default 50, 0 = quiet)\n"
-         "  --max-steps N      stop after N steps\n"
-         "  --synthetic N      train on N synthetic samples instead of Fashion-MNIST\n"
-         "  --init FILE        initial parameters from safetensors (PyTorch names)\n"
-         "  --metrics FILE     write a JSON summary (test_accuracy, final_loss, steps,\n"
-         "                     samples_per_sec, state_digest, ...)\n"
-         "  --loss-log FILE    JSON lines {\"step\":s,\"loss\":x} (mean over the global batch)\n"
-         "  --batch-log FILE   JSON lines {\"step\":s,\"indices\":[...]} (global batch samples)\n"
-         "  --ckpt-dir DIR     write checkpoints to DIR (ckpt-<step>.safetensors), at the end\n"
-         "                     of training and every --ckpt-every steps; one writer per DIR;\n"
-         "                     a DIR that already holds checkpoints needs --resume\n"
-         "  --ckpt-every N     also checkpoint every N steps (default 0: only at the end)\n"
-         "  --ckpt-keep K      keep the K newest checkpoints (default 3)\n"
-         "  --resume           continue from the newest valid checkpoint in --ckpt-dir\n"
-         "                     (damaged ones are skipped with a warning; none: start fresh;\n"
-         "                     an intact one of another model or optimizer: an error)\n"
-         "  --resume-from FILE continue from this checkpoint (an error if it is not valid)\n"
-         "  --ckpt-test-pause-in-write STEP  (tests) stop half-way through writing the\n"
-         "                     checkpoint of STEP and wait to be killed\n"
-         "  --help             this text\n"
-         "Under ringfence run only:\n"
-         "  --verify-every N   all ranks compare state digests every N steps; divergence stops\n"
-         "                     the job (default 0: off)\n"
-         "  --audit-log FILE   every worker appends one JSON line per state change (apply,\n"
-         "                     transfer, ...) tagged with its slot and incarnation\n"
-         "  --flight-dir DIR   on a failure, comm's flight records go to\n"
-         "                     DIR/flight-slot<S>-inc<I>.jsonl instead of stderr\n"
-         "  --backend B        ucx or nccl: how gradients are all-reduced (default ucx; on a\n"
-         "                     GPU through pinned host memory, so ranks may share a GPU); nccl\n"
-         "                     needs --device cuda and a GPU of its own for each local rank\n"
-         "By hand, SIGTERM / SIGINT: stop after the current step (checkpointed with\n"
-         "--ckpt-dir), exit 0. Under ringfence run, Ctrl-C the launcher instead.\n"
-         "Under ringfence run, rank 0 prints the test accuracy and writes --metrics,\n"
-         "slot 0 writes --loss-log and --batch-log; --resume-from is not available there.\n";
+  CLI::App app;
+  std::map<const CLI::Option*, Setter> setters;
+  TrainOptions o;
+  o.model = kind;
+  bool help = false;
+  std::set<std::string> given;
+  declare(app, setters, o, help, given);
+  return app.help();
 }
 
 ParsedFlags parse_train_flags(const std::vector<std::string>& args, ModelKind kind) {
   ParsedFlags out;
   TrainOptions& o = out.options;
   o.model = kind;
-  using Setter = std::function<void(const std::string& flag, const std::string& v)>;
-  const std::map<std::string, Setter> setters = {
-      {"--epochs", [&](auto& f, auto& v) { o.epochs = parse_int(f, v, 1); }},
-      {"--batch", [&](auto& f, auto& v) { o.batch = parse_int(f, v, 1); }},
-      {"--lr", [&](auto& f, auto& v) { o.lr = parse_float(f, v); }},
-      {"--momentum", [&](auto& f, auto& v) { o.momentum = parse_float(f, v); }},
-      {"--seed", [&](auto& f, auto& v) { o.seed = static_cast<uint64_t>(parse_int(f, v, 0)); }},
-      {"--data-dir", [&](auto&, auto& v) { o.data_dir = v; }},
-      {"--threads", [&](auto& f, auto& v) { o.threads = static_cast<int>(parse_int(f, v, 1)); }},
-      {"--device", [&](auto& f, auto& v) { parse_device_flag(f, v, o); }},
-      {"--backend", [&](auto& f, auto& v) { o.backend = parse_backend_flag(f, v); }},
-      {"--log-interval", [&](auto& f, auto& v) { o.log_interval = parse_int(f, v, 0); }},
-      {"--max-steps", [&](auto& f, auto& v) { o.max_steps = parse_int(f, v, 0); }},
-      {"--synthetic", [&](auto& f, auto& v) { o.synthetic = parse_int(f, v, 1); }},
-      {"--init", [&](auto&, auto& v) { o.init_file = v; }},
-      {"--metrics", [&](auto&, auto& v) { o.metrics_file = v; }},
-      {"--loss-log", [&](auto&, auto& v) { o.loss_log = v; }},
-      {"--batch-log", [&](auto&, auto& v) { o.batch_log = v; }},
-      {"--ckpt-dir", [&](auto&, auto& v) { o.ckpt_dir = v; }},
-      {"--ckpt-every", [&](auto& f, auto& v) { o.ckpt_every = parse_int(f, v, 0); }},
-      {"--ckpt-keep", [&](auto& f, auto& v) { o.ckpt_keep = parse_int(f, v, 1); }},
-      {"--resume-from", [&](auto&, auto& v) { o.resume_from = v; }},
-      {"--verify-every", [&](auto& f, auto& v) { o.verify_every = parse_int(f, v, 0); }},
-      {"--audit-log", [&](auto&, auto& v) { o.audit_log = v; }},
-      {"--flight-dir", [&](auto&, auto& v) { o.flight_dir = v; }},
-      {"--ckpt-test-pause-in-write", [&](auto& f, auto& v) { o.ckpt_test_pause_step = parse_int(f, v, 0); }},
-  };
+  CLI::App app;
+  std::map<const CLI::Option*, Setter> setters;
   std::set<std::string> given;
-  for (size_t i = 0; i < args.size(); ++i) {
-    std::string flag = args[i], value;
-    if (flag == "--help" || flag == "-h") {
-      out.help = true;
-      continue;
+  declare(app, setters, o, out.help, given);
+  // `--ckpt-dir --resume` would otherwise make a directory named "--resume". A value that
+  // starts with "--" is still possible as --flag=--value.
+  const auto next_is_flag = [](const std::string& next) { return next.rfind("--", 0) == 0; };
+  const auto refuse = [](const rf::cli::Problem& p) {
+    switch (p.kind) {
+      case rf::cli::Problem::Unknown: throw FlagError(str("unknown flag '", p.arg, "' (see --help)"));
+      case rf::cli::Problem::MissingValue: throw FlagError(str(p.arg, ": missing value"));
+      case rf::cli::Problem::NextIsFlag:
+        throw FlagError(str(p.arg, ": missing value (the next argument is the flag '", p.next, "'; write ", p.arg,
+                            "=VALUE for a value starting with --)"));
+      default: throw FlagError(str(p.arg, " takes no value"));
     }
-    if (flag == "--resume") {  // the one flag without a value
-      o.resume = true;
-      given.insert(flag);
-      continue;
-    }
-    if (flag.rfind("--resume=", 0) == 0) throw FlagError("--resume takes no value");
-    const size_t eq = flag.find('=');
-    bool inline_value = false;
-    if (flag.rfind("--", 0) == 0 && eq != std::string::npos) {
-      value = flag.substr(eq + 1);
-      flag = flag.substr(0, eq);
-      inline_value = true;
-    }
-    auto it = setters.find(flag);
-    if (it == setters.end()) throw FlagError(str("unknown flag '", args[i], "' (see --help)"));
-    if (!inline_value) {
-      if (i + 1 >= args.size()) throw FlagError(str(flag, ": missing value"));
-      // `--ckpt-dir --resume` would otherwise make a directory named "--resume". A value
-      // that starts with "--" is still possible as --flag=--value.
-      if (args[i + 1].rfind("--", 0) == 0)
-        throw FlagError(str(flag, ": missing value (the next argument is the flag '", args[i + 1],
-                            "'; write ", flag, "=VALUE for a value starting with --)"));
-      value = args[++i];
-    }
-    if (value.empty()) throw FlagError(str(flag, ": empty value"));
-    it->second(flag, value);
-    given.insert(flag);
+  };
+  try {
+    rf::cli::parse_checked(
+        app, args, next_is_flag,
+        [&](const CLI::Option& f, const std::string& v) { setters.at(&f)(rf::cli::flag_name(f), v); }, refuse);
+  } catch (const CLI::ParseError& e) {  // check() leaves CLI11 nothing to refuse
+    throw FlagError(e.what());
   }
   if (o.threads > 1024) throw FlagError(str("--threads: ", o.threads, " is too many"));
   if (o.ckpt_dir.empty()) {

@@ -1,6 +1,7 @@
 #pragma once
 // Command-line flags of train_mlp / train_cnn. Every flag takes "--name VALUE" or
-// "--name=VALUE"; an unknown flag or a bad value throws FlagError naming it (exit 2).
+// "--name=VALUE" (CLI11, through base/cli.h); an unknown flag or a bad value throws
+// FlagError naming it (exit 2).
 #include <string>
 #include <vector>
 

@@ -28,6 +28,8 @@ using namespace rf::elastic;
 
 namespace {
 
+// Our own text, not CLI11's list: one synopsis per command shows which flags go together
+// (| and nested [...]), which a list of flags cannot.
 const char* kUsage =
     "usage:\n"
     "  ringfence run -n N [--min-world M] [--spares K] [--max-restarts R] [--join-window T]\n"
@@ -44,7 +46,7 @@ const char* kUsage =
     "SPEC: KIND:rank=R:step=S[:phase=P][:after_chunks=K] | KIND:rank=R:at=SECONDS\n"
     "      KIND kill|stop|hang|exit|drop|slow; P forward|backward|allreduce|optimizer|transfer|recovery\n"
     "      slow also takes :factor=F:steps=N (N steps from S, each F x the rank's median step time)\n"
-    "See docs/launcher.md.\n";
+    "A flag's value follows it (--lease 2s) or is joined to it (--lease=2s). See docs/launcher.md.\n";
 
 // The worker program is looked up as execvpe() will (a name without '/' is searched in
 // PATH) and must be an executable file: otherwise every spawn fails the same way, once

@@ -90,3 +90,42 @@ TEST_CASE("coordinator replicas in etcd: run and coord flags, and what they refu
         std::string::npos);
   CHECK(why(coord, {"-n", "2", "--id", "c1"}).find("need --etcd") != std::string::npos);
 }
+
+TEST_CASE("the worker's command line after -- is passed on untouched, and flags keep their typed names") {
+  // Our own flags, another "--" and an empty argument after the first "--" are the worker's.
+  auto o = parse_run_args({"-n", "2", "--", "w", "-n", "3", "--quiet", "--", "", "--lease=x"});
+  CHECK(o.nprocs == 2);
+  CHECK_FALSE(o.quiet);
+  CHECK(o.program == std::vector<std::string>{"w", "-n", "3", "--quiet", "--", "", "--lease=x"});
+  // A value flag takes the next argument whatever it is; --name=VALUE is the same flag.
+  CHECK(parse_run_args({"-n", "2", "--summary", "--odd", "--", "w"}).summary_path == "--odd");
+  auto eq = parse_run_args({"--nprocs=3", "--lease=2s", "--heartbeat=500ms", "--stop-grace", "1.5", "--", "w"});
+  CHECK(eq.nprocs == 3);
+  CHECK(eq.timing.lease == std::chrono::seconds(2));
+  CHECK(eq.timing.heartbeat == std::chrono::milliseconds(500));
+  CHECK(eq.stop_grace == std::chrono::milliseconds(1500));
+  // The last of a repeated flag wins; --inject adds up.
+  CHECK(parse_run_args({"-n", "2", "-n", "3", "--", "w"}).nprocs == 3);
+  auto why = [](std::vector<std::string> a) {
+    try {
+      parse_run_args(a);
+    } catch (const rf::InvalidInput& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  CHECK(why({"--nprocs", "0", "--", "w"}) == "--nprocs '0' is not an integer in [1, 4096]");
+  CHECK(why({"-n", "0x2", "--", "w"}) == "-n '0x2' is not an integer in [1, 4096]");  // decimal only
+  CHECK(why({"-n", " 2", "--", "w"}) == "-n ' 2' is not an integer in [1, 4096]");
+  CHECK(why({"-n", "2", "--quiet=yes", "--", "w"}) == "--quiet takes no value");
+  CHECK(why({"-n", "2", "w"}) == "unknown option 'w' (see ringfence run --help)");
+  CHECK(why({"-n2", "--", "w"}) == "unknown option '-n2' (see ringfence run --help)");
+  CHECK(why({"-n", "0", "--bogus", "--", "w"}) == "-n '0' is not an integer in [1, 4096]");  // the first mistake
+  CHECK(why({"--bogus", "-n", "0", "--", "w"}) == "unknown option '--bogus' (see ringfence run --help)");
+  CHECK(why({"-n", "2", "--stop-grace", "0", "--", "w"}) ==
+        "--stop-grace '0' is not a positive duration (e.g. 2s, 500ms, 1.5)");
+  CHECK_THROWS_WITH_AS(parse_coord_args({"-n", "2", "--bogus"}), "unknown option '--bogus'", rf::InvalidInput);
+  CHECK_THROWS_WITH_AS(parse_coord_args({"-n", "2", "--port"}), "--port needs a value", rf::InvalidInput);
+  CHECK_THROWS_WITH_AS(parse_coord_args({"--world", "-1"}), "--world '-1' is not an integer in [1, 1048576]",
+                       rf::InvalidInput);
+}

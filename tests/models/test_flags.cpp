@@ -98,3 +98,55 @@ TEST_CASE("checkpoint flags") {
   CHECK(fails({"--ckpt-dir", "/c", "--ckpt-every", "-1"}, "--ckpt-every"));
   CHECK(fails({"--ckpt-dir", "/c", "--resume", "--resume-from", "f"}, "give one of them"));
 }
+
+TEST_CASE("--help lists every flag, in columns, from the parser's own table") {
+  const std::string help = train_usage(ModelKind::CNN);
+  CHECK(help.rfind("train_cnn — train the reference cnn on Fashion-MNIST", 0) == 0);
+  CHECK(help.find("\nusage: train_cnn [flags]\n  --epochs N         epochs over the training set (default 1)\n") !=
+        std::string::npos);
+  // A description's later lines continue under its column; a long flag keeps its line.
+  CHECK(help.find("  --device D         cpu, cuda or cuda:N: where the model, its gradients, the optimizer\n"
+                  "                     state and each batch live") != std::string::npos);
+  CHECK(help.find("  --resume-from FILE continue from this checkpoint") != std::string::npos);
+  CHECK(help.find("  --ckpt-test-pause-in-write STEP  (tests) stop half-way") != std::string::npos);
+  CHECK(help.find("  --help             this text\nUnder ringfence run only:\n  --verify-every N ") != std::string::npos);
+  CHECK(help.find("slot 0 writes --loss-log and --batch-log; --resume-from is not available there.\n") !=
+        std::string::npos);
+  for (const char* f : {"--epochs", "--batch", "--lr", "--momentum", "--seed", "--data-dir", "--threads", "--device",
+                        "--backend", "--log-interval", "--max-steps", "--synthetic", "--init", "--metrics",
+                        "--loss-log", "--batch-log", "--ckpt-dir", "--ckpt-every", "--ckpt-keep", "--resume",
+                        "--resume-from", "--verify-every", "--audit-log", "--flight-dir",
+                        "--ckpt-test-pause-in-write"})
+    CHECK_MESSAGE(help.find(std::string("\n  ") + f + " ") != std::string::npos, f);
+  // -h is --help's short form, parsed but not listed apart.
+  CHECK(parse_train_flags({"-h"}, ModelKind::MLP).help);
+  CHECK(help.find("  -h") == std::string::npos);
+}
+
+TEST_CASE("exact error texts, and the last of a repeated flag wins") {
+  auto error = [](std::vector<std::string> args) {
+    try {
+      parse_train_flags(args, ModelKind::MLP);
+    } catch (const FlagError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  CHECK(error({"--bogus=1"}) == "unknown flag '--bogus=1' (see --help)");
+  CHECK(error({"-x"}) == "unknown flag '-x' (see --help)");
+  CHECK(error({"--epochs"}) == "--epochs: missing value");
+  CHECK(error({"--epochs", "0"}) == "--epochs: 0 is below the minimum 1");
+  CHECK(error({"--epochs", "0x2"}) == "--epochs: '0x2' is not an integer");
+  CHECK(error({"--lr", "inf"}) == "--lr: 'inf' is not a non-negative number");
+  CHECK(error({"--init", ""}) == "--init: empty value");
+  CHECK(error({"--threads", "2000"}) == "--threads: 2000 is too many");
+  CHECK(error({"--ckpt-dir", "--resume"}) ==
+        "--ckpt-dir: missing value (the next argument is the flag '--resume'; write --ckpt-dir=VALUE for a value "
+        "starting with --)");
+  CHECK(error({"--help", "--bogus"}) == "unknown flag '--bogus' (see --help)");
+  // The first mistake in argv order is the one reported.
+  CHECK(error({"--epochs", "0", "--bogus"}) == "--epochs: 0 is below the minimum 1");
+  CHECK(error({"--bogus", "--epochs", "0"}) == "unknown flag '--bogus' (see --help)");
+  CHECK(error({"--lr", "x", "--batch"}) == "--lr: 'x' is not a non-negative number");
+  CHECK(parse_train_flags({"--epochs", "2", "--epochs=3"}, ModelKind::MLP).options.epochs == 3);
+}
