@@ -35,7 +35,7 @@ def run(a, steps, trace):
     t1, c1 = time.monotonic(), os.times()
     if p.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)}: exit {p.returncode}\n{p.stderr[-2000:]}")
-    digest = re.search(r"^== test accuracy .* state ([0-9a-f]+)$", p.stdout + p.stderr, re.M)
+    digest = re.search(r"^== test accuracy .* state ((?:x3:)?[0-9a-f]+)$", p.stdout + p.stderr, re.M)
     cpu = (c1.children_user - c0.children_user) + (c1.children_system - c0.children_system)
     return t1 - t0, cpu, digest.group(1) if digest else None
 

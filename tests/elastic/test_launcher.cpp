@@ -161,7 +161,7 @@ TEST_CASE("run: diverged replicas stop the job with an error naming workers and 
   CHECK(s["phase"] == "STOPPED");
   const std::string e = s["error"];
   CHECK(e.find("digest mismatch") != std::string::npos);
-  CHECK(e.find("slot 2 incarnation 0 digest 'bad") != std::string::npos);
+  CHECK(e.find("slot 2 incarnation 0 digest 'x3:bad") != std::string::npos);
   CHECK(e.find("slot 0 incarnation 0") != std::string::npos);
 }
 

@@ -70,7 +70,8 @@ int main(int argc, char** argv) {
     int64_t step = -1;
     auto digest = [&](int64_t s) {
       std::string d = rf::digest_hex(rf::str("state@", s).data(), rf::str("state@", s).size());
-      return opt.slot == bad_digest_slot ? "bad" + d.substr(3) : d;
+      // Same digest version ("x3:"), different value: a divergence, not a mix of builds.
+      return opt.slot == bad_digest_slot ? d.substr(0, 3) + "bad" + d.substr(6) : d;
     };
     while (true) {
       // Recovery: report, plan, "transfer", ready (PROTOCOL.md steps 2-7).
