@@ -121,8 +121,8 @@ def write_result(path, section, order, title, notes, rows, choice):
     cpu = subprocess.run(["sh", "-c", "grep -m1 'model name' /proc/cpuinfo | cut -d: -f2"], capture_output=True,
                          text=True).stdout.strip()
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
-                           text=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":!bench/out"],
+                           capture_output=True, text=True).stdout.strip()
     with open(path, "w") as f:
         json.dump({"section": section, "order": order, "title": title,
                    "command": " ".join(["/usr/bin/python3" if sys.executable == "/usr/bin/python3" else "python3"] +
@@ -130,4 +130,4 @@ def write_result(path, section, order, title, notes, rows, choice):
                    "commit": commit + (" (with local changes)" if dirty else ""),
                    "date": time.strftime("%Y-%m-%d", time.gmtime()),
                    "machine": f"{cpu}, {os.cpu_count()} cores, {platform.node()}",
-                   "notes": notes + f" Peer BLAS: {choice['line']}", "rows": rows}, f, indent=1)
+                   "notes": notes + f" The {choice['line']}", "rows": rows}, f, indent=1)
