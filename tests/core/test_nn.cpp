@@ -98,7 +98,8 @@ TEST_CASE("state_digest covers parameters, optimizer buffers and counters") {
   m.emplace<nn::Linear>(4, 3, g);
   optim::SGD opt(m.named_parameters(), {.lr = 0.1f, .momentum = 0.9f});
   const std::string d0 = state_digest(m, opt);
-  CHECK(d0.size() == 32);
+  CHECK(d0.size() == 35);  // "x3:" + 128 bits in hex (base/digest.h)
+  CHECK(d0.rfind("x3:", 0) == 0);
   auto bufs = opt.named_buffers();
   REQUIRE(bufs.size() == 2);
   CHECK(bufs[0].first == "0.weight.momentum_buffer");

@@ -6,6 +6,26 @@
 using namespace rf::elastic;
 using namespace std::chrono_literals;
 
+namespace {
+
+// What a parser refuses the command line with ("" when it accepts it).
+template <class Parse>
+std::string refusal(Parse parse, const std::vector<std::string>& a) {
+  try {
+    parse(a);
+  } catch (const rf::InvalidInput& e) {
+    return e.what();
+  }
+  return "";
+}
+std::string why(const std::vector<std::string>& a) { return refusal(parse_run_args, a); }
+const auto run = parse_run_args;
+const auto coord = parse_coord_args;
+std::string why(decltype(parse_run_args)* parse, const std::vector<std::string>& a) { return refusal(parse, a); }
+std::string why(decltype(parse_coord_args)* parse, const std::vector<std::string>& a) { return refusal(parse, a); }
+
+}  // namespace
+
 TEST_CASE("ringfence run flags") {
   auto o = parse_run_args({"-n", "4", "--min-world", "3", "--spares", "1", "--max-restarts", "5", "--join-window", "3s",
                            "--heartbeat", "50ms", "--lease", "0.5", "--inject", "kill:rank=2:step=150", "--inject",
@@ -29,14 +49,6 @@ TEST_CASE("ringfence run flags") {
 }
 
 TEST_CASE("ringfence run refuses bad command lines with the reason") {
-  auto why = [](std::vector<std::string> a) {
-    try {
-      parse_run_args(a);
-    } catch (const rf::InvalidInput& e) {
-      return std::string(e.what());
-    }
-    return std::string();
-  };
   CHECK(why({"--", "w"}).find("-n N") != std::string::npos);
   CHECK(why({"-n", "2"}).find("after --") != std::string::npos);
   CHECK(why({"-n", "0", "--", "w"}).find("-n '0'") != std::string::npos);
@@ -69,16 +81,6 @@ TEST_CASE("coordinator replicas in etcd: run and coord flags, and what they refu
   CHECK(c.etcd == "127.0.0.1:2379");
   CHECK(c.id == "c1");
   CHECK(c.leader_lease == std::chrono::seconds(3));
-  auto why = [](auto parse, std::vector<std::string> a) {
-    try {
-      parse(a);
-    } catch (const rf::InvalidInput& e) {
-      return std::string(e.what());
-    }
-    return std::string();
-  };
-  const auto run = [](const std::vector<std::string>& a) { return parse_run_args(a); };
-  const auto coord = [](const std::vector<std::string>& a) { return parse_coord_args(a); };
   CHECK(why(run, {"-n", "2", "--coord", "h:1", "--etcd", "h:2379", "--", "w"}).find("exclude each other") !=
         std::string::npos);
   CHECK(why(run, {"-n", "2", "--etcd", "ftp://h:2379", "--", "w"}).find("'ftp://h:2379'") != std::string::npos);
@@ -106,14 +108,6 @@ TEST_CASE("the worker's command line after -- is passed on untouched, and flags 
   CHECK(eq.stop_grace == std::chrono::milliseconds(1500));
   // The last of a repeated flag wins; --inject adds up.
   CHECK(parse_run_args({"-n", "2", "-n", "3", "--", "w"}).nprocs == 3);
-  auto why = [](std::vector<std::string> a) {
-    try {
-      parse_run_args(a);
-    } catch (const rf::InvalidInput& e) {
-      return std::string(e.what());
-    }
-    return std::string();
-  };
   CHECK(why({"--nprocs", "0", "--", "w"}) == "--nprocs '0' is not an integer in [1, 4096]");
   CHECK(why({"-n", "0x2", "--", "w"}) == "-n '0x2' is not an integer in [1, 4096]");  // decimal only
   CHECK(why({"-n", " 2", "--", "w"}) == "-n ' 2' is not an integer in [1, 4096]");

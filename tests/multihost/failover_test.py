@@ -22,9 +22,7 @@ equal to the failure-free run of the same job under one coordinator:
 import os
 import re
 import signal
-import subprocess
 import sys
-import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -33,7 +31,7 @@ sys.path.insert(0, os.path.join(HERE, ".."))
 import control  # noqa: E402
 import jobs  # noqa: E402
 import netlab  # noqa: E402
-from rf_testlib import check, failures  # noqa: E402
+from rf_testlib import check  # noqa: E402
 
 STEPS = 120
 WORKER = ["--synthetic", "4096"]
@@ -236,28 +234,8 @@ def run_case(bindir, case, tmp):
 
 
 def main():
-    if len(sys.argv) != 3 or sys.argv[2] not in CASES:
-        sys.exit(f"usage: failover_test.py BUILD_BIN_DIR {{{','.join(CASES)}}}")
-    why = netlab.unavailable_reason()
-    if why:
-        print(f"SKIPPED: no network namespaces: {why}")
-        return 77
-    if subprocess.run(["sh", "-c", "command -v etcd && command -v etcdctl"], capture_output=True).returncode != 0:
-        print("SKIPPED: no etcd: etcd and etcdctl are not on PATH (Debian's etcd-server and etcd-client; "
-              "scripts/setup installs them)")
-        return 77
-    bindir, case = os.path.abspath(sys.argv[1]), sys.argv[2]
-    tmp = tempfile.mkdtemp(prefix=f"rf-failover-{case}-")
-    t0 = time.monotonic()
-    ran, _ = run_case(bindir, case, tmp)
-    if failures:
-        for job in ran:
-            job.dump()
-        print(f"failover_test {case}: {len(failures)} check(s) failed in {time.monotonic() - t0:.1f} s; files in {tmp}")
-        return 1
-    subprocess.run(["rm", "-rf", tmp])
-    print(f"failover_test {case}: passed in {time.monotonic() - t0:.1f} s")
-    return 0
+    return jobs.case_main("failover_test.py", CASES, lambda bindir, case, tmp: run_case(bindir, case, tmp)[0],
+                          needs=[("etcd", "etcd-server"), ("etcdctl", "etcd-client")])
 
 
 if __name__ == "__main__":

@@ -23,17 +23,14 @@ import glob
 import json
 import os
 import re
-import subprocess
 import sys
-import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, ".."))
 import jobs  # noqa: E402
-import netlab  # noqa: E402
-from rf_testlib import check, failures  # noqa: E402
+from rf_testlib import check  # noqa: E402
 
 STEPS = 200
 
@@ -186,24 +183,7 @@ CASES = {"host_lost_spares": case_host_lost_spares, "host_lost_shrink": case_hos
 
 
 def main():
-    if len(sys.argv) != 3 or sys.argv[2] not in CASES:
-        sys.exit(f"usage: faults_test.py BUILD_BIN_DIR {{{','.join(CASES)}}}")
-    why = netlab.unavailable_reason()
-    if why:
-        print(f"SKIPPED: no network namespaces: {why}")
-        return 77
-    bindir, case = os.path.abspath(sys.argv[1]), sys.argv[2]
-    tmp = tempfile.mkdtemp(prefix=f"rf-multihost-{case}-")
-    t0 = time.monotonic()
-    ran = CASES[case](bindir, tmp)
-    if failures:
-        for job in ran:
-            job.dump()
-        print(f"faults_test {case}: {len(failures)} check(s) failed in {time.monotonic() - t0:.1f} s; files in {tmp}")
-        return 1
-    subprocess.run(["rm", "-rf", tmp])
-    print(f"faults_test {case}: passed in {time.monotonic() - t0:.1f} s")
-    return 0
+    return jobs.case_main("faults_test.py", CASES, lambda bindir, case, tmp: CASES[case](bindir, tmp))
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -20,7 +21,7 @@ sys.path.insert(0, os.path.join(HERE, ".."))
 sys.path.insert(0, os.path.join(HERE, "..", "ddp"))
 import netlab  # noqa: E402
 from auditlog import exactly_once_problems  # noqa: E402
-from rf_testlib import check  # noqa: E402
+from rf_testlib import check, failures  # noqa: E402
 
 PORT = 29411
 
@@ -148,3 +149,32 @@ def run_job(bindir, tmp, name, hosts=3, per_host=2, steps=200, launcher_args=Non
 def step_seen(job, host, at_least):
     """Whether host's launcher printed a live line at step >= at_least."""
     return any(int(s) >= at_least for s in re.findall(r"\| step (\d+) \|", job.text(host)))
+
+
+def case_main(prog, cases, run, needs=()):
+    """The command line of a multi-host case test: `prog BUILD_BIN_DIR CASE`. Exit 77 (skipped)
+    with the reason when namespaces cannot be made or a program in `needs` is missing; else
+    run(bindir, case, tmp) -> the jobs it ran, dumped when a check failed. 0 passed, 1 failed."""
+    if len(sys.argv) != 3 or sys.argv[2] not in cases:
+        sys.exit(f"usage: {prog} BUILD_BIN_DIR {{{','.join(cases)}}}")
+    why = netlab.unavailable_reason()
+    if why:
+        print(f"SKIPPED: no network namespaces: {why}")
+        return 77
+    for name, package in needs:
+        if subprocess.run(["sh", "-c", f"command -v {name}"], capture_output=True).returncode != 0:
+            print(f"SKIPPED: no {name} on PATH (Debian's {package}; scripts/setup installs it)")
+            return 77
+    bindir, case = os.path.abspath(sys.argv[1]), sys.argv[2]
+    tmp = tempfile.mkdtemp(prefix=f"rf-{prog.split('.')[0]}-{case}-")
+    t0 = time.monotonic()
+    ran = run(bindir, case, tmp)
+    if failures:
+        for job in ran:
+            job.dump()
+        print(f"{prog} {case}: {len(failures)} check(s) failed in {time.monotonic() - t0:.1f} s; files in {tmp}")
+        return 1
+    subprocess.run(["rm", "-rf", tmp])
+    print(f"{prog} {case}: passed in {time.monotonic() - t0:.1f} s")
+    return 0
+
