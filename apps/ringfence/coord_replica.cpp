@@ -97,7 +97,8 @@ int run_coord_replica(const CoordOptions& o, CoordinatorOptions base, const vola
       // A job that ended under an earlier leader stays ended: the standbys leave one by one.
       const std::string phase = committed_phase(*lead);
       if (phase == "DONE" || phase == "STOPPED") {
-        say(id, rf::str("job '", o.job, "' is over (", phase, ")"));
+        say(id, rf::str("job '", o.job, "' is over (", phase, " in etcd); a new job needs a new --job name, or ",
+                        "the old one's keys deleted (etcdctl del --prefix ", control_prefix(o.job), ")"));
         lead->resign();
         return phase == "DONE" ? 0 : 1;
       }
