@@ -36,20 +36,10 @@ STEPS = 200
 
 
 def job_done(job, what, world=6):
-    check(job.codes and all(c == 0 for c in job.codes if c is not None) and None not in job.codes,
-          f"{what}: launchers exit 0 (got {job.codes})")
-    check(all("job DONE" in job.text(i) for i in range(len(job.logs))), f"{what}: every launcher says job DONE")
-    ends = re.findall(r"g \d+ DONE \| members (\d+)/", job.text(0))
-    check(ends and int(ends[-1]) == world, f"{what}: the job ends at W = {world} (got {ends[-1:] or 'none'})")
-    problems = job.exactly_once_problems()
-    check(not problems, f"{what}: every step applied exactly once, one digest per step: {problems[:3]}")
-    check(job.applied_steps() == list(range(STEPS)), f"{what}: steps 0..{STEPS - 1} applied")
+    jobs.check_done(job, what, STEPS, world)
 
 
-def same_digest(job, ref, what):
-    want = set(ref.digests.values())
-    check(len(want) == 1 and len(job.digests) == 6 and set(job.digests.values()) == want,
-          f"{what}: every slot ends bitwise equal to the failure-free run {want} (got {job.digests})")
+same_digest = jobs.same_digest
 
 
 def at_step(step):

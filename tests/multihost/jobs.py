@@ -146,6 +146,27 @@ def run_job(bindir, tmp, name, hosts=3, per_host=2, steps=200, launcher_args=Non
     return job
 
 
+def check_done(job, what, steps, world=None):
+    """Every launcher exited 0 saying DONE (at W = world when given), and steps 0..steps-1
+    were each applied exactly once with one digest per step."""
+    check(job.codes and all(c == 0 for c in job.codes if c is not None) and None not in job.codes,
+          f"{what}: launchers exit 0 (got {job.codes})")
+    check(all("job DONE" in job.text(i) for i in range(len(job.logs))), f"{what}: every launcher says job DONE")
+    if world is not None:
+        ends = re.findall(r"g \d+ DONE \| members (\d+)/", job.text(0))
+        check(ends and int(ends[-1]) == world, f"{what}: the job ends at W = {world} (got {ends[-1:] or 'none'})")
+    problems = job.exactly_once_problems()
+    check(not problems, f"{what}: every step applied exactly once, one digest per step: {problems[:3]}")
+    check(job.applied_steps() == list(range(steps)), f"{what}: steps 0..{steps - 1} applied")
+
+
+def same_digest(job, ref, what, world=6):
+    """Every slot of `job` ends with the single final digest of the failure-free `ref`."""
+    want = set(ref.digests.values())
+    check(len(want) == 1 and len(job.digests) == world and set(job.digests.values()) == want,
+          f"{what}: every slot ends bitwise equal to the failure-free run {want} (got {job.digests})")
+
+
 def step_seen(job, host, at_least):
     """Whether host's launcher printed a live line at step >= at_least."""
     return any(int(s) >= at_least for s in re.findall(r"\| step (\d+) \|", job.text(host)))
