@@ -51,6 +51,9 @@ bool etcd_client_built() { return true; }
 
 EtcdClient::EtcdClient(EtcdOptions options) : options_(std::move(options)) {
   if (options_.endpoints.empty()) throw rf::InvalidInput("EtcdClient: no endpoints");
+  // curl takes 0 as "no timeout": a call could then wait for etcd's own (7 s by default).
+  if (options_.timeout < std::chrono::milliseconds(1))
+    throw rf::InvalidInput("EtcdClient: the call timeout must be at least 1 ms");
   curl_once();
 }
 

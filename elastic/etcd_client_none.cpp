@@ -11,6 +11,8 @@ namespace {
 
 EtcdClient::EtcdClient(EtcdOptions options) : options_(std::move(options)) {
   if (options_.endpoints.empty()) throw rf::InvalidInput("EtcdClient: no endpoints");
+  if (options_.timeout < std::chrono::milliseconds(1))
+    throw rf::InvalidInput("EtcdClient: the call timeout must be at least 1 ms");
 }
 std::string EtcdClient::post(const std::string&, const std::string&) { no_curl(); }
 std::optional<EtcdKv> EtcdClient::get(const std::string&) { no_curl(); }

@@ -27,6 +27,13 @@ int64_t whole_seconds(Duration d) {
   return std::max<int64_t>(1, static_cast<int64_t>(std::ceil(std::chrono::duration<double>(d).count())));
 }
 
+// One etcd call per endpoint may take a sixth of the lease (in Duration's resolution: whole
+// seconds divided by 6 would be 0, which curl takes as "no timeout" and etcd answers after
+// its own 7 s request timeout).
+Duration call_timeout(Duration lease) {
+  return std::chrono::duration_cast<Duration>(std::chrono::seconds(whole_seconds(lease))) / 6;
+}
+
 }  // namespace
 
 std::string control_prefix(const std::string& job) {
@@ -52,8 +59,8 @@ Leadership::Leadership(LeadershipOptions options, std::string id)
       prefix_(control_prefix(opt_.job)),
       // Calls are bounded well inside one lease, so a member that does not answer costs a
       // renewal, not the lease.
-      etcd_(EtcdOptions{opt_.endpoints, std::chrono::seconds(whole_seconds(opt_.lease)) / 6}),
-      ka_(EtcdOptions{opt_.endpoints, std::chrono::seconds(whole_seconds(opt_.lease)) / 6}),
+      etcd_(EtcdOptions{opt_.endpoints, call_timeout(opt_.lease)}),
+      ka_(EtcdOptions{opt_.endpoints, call_timeout(opt_.lease)}),
       granted_(std::chrono::seconds(whole_seconds(opt_.lease))) {
   if (id_.empty()) throw rf::InvalidInput("a coordinator replica needs an id");
 }

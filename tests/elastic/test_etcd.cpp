@@ -6,6 +6,11 @@
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -160,6 +165,29 @@ TEST_CASE("a leader whose key is gone cannot write, even before its lease says s
   CHECK_THROWS_WITH_AS(a.commit({EtcdOp::put("state", "g2 from a")}), doctest::Contains("another replica"), NotLeader);
   CHECK_FALSE(a.leading(rf::Clock::now()));
   CHECK(c.get(control_prefix("lead2") + "state")->value == "g2");
+}
+
+TEST_CASE("a leader's etcd calls are bounded by a sixth of its lease, even against a member that never answers") {
+  // A socket that accepts connections (the kernel's backlog) and never answers: a member hung
+  // or cut off behind a proxy. Without a per-call timeout a call would wait for ever.
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  REQUIRE(::listen(fd, 16) == 0);
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  const std::string silent = "http://127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+  Leadership lead(LeadershipOptions{{silent}, "bounded", 3s}, "a");
+  const rf::TimePoint t0 = rf::Clock::now();
+  CHECK_THROWS_AS(lead.leader_now(), EtcdUnavailable);
+  const double s = std::chrono::duration<double>(rf::Clock::now() - t0).count();
+  MESSAGE("a call to a silent member gave up after ", s, " s (lease 3 s)");
+  CHECK(s >= 0.4);
+  CHECK(s < 1.0);  // 3 s / 6 = 0.5 s
+  ::close(fd);
+  CHECK_THROWS_AS(EtcdClient(EtcdOptions{{silent}, std::chrono::microseconds(10)}), rf::InvalidInput);
 }
 
 TEST_CASE("a member killed: the client goes on with the others") {
