@@ -35,8 +35,8 @@ from rf_testlib import check  # noqa: E402
 STEPS = 200
 
 
-def job_done(job, what, world=6):
-    jobs.check_done(job, what, STEPS, world)
+def job_done(job, what, world=6, steps=STEPS):
+    jobs.check_done(job, what, steps, world)
 
 
 same_digest = jobs.same_digest
@@ -115,9 +115,14 @@ def case_partition(bindir, tmp):
         lab.link_down(2)
         jobs.wait_for(lambda: re.search(r"RUNNING \| members 4/6", job.text(0)), "the others go on at W = 4", 30)
         lab.link_up(2)
-    job = jobs.run_job(bindir, tmp, "partition", steps=STEPS, coord_args=["--min-world", "4"],
+    # The fenced workers come back as new processes (their launcher kills and restarts them):
+    # the survivors' remaining steps must outlast that, or the job ends at W = 4 before they
+    # rejoin. 150 steps at W = 4 took as little as ~2.5 s here, a restart up to ~3 s on a
+    # loaded machine: the partition case runs twice as many steps.
+    steps = 2 * STEPS
+    job = jobs.run_job(bindir, tmp, "partition", steps=steps, coord_args=["--min-world", "4"],
                        worker_args=["--flight-dir", flight], during=cut_and_heal)
-    job_done(job, "partition")
+    job_done(job, "partition", steps=steps)
     check(len(set(job.digests.values())) == 1, f"partition: one final digest on every slot (got {job.digests})")
     # D4: the cut-off workers' collective failed as self-fenced, within about one lease.
     fenced = [(f, r) for f, r in flight_records(flight) if "self-fenced" in r.get("cause", "")]
