@@ -38,7 +38,6 @@ void AdminClient::connect_leader(TimePoint deadline) {
       const TimePoint attempt = std::min(deadline, Clock::now() + std::chrono::seconds(1));
       conn_.connect(host, port, attempt, false);
       authenticate(conn_, token_, {{"type", "hello"}, {"role", "launcher"}}, attempt);
-      leader_ = leader->id;
       return;
     } catch (const rf::Error& e) {
       const bool transient = dynamic_cast<const ConnectionLost*>(&e) || dynamic_cast<const CallTimeout*>(&e) ||

@@ -21,8 +21,6 @@ class AdminClient {
   // off), so the call goes to the next one in time.
   AdminClient(std::vector<std::string> etcd, std::string job, std::string token,
               Duration failover = std::chrono::seconds(20), Duration timeout = std::chrono::seconds(2));
-  // Who leads (its id, as etcd names it); "" with a single coordinator.
-  const std::string& leader() const { return leader_; }
   // With replicas: the phase the last leader committed to etcd ("" when none or unreadable),
   // for a launcher that finds no leader any more (the job ended while it was following one).
   std::string committed_phase();
@@ -41,7 +39,7 @@ class AdminClient {
   nlohmann::json call(nlohmann::json req);
   void connect_leader(TimePoint deadline);
   std::vector<std::string> etcd_;
-  std::string job_, token_, leader_;
+  std::string job_, token_;
   Duration failover_{};
   Duration timeout_;
   Connection conn_;

@@ -100,6 +100,7 @@ struct Coordinator::Impl {
   // writes not committed yet, why leadership was lost.
   std::vector<LeaderTerm> leaders;
   std::string committed;
+  std::optional<std::tuple<uint64_t, int, bool>> committed_key;  // (generation, phase, round planned)
   uint64_t committed_generation = 0;  // what the last commit held, for the event log
   std::string committed_phase;
   std::vector<EtcdOp> uncommitted;
@@ -558,6 +559,12 @@ struct Coordinator::Impl {
   bool commit_if_changed() {
     if (!opt.leadership) return true;
     if (owner->lost_.load()) return false;
+    // The state changes only with the generation, the phase (members, the running plan and
+    // the error change with it) or a round's plan: this runs before every socket write, so
+    // the state is encoded only when one of them moved.
+    const auto key = std::make_tuple(membership.generation(), static_cast<int>(membership.phase()),
+                                     membership.plan().has_value());
+    if (key == committed_key && uncommitted.empty()) return true;
     std::string st = encode_control_state(control_state());
     if (st == committed && uncommitted.empty()) return true;
     std::vector<EtcdOp> ops = std::move(uncommitted);
@@ -570,6 +577,7 @@ struct Coordinator::Impl {
       return false;
     }
     committed = std::move(st);
+    committed_key = key;
     const std::string phase = to_string(membership.phase());
     if (membership.generation() != committed_generation || phase != committed_phase) {
       committed_generation = membership.generation();

@@ -55,6 +55,15 @@ def one_generation_at_a_time(job, what):
     check(not back, f"{what}: applied steps' generations never go back (first: {back[:3]})")
 
 
+def ended_well(job, ref, what, restart_free=(0, 1, 2)):
+    """DONE exactly once, bitwise the failure-free run, no restart on `restart_free` hosts, and
+    the applied steps' generations never going back."""
+    job_done(job, what)
+    same_digest(job, ref, what)
+    no_restarts(job, what, restart_free)
+    one_generation_at_a_time(job, what)
+
+
 def no_restarts(job, what, hosts=(0, 1, 2)):
     for i in hosts:
         check(re.search(r"job DONE \(exit 0\): generation \d+, 0 restart\(s\)", job.text(i)),
@@ -103,10 +112,7 @@ def case_leader_killed_training(bindir, tmp, lab, etcd, ref):
         lab.kill(ctl.procs[out["leader"]])
     job, ctl = run(bindir, tmp, lab, etcd, "killtrain", kill_leader)
     what = "leader killed while training"
-    job_done(job, what)
-    same_digest(job, ref, what)
-    no_restarts(job, what)
-    one_generation_at_a_time(job, what)
+    ended_well(job, ref, what)
     figures = took_over(ctl, out["leader"], out["at_us"], what)
     check(len(control.leader_changes(job.text(0))) == 2, f"{what}: the summary names both leaders")
     return job, figures
@@ -143,12 +149,9 @@ def case_leader_killed_recovery(bindir, tmp, lab, etcd, ref):
     last_revoke = max((e["ts_us"] for e in ev if e["event"] == "revoke"), default=0)
     check(last_revoke and not any(e["event"] == "running" and e["ts_us"] > last_revoke for e in ev),
           f"{what}: the old leader died with its round open (a revoke, no running after it)")
-    job_done(job, what)
-    same_digest(job, ref, what)
-    no_restarts(job, what, hosts=(0, 1))
+    ended_well(job, ref, what, restart_free=(0, 1))
     check(re.search(r"job DONE \(exit 0\): generation \d+, 1 restart\(s\)", job.text(2)),
           f"{what}: host 2 restarted the killed worker once")
-    one_generation_at_a_time(job, what)
     figures = took_over(ctl, out["leader"], out["at_us"], what)
     return job, figures
 
@@ -161,7 +164,6 @@ def case_etcd_member_killed(bindir, tmp, lab, etcd, ref):
         out["member"] = etcd.raft_leader()
         check(out["member"] is not None, "etcd names its raft leader")
         etcd.kill(out["member"] if out["member"] is not None else WORKER_HOSTS[0])
-        out["leaders_before"] = ctl.leader()
     job, ctl = run(bindir, tmp, lab, etcd, "etcdkill", kill_member)
     what = f"etcd member (raft leader, host {out.get('member')}) killed"
     job_done(job, what)
@@ -185,10 +187,7 @@ def case_coord_host_partitioned(bindir, tmp, lab, etcd, ref):
         lab.link_up(REPLICA_HOSTS[leader])
     job, ctl = run(bindir, tmp, lab, etcd, "cutleader", cut_leader_host)
     what = "coordinator host partitioned"
-    job_done(job, what)
-    same_digest(job, ref, what)
-    no_restarts(job, what)
-    one_generation_at_a_time(job, what)
+    ended_well(job, ref, what)
     figures = took_over(ctl, out["leader"], out["at_us"], what)
     old, new = out["leader"], 1 - out["leader"]
     lost = ctl.events_of(old, "lost_leadership")
