@@ -9,8 +9,17 @@
 # <layer>;fuzz) runs it for SECONDS (default 15) on a corpus under the build tree, seeded
 # from SEEDS; new inputs never go into the source tree. clang++ is REQUIRED: configuring
 # without it is an error, so the test suite never silently shrinks (scripts/setup installs
-# it). Safe to include() more than once.
+# it). Safe to include() more than once. -DRINGFENCE_FUZZ=OFF (scripts/gpu-check on a GPU machine
+# that has no clang) defines no fuzz target at all, and says so.
 include_guard(GLOBAL)
+
+option(RINGFENCE_FUZZ "libFuzzer targets and their tests (need clang++)" ON)
+if(NOT RINGFENCE_FUZZ)
+  message(STATUS "ringfence: fuzz targets OFF (RINGFENCE_FUZZ=OFF)")
+  function(rf_fuzz_target)
+  endfunction()
+  return()
+endif()
 
 find_program(RF_CLANGXX NAMES clang++ clang++-14)
 if(NOT RF_CLANGXX)
