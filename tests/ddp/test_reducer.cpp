@@ -178,8 +178,10 @@ TEST_CASE("overlap off: every bucket starts after backward; an empty local batch
   red.begin_step(comm2, 1, {.samples = 0});
   CHECK_THROWS_WITH(red.finish(), doctest::Contains("no samples"));
   CHECK(comm2.ops.size() == static_cast<size_t>(red.num_buckets()));
-  for (auto& p : model->parameters())
-    for (float g : p.grad().values()) CHECK(g == 0.0f);
+  for (auto& p : model->parameters()) {
+    const Tensor grad = p.grad();  // a handle: the range below must not outlive it
+    for (float g : grad.values()) CHECK(g == 0.0f);
+  }
 }
 
 TEST_CASE("set_overlap takes effect at the next step; the A/B schedule is a function of the step") {

@@ -35,7 +35,8 @@ struct Replica {
   void train_one(float scale) {
     for (auto& p : model->parameters()) {
       p.zero_grad();
-      for (float& g : p.grad().values()) g = scale;
+      const Tensor grad = p.grad();  // a handle: the range below must not outlive it
+      for (float& g : grad.values()) g = scale;
     }
     sgd.step();
   }
