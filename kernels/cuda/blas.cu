@@ -59,6 +59,53 @@ void gemm(const Exec& e, bool trans_a, bool trans_b, int64_t m, int64_t n, int64
                               as_int(ldb, "ldb"), a, as_int(lda, "lda"), &beta, c, as_int(ldc, "ldc")));
 }
 
+namespace {
+
+__global__ void reduce_slices_kernel(int64_t count, int64_t splits, const float* slices, bool accumulate, float* c) {
+  for (int64_t i = thread_index(); i < count; i += grid_step()) {
+    float sum = accumulate ? c[i] : 0.0f;
+    for (int64_t s = 0; s < splits; ++s) sum += slices[s * count + i];
+    c[i] = sum;
+  }
+}
+
+}  // namespace
+
+// Pieces of at least 2048 along K, and enough of them that the slices' GEMMs cover the SMs
+// (C's tiles are about 64 x 64); never more than 128 (the slices' memory and the reduction).
+int64_t split_k_pieces(int64_t m, int64_t n, int64_t k) {
+  const int64_t tiles = ((m + 63) / 64) * ((n + 63) / 64);
+  if (tiles >= 128) return 1;
+  int64_t s = (256 + tiles - 1) / tiles;
+  if (s > k / 2048) s = k / 2048;
+  if (s > 128) s = 128;
+  return s < 2 ? 1 : s;
+}
+
+void gemm_abt_slices(const Exec& e, int64_t m, int64_t n, int64_t k, int64_t splits, const float* a, int64_t lda,
+                     const float* b, int64_t ldb, float beta, float* slices) {
+  if (m <= 0 || n <= 0 || splits < 1) return;
+  if (k < splits) throw rf::InvalidInput(rf::str("cuda gemm: K = ", k, " cannot be cut into ", splits, " pieces"));
+  const int64_t piece = k / splits;               // the first splits - 1 pieces
+  const int64_t last = k - (splits - 1) * piece;  // the last takes the remainder too
+  const float one = 1.0f;
+  cublasHandle_t h = handle_for(stream_of(e));
+  // Column-major view as in gemm(): slice^T[N, M] = B[N, K-piece] A^T[K-piece, M].
+  if (splits > 1)
+    RF_CUBLAS_CHECK(cublasSgemmStridedBatched(h, CUBLAS_OP_T, CUBLAS_OP_N, as_int(n, "n"), as_int(m, "m"),
+                                              as_int(piece, "k"), &one, b, as_int(ldb, "ldb"), piece, a,
+                                              as_int(lda, "lda"), piece, &beta, slices, as_int(n, "ldc"), m * n,
+                                              as_int(splits - 1, "splits")));
+  gemm(e, false, true, m, n, last, 1.0f, a + (splits - 1) * piece, lda, b + (splits - 1) * piece, ldb, beta,
+       slices + (splits - 1) * m * n, n);
+}
+
+void reduce_slices(const Exec& e, int64_t count, int64_t splits, const float* slices, bool accumulate, float* c) {
+  if (count <= 0) return;
+  reduce_slices_kernel<<<grid_for(count), kBlock, 0, stream_of(e)>>>(count, splits, slices, accumulate, c);
+  RF_CUDA_CHECK_LAUNCH();
+}
+
 void matmul_forward(const Exec& e, const MatmulShape& s, const float* a, const float* b, float* c) {
   gemm(e, s.trans_a, s.trans_b, s.m, s.n, s.k, 1.0f, a, s.lda, b, s.ldb, 0.0f, c, s.n);
 }

@@ -19,4 +19,17 @@ namespace rf::kernels::cuda_ops {
 void gemm(const Exec& e, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
+// A reduction-heavy product: C[M, N] (+)= A[M, K] B[N, K]^T with K much larger than M x N
+// (a convolution's weight gradient: K is every output position of the batch). One GEMM
+// would run on as few blocks as C has tiles (one or a few of the GPU's 132 SMs); this one
+// cuts K into `splits` contiguous pieces, one strided-batched GEMM writes each piece's
+// product into a slice of its own, and reduce_slices sums the slices in a fixed order:
+// deterministic, no atomics. `slices` holds splits x M x N floats; beta 0 overwrites them,
+// 1 adds (several chunks of K); K >= splits. split_k_pieces says how many pieces suit (1: use gemm).
+int64_t split_k_pieces(int64_t m, int64_t n, int64_t k);
+void gemm_abt_slices(const Exec& e, int64_t m, int64_t n, int64_t k, int64_t splits, const float* a, int64_t lda,
+                     const float* b, int64_t ldb, float beta, float* slices);
+// C[i] = (accumulate ? C[i] : 0) + slice 0 [i] + slice 1 [i] + ... in that order.
+void reduce_slices(const Exec& e, int64_t count, int64_t splits, const float* slices, bool accumulate, float* c);
+
 }  // namespace rf::kernels::cuda_ops

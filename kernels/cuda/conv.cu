@@ -1,7 +1,9 @@
 // conv2d on CUDA (ops.h): a chunk of samples at a time, the chunk's columns laid out
 // [C*KH*KW, nb*P] (P = OH*OW) so that each pass is one cuBLAS GEMM over the whole chunk:
 //   forward:  Y[OC, nb*P] = W[OC, CKK] col, then Y permuted to [nb, OC, P] plus the bias;
-//   dW     += Gt[OC, nb*P] col^T, Gt the chunk's output gradient permuted to [OC, nb, P];
+//   dW     += Gt[OC, nb*P] col^T, Gt the chunk's output gradient permuted to [OC, nb, P]:
+//             K = nb*P is huge and dW small, so it is split along K (gemm_abt_slices) into
+//             slices that add up over the chunks, summed into dW once at the end;
 //   dX      = col2im(W^T Gt), a gather: one thread per input element sums, in a fixed
 //             order, the column entries that read it (no atomics);
 //   dbias  += the bias reduction of G (bias_backward, a fixed tree per channel).
@@ -125,13 +127,24 @@ void conv2d_backward(const Exec& e, const ConvShape& s, const float* x, const fl
   const int64_t chunk = chunk_samples(s);
   ScratchBlock col(*e.scratch, floats(CKK * chunk * P));
   ScratchBlock gt(*e.scratch, floats(OC * chunk * P));
+  // The pieces depend on the chunk's K alone (a short last chunk keeps the same count), so
+  // every chunk adds into the same slices.
+  const int64_t splits = dW ? split_k_pieces(OC, CKK, chunk * P) : 1;
+  ScratchBlock slices(*e.scratch, splits > 1 ? floats(splits * OC * CKK) : 0);
   for (int64_t n0 = 0; n0 < s.batch; n0 += chunk) {
     const int64_t nb = s.batch - n0 < chunk ? s.batch - n0 : chunk;
     permute_kernel<<<grid_for(nb * OC * P), kBlock, 0, stream_of(e)>>>(nb, OC, P, G + n0 * OC * P, gt.get());
     RF_CUDA_CHECK_LAUNCH();
     if (dW) {
       im2col(e, g, nb, x + n0 * in_plane, col.get());
-      gemm(e, false, true, OC, CKK, nb * P, 1.0f, gt.get(), nb * P, col.get(), nb * P, 1.0f, dW, CKK);
+      if (splits > 1 && nb * P >= splits)
+        gemm_abt_slices(e, OC, CKK, nb * P, splits, gt.get(), nb * P, col.get(), nb * P, n0 == 0 ? 0.0f : 1.0f,
+                        slices.get());
+      else if (splits > 1)  // a last chunk shorter than the pieces: one GEMM into slice 0
+        gemm(e, false, true, OC, CKK, nb * P, 1.0f, gt.get(), nb * P, col.get(), nb * P, n0 == 0 ? 0.0f : 1.0f,
+             slices.get(), CKK);
+      else
+        gemm(e, false, true, OC, CKK, nb * P, 1.0f, gt.get(), nb * P, col.get(), nb * P, 1.0f, dW, CKK);
     }
     if (dX) {  // the columns' gradient reuses the column block (the GEMM above is queued before it)
       gemm(e, true, false, CKK, nb * P, OC, 1.0f, w, CKK, gt.get(), nb * P, 0.0f, col.get(), nb * P);
@@ -140,6 +153,7 @@ void conv2d_backward(const Exec& e, const ConvShape& s, const float* x, const fl
       RF_CUDA_CHECK_LAUNCH();
     }
   }
+  if (splits > 1) reduce_slices(e, OC * CKK, splits, slices.get(), true, dW);
 }
 
 }  // namespace rf::kernels::cuda_ops
