@@ -53,7 +53,8 @@ __global__ void bias_kernel(int64_t n, int64_t cols, int64_t plane, const float*
   for (int64_t i = thread_index(); i < n; i += grid_step()) out[i] = x[i] + bias[(i / plane) % cols];
 }
 // One block per column c: its rows * plane elements in a fixed order per thread, then the
-// block's fixed tree; dbias[c] += the sum (accumulated in double, rounded once).
+// block's fixed tree; dbias[c] += the sum (accumulated in double, rounded once). For a
+// linear layer's bias (plane 1, few rows per column).
 __global__ void bias_backward_kernel(int64_t rows, int64_t cols, int64_t plane, const float* g, float* dbias) {
   __shared__ double shared[kBlock];
   const int64_t c = blockIdx.x, per = rows * plane;
@@ -64,6 +65,30 @@ __global__ void bias_backward_kernel(int64_t rows, int64_t cols, int64_t plane, 
   }
   const double total = block_sum(acc, shared);
   if (threadIdx.x == 0) dbias[c] = static_cast<float>(total + static_cast<double>(dbias[c]));
+}
+// A convolution's bias (a plane per channel, rows x plane values per column: 800 000 for the
+// CNN's first layer at batch 1024, too many for one block). Block (s, c) sums the rows
+// [s * rows / S, (s + 1) * rows / S) of column c, coalesced along the plane, into
+// partial[c * S + s]; bias_partials_kernel adds each column's S partials in order.
+__global__ void bias_backward_split_kernel(int64_t rows, int64_t cols, int64_t plane, int64_t splits,
+                                           const float* g, double* partial) {
+  __shared__ double shared[kBlock];
+  const int64_t s = blockIdx.x, c = blockIdx.y;
+  const int64_t r0 = s * rows / splits, r1 = (s + 1) * rows / splits;
+  double acc = 0.0;
+  for (int64_t r = r0; r < r1; ++r) {
+    const float* row = g + (r * cols + c) * plane;
+    for (int64_t p = threadIdx.x; p < plane; p += kBlock) acc += row[p];
+  }
+  const double total = block_sum(acc, shared);
+  if (threadIdx.x == 0) partial[c * splits + s] = total;
+}
+__global__ void bias_partials_kernel(int64_t cols, int64_t splits, const double* partial, float* dbias) {
+  for (int64_t c = thread_index(); c < cols; c += grid_step()) {
+    double total = 0.0;
+    for (int64_t s = 0; s < splits; ++s) total += partial[c * splits + s];
+    dbias[c] = static_cast<float>(total + static_cast<double>(dbias[c]));
+  }
 }
 
 // The CPU's SGD (kernels/cpu/optim.cpp) operation for operation; __fmul_rn/__fadd_rn keep
@@ -164,7 +189,21 @@ void bias_forward(const Exec& e, const BiasShape& s, const float* x, const float
 }
 void bias_backward(const Exec& e, const BiasShape& s, const float* g, float* dbias) {
   if (s.cols <= 0) return;
-  bias_backward_kernel<<<static_cast<unsigned>(s.cols), kBlock, 0, stream_of(e)>>>(s.rows, s.cols, s.plane, g, dbias);
+  // About 8 blocks per SM of an H200 (132 SMs) over all columns, at most one per row.
+  int64_t splits = s.plane > 1 ? (1056 + s.cols - 1) / s.cols : 1;
+  if (splits > s.rows) splits = s.rows;
+  if (splits <= 1) {
+    bias_backward_kernel<<<static_cast<unsigned>(s.cols), kBlock, 0, stream_of(e)>>>(s.rows, s.cols, s.plane, g,
+                                                                                     dbias);
+    RF_CUDA_CHECK_LAUNCH();
+    return;
+  }
+  ScratchBlock partial(*e.scratch, sizeof(double) * static_cast<size_t>(splits * s.cols));
+  const dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(s.cols));
+  bias_backward_split_kernel<<<grid, kBlock, 0, stream_of(e)>>>(s.rows, s.cols, s.plane, splits, g,
+                                                                partial.get<double>());
+  RF_CUDA_CHECK_LAUNCH();
+  bias_partials_kernel<<<grid_for(s.cols), kBlock, 0, stream_of(e)>>>(s.cols, splits, partial.get<double>(), dbias);
   RF_CUDA_CHECK_LAUNCH();
 }
 void relu_forward(const Exec& e, int64_t n, const float* x, float* out) {
