@@ -20,6 +20,7 @@
 #include "core/autograd.h"
 #include "core/data/data.h"
 #include "ddp/audit_log.h"
+#include "elastic/errors.h"
 #include "ddp/checkpointing.h"
 #include "ddp/fault_injector.h"
 #include "ddp/recovery.h"
@@ -347,7 +348,19 @@ struct Trainer::Impl {
         continue;
       }
       checkpointing.final_save(origin());  // the final state (or the stop's) is on disk before we leave
-      client.leave();
+      inj->at(FaultPhase::Leave, state.step());
+      try {
+        client.leave();
+      } catch (const elastic::Refused& e) {
+        // Fenced (D4) between the last step and the leave's answer: the leader was lost (or
+        // this worker's lease ran out) while it trained. The job is not over for it: it
+        // joins the next generation as the others do, whose recovery finds every state at
+        // the last step and has nothing left to train, and leaves there.
+        if (!client.fenced()) throw;
+        std::fprintf(stderr, "ringfence worker slot %d: %s; joining the next generation to leave\n", slot, e.what());
+        recovery.drop_comm();
+        continue;
+      }
       recovery.drop_comm();
       break;
     }

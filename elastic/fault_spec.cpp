@@ -80,6 +80,7 @@ const char* to_string(FaultPhase p) {
     case FaultPhase::Optimizer: return "optimizer";
     case FaultPhase::Transfer: return "transfer";
     case FaultPhase::Recovery: return "recovery";
+    case FaultPhase::Leave: return "leave";
   }
   return "?";
 }
@@ -122,7 +123,8 @@ FaultSpec parse_fault_spec(const std::string& text) {
       static const std::pair<const char*, FaultPhase> phases[] = {
           {"forward", FaultPhase::Forward},     {"backward", FaultPhase::Backward},
           {"allreduce", FaultPhase::Allreduce}, {"optimizer", FaultPhase::Optimizer},
-          {"transfer", FaultPhase::Transfer},   {"recovery", FaultPhase::Recovery}};
+          {"transfer", FaultPhase::Transfer},   {"recovery", FaultPhase::Recovery},
+          {"leave", FaultPhase::Leave}};
       for (auto& [name, p] : phases)
         if (v == name) f.phase = p;
       if (!f.phase) bad(text, rf::str("unknown phase '", v, "'"));

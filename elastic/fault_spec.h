@@ -6,7 +6,8 @@
 //   KIND:rank=R:at=SECONDS                              executed by the launcher,
 //                                                       SECONDS after the job first runs
 // KIND is kill|stop|hang|exit|drop|slow; P is forward|backward|allreduce|optimizer|
-// transfer|recovery. A slow rank delays each of the N steps from S (default 1) by
+// transfer|recovery|leave (leave: after the job's last step S, before the worker's leave
+// is sent). A slow rank delays each of the N steps from S (default 1) by
 // (F - 1) x its own median recent step time, or by a fixed 200 ms without factor=
 // (ddp/fault_injector.h). Several specs travel in RINGFENCE_INJECT separated by ';'.
 // A malformed spec throws rf::InvalidInput naming the spec and what is wrong, so the
@@ -19,7 +20,7 @@
 namespace rf::elastic {
 
 enum class FaultKind { Kill, Stop, Hang, Exit, Drop, Slow };
-enum class FaultPhase { Forward, Backward, Allreduce, Optimizer, Transfer, Recovery };
+enum class FaultPhase { Forward, Backward, Allreduce, Optimizer, Transfer, Recovery, Leave };
 
 struct FaultSpec {
   FaultKind kind = FaultKind::Kill;

@@ -44,7 +44,7 @@ const char* kUsage =
     "  ringfence timeline EVENTS.jsonl     (the coordinator's event log as a timeline)\n"
     "  ringfence timeline --html OUT.html TRACE.json   (a --trace file as a self-contained page)\n"
     "SPEC: KIND:rank=R:step=S[:phase=P][:after_chunks=K] | KIND:rank=R:at=SECONDS\n"
-    "      KIND kill|stop|hang|exit|drop|slow; P forward|backward|allreduce|optimizer|transfer|recovery\n"
+    "      KIND kill|stop|hang|exit|drop|slow; P forward|backward|allreduce|optimizer|transfer|recovery|leave\n"
     "      slow also takes :factor=F:steps=N (N steps from S, each F x the rank's median step time)\n"
     "A flag's value follows it (--lease 2s) or is joined to it (--lease=2s). See docs/launcher.md.\n";
 

@@ -112,6 +112,19 @@ TEST_CASE("slow without factor= keeps its old meaning: one fixed delay at its st
   CHECK(few.delays == std::map<int64_t, nanoseconds>{{4, milliseconds(200)}, {5, milliseconds(200)}});
 }
 
+TEST_CASE("phase=leave: after the last step, before the leave, once even when the worker leaves again") {
+  Recorded r("slow:rank=1:step=7:phase=leave:factor=11;kill:rank=0:step=7:phase=leave", 1);
+  for (int64_t s = 0; s < 8; ++s) r.step(s, milliseconds(10));
+  CHECK(r.delays.empty());  // no training phase matches phase=leave
+  r.inj.at(FaultPhase::Leave, 6);
+  CHECK(r.delays.empty());  // only at its step
+  r.inj.at(FaultPhase::Leave, 7);
+  CHECK(r.delays == std::map<int64_t, nanoseconds>{{7, milliseconds(100)}});
+  r.inj.at(FaultPhase::Leave, 7);  // fenced before the leave's answer: it leaves again, undelayed
+  CHECK(r.delays == std::map<int64_t, nanoseconds>{{7, milliseconds(100)}});
+  CHECK(r.fired == std::vector<std::string>{"slow:rank=1:step=7:phase=leave:factor=11"});  // rank 0's kill is not its
+}
+
 TEST_CASE("slow in the all-reduce after K chunks: once per step, from the chunk hook") {
   Recorded r("slow:rank=0:step=2:phase=allreduce:after_chunks=2:factor=3:steps=2", 0);
   for (int64_t s = 0; s < 2; ++s) r.step(s, milliseconds(10));

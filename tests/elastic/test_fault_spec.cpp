@@ -21,6 +21,10 @@ TEST_CASE("fault specs parse and round-trip") {
   REQUIRE(list.size() == 2);
   CHECK(parse_fault_specs(join_fault_specs(list)) == list);
   CHECK(parse_fault_specs("").empty());
+  auto l = parse_fault_spec("slow:rank=3:step=119:phase=leave:factor=200");
+  CHECK(l.phase == FaultPhase::Leave);
+  CHECK(l.to_string() == "slow:rank=3:step=119:phase=leave:factor=200");
+  CHECK(parse_fault_spec(l.to_string()) == l);
 }
 
 TEST_CASE("a slow rank says how slow and for how many steps") {

@@ -16,6 +16,11 @@ equal to the failure-free run of the same job under one coordinator:
                            lease, the standby takes over, the old leader issues no generation
                            after that (no two generations run at once), and after the heal it
                            stands by again.
+  coord_host_partitioned_at_leave
+                           the same cut after the last step, while every worker waits to send
+                           its leave (phase=leave): each is fenced before its leave is
+                           answered, joins the new leader's generation, which has nothing left
+                           to train, and leaves there; no worker restarts.
 
   failover_test.py BUILD_BIN_DIR CASE     exit 0 passed, 1 failed, 77 skipped
 """
@@ -93,10 +98,11 @@ def at_step(step):
     return wait
 
 
-def run(bindir, tmp, lab, etcd, name, during):
+def run(bindir, tmp, lab, etcd, name, during, launcher_args=None):
     ctl = control.Replicas(etcd, REPLICA_HOSTS, job_name=name)
     job = jobs.run_job(bindir, tmp, name, steps=STEPS, worker_args=WORKER, lab=lab, control=ctl,
-                       during=lambda lab_, job_, procs: during(job_, procs, ctl), deadline_s=150)
+                       during=lambda lab_, job_, procs: during(job_, procs, ctl), deadline_s=150,
+                       launcher_args=launcher_args)
     job.replica_codes = ctl.wait_exit(30)
     job.logs_extra = ctl.logs
     return job, ctl
@@ -209,10 +215,36 @@ def case_coord_host_partitioned(bindir, tmp, lab, etcd, ref):
     return job, figures
 
 
+def case_coord_host_partitioned_at_leave(bindir, tmp, lab, etcd, ref):
+    last = STEPS - 1
+    # Every rank holds its leave for 200 of its step times (seconds): the cut lands while all
+    # six wait, whatever the machine's speed (the test waits for all six to be waiting).
+    hold = {h: [a for r in (2 * h, 2 * h + 1) for a in ("--inject", f"slow:rank={r}:step={last}:phase=leave:factor=200")]
+            for h in WORKER_HOSTS}
+
+    def waiting(job):
+        return {r["slot"] for rs in job.audits().values() for r in rs if r["event"] == "inject" and r["s"] == last}
+
+    def cut_at_leave(job, procs, ctl):
+        jobs.wait_for(lambda: len(waiting(job)) == 6, "every worker waits to send its leave", 90)
+        leader = ctl.leader()
+        lab.link_down(REPLICA_HOSTS[leader])
+        jobs.wait_for(lambda: ctl.events_of(1 - leader, "running"), "a generation runs under the new leader", 30)
+        lab.link_up(REPLICA_HOSTS[leader])
+    job, ctl = run(bindir, tmp, lab, etcd, "cutleave", cut_at_leave, launcher_args=hold)
+    what = "coordinator host partitioned at the leave"
+    ended_well(job, ref, what)
+    rejoined = sum(job.text(i).count("joining the next generation to leave") for i in WORKER_HOSTS)
+    check(rejoined == 6, f"{what}: all six workers were fenced before their leave was answered and joined the "
+                         f"next generation to leave (got {rejoined})")
+    return job, None
+
+
 CASES = {"leader_killed_training": case_leader_killed_training,
          "leader_killed_recovery": case_leader_killed_recovery,
          "etcd_member_killed": case_etcd_member_killed,
-         "coord_host_partitioned": case_coord_host_partitioned}
+         "coord_host_partitioned": case_coord_host_partitioned,
+         "coord_host_partitioned_at_leave": case_coord_host_partitioned_at_leave}
 
 
 def run_case(bindir, case, tmp):
