@@ -39,6 +39,7 @@
 
 #include "base/clock.h"
 #include "comm/bootstrap_store.h"
+#include "comm/tag.h"
 #include "comm/types.h"
 
 namespace rf::comm {
@@ -135,6 +136,12 @@ struct CommOptions {
   // Empty / null: always fresh. Other backends ignore both.
   std::vector<std::string> members;
   std::shared_ptr<Communicator> previous;
+  // The generation's tag key (comm/tag.h): the UCX backend sends every message under it, so
+  // a connection from outside the job delivers nothing. The trainer derives it from the job
+  // token (elastic/auth.h data_plane_key); disabled without one. NCCL's messages carry no
+  // tags: its communicator is formed from the generation's ncclUniqueId, which only the
+  // job's authenticated store hands out.
+  TagKey tag_key;
 };
 
 // Connects to the other ranks of options.generation (publishes this rank's address, waits

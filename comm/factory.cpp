@@ -97,6 +97,7 @@ std::shared_ptr<Communicator> make_communicator(Backend backend, const CommOptio
       uo.connect_timeout = o.connect_timeout;
       uo.flight_recorder_path = o.flight_recorder_path;
       uo.on_chunk = o.on_chunk;
+      uo.tag_key = o.tag_key;
       // Checked before connecting, so a missing half costs no peer a timeout.
       const DeviceBackends b = device_backends();
       if (o.device == Device::cuda && !b.stage_device_buffers)

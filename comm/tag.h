@@ -16,8 +16,18 @@
 //   of chunk c travelling the other way (W = 2: both neighbours are the same rank).
 // Receives always match all 64 bits, so a message is only delivered into the collective
 // (and the chunk) it was sent for. Values that do not fit are rejected, never truncated.
+//
+// On the wire the tag is keyed (TagKey): a message carries SipHash-2-4(K_g, tag), K_g a
+// 128-bit secret of the job and the generation, derived from the job token
+// (elastic/auth.h data_plane_key). Whoever reaches a worker's UCX endpoint without the
+// token cannot name a receive: its messages match none, so not a byte of them lands in a
+// collective, a state transfer or the connection's hello (UCX keeps an unmatched eager
+// message in the generation's worker until that worker goes, and never fetches an
+// unmatched rendezvous payload).
 #include <cstdint>
 #include <string>
+
+#include "base/siphash.h"
 
 namespace rf::comm {
 
@@ -45,6 +55,14 @@ struct StepTag {
   static StepTag decode(uint64_t bits);
   std::string str() const;  // "g=3 s=812 op=1 chunk 5" (" reply" appended for a reply)
   bool operator==(const StepTag&) const = default;
+};
+
+// The key of one generation's tags; disabled (the plain tag on the wire) without a job
+// token: the single-machine runs that have no coordinator.
+struct TagKey {
+  bool enabled = false;
+  SipKey key;
+  uint64_t wire(uint64_t tag) const { return enabled ? siphash24_u64(key, tag) : tag; }
 };
 
 }  // namespace rf::comm

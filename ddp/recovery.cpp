@@ -13,6 +13,7 @@
 #include "comm/flight_recorder.h"
 #include "ddp/elastic_store.h"
 #include "ddp/op_plan.h"
+#include "elastic/auth.h"
 
 namespace rf::ddp {
 
@@ -263,6 +264,10 @@ bool Recovery::connect() {
   co.flight_recorder_path = cfg_.flight_recorder;
   place_comm(co, reducer_.device());
   co.members = plan_members(plan);
+  if (!copt_.token.empty()) {  // the data plane admits only the job's members (comm/tag.h)
+    const auto k = elastic::data_plane_key(copt_.token, plan.job_id, plan.generation);
+    co.tag_key = comm::TagKey{.enabled = true, .key = {k[0], k[1]}};
+  }
   // Used by this connect only (shrink or not, the next generation is made from it once).
   co.previous = std::move(previous_);
   if (!inj_->empty()) co.on_chunk = [this](const comm::ChunkEvent& e) { inj_->on_chunk(e.step, e.chunks_done); };

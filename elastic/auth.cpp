@@ -32,6 +32,21 @@ std::string client_proof(const std::string& token, const std::string& server_non
                                         incarnation));
 }
 
+std::array<uint64_t, 2> data_plane_key(const std::string& token, const std::string& job_id, uint64_t generation) {
+  const std::string message = rf::str("ringfence/1 data-plane|", job_id, "|", generation);
+  unsigned char mac[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  if (HMAC(EVP_sha256(), token.data(), static_cast<int>(token.size()),
+           reinterpret_cast<const unsigned char*>(message.data()), message.size(), mac, &len) == nullptr ||
+      len < 16) {
+    throw rf::Error("HMAC-SHA256 failed (OpenSSL)");
+  }
+  std::array<uint64_t, 2> k{};
+  for (int w = 0; w < 2; ++w)
+    for (int i = 0; i < 8; ++i) k[w] |= static_cast<uint64_t>(mac[8 * w + i]) << (8 * i);
+  return k;
+}
+
 nlohmann::json authenticate(Connection& c, const std::string& token, nlohmann::json hello, TimePoint deadline) {
   const std::string mine = random_token();
   hello["nonce"] = mine;

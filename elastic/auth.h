@@ -12,6 +12,7 @@
 // recorded exchange is worth nothing to a replay: the other side's nonce will differ. The
 // client's mac binds what it asks to be (role, slot, incarnation): a stranger who saw one
 // exchange cannot join as another worker.
+#include <array>
 #include <cstdint>
 #include <string>
 
@@ -30,6 +31,11 @@ std::string coordinator_proof(const std::string& token, const std::string& clien
                               const std::string& server_nonce);
 std::string client_proof(const std::string& token, const std::string& server_nonce, const std::string& client_nonce,
                          const std::string& role, int slot, int64_t incarnation);
+
+// The data plane's key for one generation of one job (comm/tag.h TagKey): the first 16
+// bytes of HMAC(token, "ringfence/1 data-plane|job_id|generation"), as two little-endian
+// words. Every member derives it from the token it already holds; nothing carries it.
+std::array<uint64_t, 2> data_plane_key(const std::string& token, const std::string& job_id, uint64_t generation);
 
 // The client's half over an open connection: `hello` (type, role, slot, incarnation) gets
 // a fresh nonce, the challenge's proof is checked, the mac is sent, and the welcome is

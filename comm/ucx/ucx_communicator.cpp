@@ -253,7 +253,7 @@ UcxCommunicator::UcxCommunicator(std::shared_ptr<UcxContext> context, BootstrapS
   small_staging_.assign(std::max<size_t>(static_cast<size_t>(opt_.small_allreduce_bytes), 8), 0);
   ring_staging_.assign(static_cast<size_t>(opt_.flows) * opt_.chunk_bytes, 0);
 
-  transport_ = std::make_unique<UcxTransport>(context_, rank, world);
+  transport_ = std::make_unique<UcxTransport>(context_, rank, world, opt_.tag_key);
   const std::string prefix = rf::str("g", generation, "/addr/");
   store.set(prefix + std::to_string(rank), transport_->address());
   std::vector<std::vector<uint8_t>> addresses(world);

@@ -88,6 +88,7 @@ struct UcxOptions {
   size_t flight_records = 256;
   std::string flight_recorder_path;  // JSON lines appended here on failure; "" = stderr
   ChunkCallback on_chunk;            // the chunk hook (comm/types.h), called on the driving thread
+  TagKey tag_key;                    // keys every tag on the wire (comm/tag.h); off by default
 };
 
 class UcxCommunicator : public Communicator {

@@ -14,10 +14,11 @@
 
 namespace rf::comm {
 
-UcxTransport::UcxTransport(std::shared_ptr<UcxContext> context, int rank, int world)
+UcxTransport::UcxTransport(std::shared_ptr<UcxContext> context, int rank, int world, TagKey key)
     : context_(std::move(context)),
       rank_(rank),
       world_(world),
+      key_(key),
       hold_token_(make_hold_token()),
       hold_word_(hold_token_) {
   ucp_worker_params_t wp{};
@@ -139,7 +140,7 @@ void UcxTransport::post_send(Transfer& t, int peer, const void* data, size_t byt
     rp.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
     const uint64_t reply = tag | (uint64_t{1} << StepTag::kReplyBit);
     ucs_status_ptr_t rr = ucp_tag_recv_nbx(worker_, t.ctrl + sizeof(SingleCopyOffer), sizeof(SingleCopyDone),
-                                           reply, ~ucp_tag_t{0}, &rp);
+                                           key_.wire(reply), ~ucp_tag_t{0}, &rp);
     if (UCS_PTR_IS_ERR(rr)) {
       fail(t, UCS_PTR_STATUS(rr), "single-copy: receive of the done message");
       return;
@@ -149,7 +150,7 @@ void UcxTransport::post_send(Transfer& t, int peer, const void* data, size_t byt
     return;
   }
   ucp_request_param_t param{};
-  ucs_status_ptr_t req = ucp_tag_send_nbx(p.ep, data, bytes, tag, &param);
+  ucs_status_ptr_t req = ucp_tag_send_nbx(p.ep, data, bytes, key_.wire(tag), &param);
   if (req == nullptr) {
     t.state = Transfer::State::done;
   } else if (UCS_PTR_IS_ERR(req)) {
@@ -175,7 +176,8 @@ void UcxTransport::post_recv(Transfer& t, int peer, void* data, size_t bytes, ui
     t.state = Transfer::State::pending;
     ucp_request_param_t rp{};
     rp.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL;  // so recv_info (the length) is always set
-    ucs_status_ptr_t req = ucp_tag_recv_nbx(worker_, t.ctrl, sizeof(SingleCopyOffer), tag, ~ucp_tag_t{0}, &rp);
+    ucs_status_ptr_t req =
+        ucp_tag_recv_nbx(worker_, t.ctrl, sizeof(SingleCopyOffer), key_.wire(tag), ~ucp_tag_t{0}, &rp);
     if (UCS_PTR_IS_ERR(req)) fail(t, UCS_PTR_STATUS(req), "single-copy: receive of the offer");
     else t.request = req;
     return;
@@ -187,7 +189,7 @@ void UcxTransport::post_recv(Transfer& t, int peer, void* data, size_t bytes, ui
   if (exact_length) param.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
   // Match every bit: the tag names generation, step, op and chunk (comm/tag.h); the
   // chunk numbering makes the sender implicit.
-  ucs_status_ptr_t req = ucp_tag_recv_nbx(worker_, data, bytes, tag, ~ucp_tag_t{0}, &param);
+  ucs_status_ptr_t req = ucp_tag_recv_nbx(worker_, data, bytes, key_.wire(tag), ~ucp_tag_t{0}, &param);
   t.exact_length = exact_length;
   if (req == nullptr) {
     t.state = Transfer::State::done;
@@ -259,7 +261,7 @@ void UcxTransport::send_ctrl(Transfer& t, int peer, const void* data, size_t byt
     return;
   }
   ucp_request_param_t param{};
-  ucs_status_ptr_t req = ucp_tag_send_nbx(p.ep, data, bytes, tag, &param);
+  ucs_status_ptr_t req = ucp_tag_send_nbx(p.ep, data, bytes, key_.wire(tag), &param);
   if (UCS_PTR_IS_ERR(req)) fail(t, UCS_PTR_STATUS(req), "single-copy: send");
   else *request = req;  // nullptr: done already
 }

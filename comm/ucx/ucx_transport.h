@@ -14,6 +14,7 @@
 #include <ucp/api/ucp.h>
 
 #include "base/clock.h"
+#include "comm/tag.h"
 #include "comm/transport.h"
 #include "comm/ucx/ucx_context.h"
 
@@ -21,7 +22,9 @@ namespace rf::comm {
 
 class UcxTransport : public Transport {
  public:
-  UcxTransport(std::shared_ptr<UcxContext> context, int rank, int world);
+  // Every tag goes on the wire as key.wire(tag) (comm/tag.h): keyed, a message from whoever
+  // lacks the key matches no receive of ours.
+  UcxTransport(std::shared_ptr<UcxContext> context, int rank, int world, TagKey key = {});
   ~UcxTransport() override;  // closes what is still open (forcefully) and the worker
 
   std::vector<uint8_t> address() const { return address_; }
@@ -72,6 +75,7 @@ class UcxTransport : public Transport {
 
   std::shared_ptr<UcxContext> context_;
   int rank_, world_;
+  TagKey key_;
   ucp_worker_h worker_ = nullptr;
   std::vector<uint8_t> address_;
   std::vector<std::unique_ptr<Peer>> peers_;
