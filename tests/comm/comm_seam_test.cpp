@@ -253,22 +253,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (std::getenv("RF_RANK")) return run_rank(argv[1]);
-  LocalLaunch l;
-  char self[4096];
-  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-  l.program = n > 0 ? std::string(self, static_cast<size_t>(n)) : "/proc/self/exe";
-  l.args = {argv[1], argv[2]};
-  l.world = std::atoi(argv[2]);
-  l.deadline = std::chrono::seconds(60);
-  // Leftovers of the failed collectives are expected; UCX's warnings would bury the report,
-  // and its signal handlers must not get in the way of the launcher's account.
-  if (!std::getenv("UCX_LOG_LEVEL")) l.env.push_back({"UCX_LOG_LEVEL", "error"});
-  if (!std::getenv("UCX_HANDLE_ERRORS")) l.env.push_back({"UCX_HANDLE_ERRORS", "none"});
-  int rc = 0;
-  for (const RankExit& x : run_local_ranks(l)) {
-    if (!x.ok()) rc = 1;
-    std::cerr << (x.ok() ? "  ok   " : "  FAIL ") << x.describe() << "\n";
-  }
+  const LocalLaunch l = rf::comm::testing::self_launch({argv[1], argv[2]}, std::atoi(argv[2]), std::chrono::seconds(60));
+  const int rc = rf::comm::testing::run_and_report(l, [](int) { return ""; });
   std::cerr << "comm_seam_test " << argv[1] << " W=" << l.world << ": " << (rc ? "FAILED" : "passed") << "\n";
   return rc;
 }

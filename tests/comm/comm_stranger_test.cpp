@@ -173,20 +173,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (std::getenv("RF_RANK")) return run_rank(scenario);
-  LocalLaunch l;
-  char self[4096];
-  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-  l.program = n > 0 ? std::string(self, static_cast<size_t>(n)) : "/proc/self/exe";
-  l.args = {scenario};
-  l.world = 3;
-  l.deadline = std::chrono::seconds(60);
-  if (!std::getenv("UCX_LOG_LEVEL")) l.env.push_back({"UCX_LOG_LEVEL", "error"});
-  if (!std::getenv("UCX_HANDLE_ERRORS")) l.env.push_back({"UCX_HANDLE_ERRORS", "none"});
-  int rc = 0;
-  for (const RankExit& x : run_local_ranks(l)) {
-    if (!x.ok()) rc = 1;
-    std::cerr << (x.ok() ? "  ok   " : "  FAIL ") << (x.rank == 2 ? "stranger " : "member ") << x.describe() << "\n";
-  }
+  const int rc = rf::comm::testing::run_and_report(rf::comm::testing::self_launch({scenario}, 3, std::chrono::seconds(60)),
+                                                   [](int rank) { return rank == 2 ? "stranger " : "member "; });
   std::cerr << "comm_stranger_test " << scenario << ": " << (rc ? "FAILED" : "passed") << "\n";
   return rc;
 }

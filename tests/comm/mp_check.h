@@ -19,3 +19,43 @@ inline int g_rank = -1;  // set once the child knows its rank
                 << ": check failed: " #cond << " " << rf::str(__VA_ARGS__) << std::endl;                     \
     }                                                                                                       \
   } while (0)
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "comm/local_launcher.h"
+
+namespace rf::comm::testing {
+
+// A launch of this very program as `world` ranks with `args`, UCX's warnings and signal
+// handlers out of the way (leftovers of failed collectives are expected; the launcher
+// gives the account of how each rank ended).
+inline LocalLaunch self_launch(std::vector<std::string> args, int world, std::chrono::seconds deadline) {
+  LocalLaunch l;
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  l.program = n > 0 ? std::string(self, static_cast<size_t>(n)) : "/proc/self/exe";
+  l.args = std::move(args);
+  l.world = world;
+  l.deadline = deadline;
+  if (!std::getenv("UCX_LOG_LEVEL")) l.env.push_back({"UCX_LOG_LEVEL", "error"});
+  if (!std::getenv("UCX_HANDLE_ERRORS")) l.env.push_back({"UCX_HANDLE_ERRORS", "none"});
+  return l;
+}
+
+// Runs it and prints one line per rank (`who(rank)` names it); 0 when every rank exited 0.
+template <typename Who>
+int run_and_report(const LocalLaunch& l, Who who) {
+  int rc = 0;
+  for (const RankExit& x : run_local_ranks(l)) {
+    if (!x.ok()) rc = 1;
+    std::cerr << (x.ok() ? "  ok   " : "  FAIL ") << who(x.rank) << x.describe() << "\n";
+  }
+  return rc;
+}
+
+}  // namespace rf::comm::testing
