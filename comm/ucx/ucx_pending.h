@@ -1,0 +1,83 @@
+#pragma once
+// What ucx_communicator.cpp and ucx_pump.cpp share: a collective's state as the driver
+// sees it (UcxCommunicator::Pending) and its small helpers. Included by those two only.
+#include <atomic>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "comm/errors.h"
+#include "comm/ucx/ucx_communicator.h"
+
+namespace rf::comm {
+
+namespace ucx_detail {
+
+enum : int { kRunning = 0, kDone = 1, kFailed = 2 };
+
+inline std::exception_ptr make_error(const char* kind, const CommErrorInfo& i) {
+  if (std::strcmp(kind, "abort") == 0) return std::make_exception_ptr(Aborted(i));
+  if (std::strcmp(kind, "timeout") == 0) return std::make_exception_ptr(TimedOut(i));
+  return std::make_exception_ptr(PeerFailed(i));
+}
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+}  // namespace ucx_detail
+
+using namespace ucx_detail;
+
+class UcxCommunicator::Pending : public Work {
+ public:
+  Pending(UcxCommunicator* owner, std::unique_ptr<Collective> c) : owner_(owner), coll(std::move(c)) {}
+
+  bool test() override {
+    int s = state.load(std::memory_order_acquire);
+    if (s == kRunning && owner_->driver_mu_.try_lock()) {
+      // Help along, once, without waiting for the driver lock.
+      std::lock_guard dl(owner_->driver_mu_, std::adopt_lock);
+      owner_->driver_id_.store(std::this_thread::get_id(), std::memory_order_relaxed);
+      owner_->pump();
+      owner_->driver_id_.store(std::thread::id{}, std::memory_order_relaxed);
+      s = state.load(std::memory_order_acquire);
+    }
+    if (s == kFailed) std::rethrow_exception(error);
+    return s == kDone;
+  }
+
+  void wait(TimePoint deadline) override {
+    if (state.load(std::memory_order_acquire) == kRunning) owner_->wait_for(*this, deadline);
+    const int s = state.load(std::memory_order_acquire);
+    if (s == kFailed) std::rethrow_exception(error);
+    if (s == kRunning) {
+      CommErrorInfo i;
+      i.rank = owner_->rank_;
+      i.collective = coll ? coll->name() : "collective";
+      i.generation = static_cast<int64_t>(owner_->generation_);
+      i.step = static_cast<int64_t>(id.step);
+      i.op = id.op;
+      i.cause = "wait deadline passed; the collective keeps running";
+      throw TimedOut(i);
+    }
+  }
+
+  UcxCommunicator* owner_;
+  std::unique_ptr<Collective> coll;
+  OpId id{};
+  const char* name = "";
+  std::atomic<int> state{kRunning};
+  std::exception_ptr error;
+  uint64_t seq = 0;
+  bool running = false;   // started running (driver only)
+  bool finished = false;  // all rounds done, not yet handed back (driver only)
+  bool progress_seen = false;  // a transfer finished since the last stall check (driver only)
+  TimePoint last_progress{};
+};
+
+}  // namespace rf::comm
