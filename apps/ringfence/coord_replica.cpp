@@ -93,9 +93,11 @@ int run_coord_replica(const CoordOptions& o, CoordinatorOptions base, const vola
             unavailable))
       break;
     std::unique_ptr<Coordinator> coord;
+    bool took_over = false;  // an earlier leader ran this job
     try {
       // A job that ended under an earlier leader stays ended: the standbys leave one by one.
       const std::string phase = committed_phase(*lead);
+      took_over = !phase.empty();
       if (phase == "DONE" || phase == "STOPPED") {
         say(id, rf::str("job '", o.job, "' is over (", phase, " in etcd); a new job needs a new --job name, or ",
                         "the old one's keys deleted (etcdctl del --prefix ", control_prefix(o.job), ")"));
@@ -112,10 +114,19 @@ int run_coord_replica(const CoordOptions& o, CoordinatorOptions base, const vola
     say(id, rf::str("leading job '", o.job, "' at ", addr, " (lease ",
                     std::chrono::duration<double>(lead->lease()).count(), " s)"));
     coord->start();
+    // Serve until the job is over and no launcher is left. A leader that took over waits a
+    // while longer: a launcher may still be following the old leader (it finds this one only
+    // once a call to the old one failed and etcd names this one: up to a lease and a connect
+    // attempt). Leaving when the first launchers left would leave it no leader to report its
+    // workers' exits to and get the job's summary from.
+    const Duration linger = took_over ? 2 * lead->lease() + std::chrono::seconds(1) : Duration::zero();
     bool had_launcher = false;
+    TimePoint last_launcher = Clock::now();
     while (!stop && !coord->lost_leadership()) {
-      had_launcher |= coord->launcher_connections() > 0;
-      if (coord->finished() && had_launcher && coord->launcher_connections() == 0) break;
+      const int launchers = coord->launcher_connections();
+      had_launcher |= launchers > 0;
+      if (launchers > 0) last_launcher = Clock::now();
+      if (coord->finished() && had_launcher && launchers == 0 && Clock::now() - last_launcher >= linger) break;
       ::poll(nullptr, 0, 20);
     }
     if (coord->lost_leadership()) {
