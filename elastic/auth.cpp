@@ -11,14 +11,23 @@
 
 namespace rf::elastic {
 
-std::string hmac_sha256_hex(const std::string& key, const std::string& message) {
+namespace {
+
+// HMAC-SHA256(key, message): its 32 bytes.
+std::string hmac_sha256(const std::string& key, const std::string& message) {
   unsigned char mac[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
   if (HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()), reinterpret_cast<const unsigned char*>(message.data()),
            message.size(), mac, &len) == nullptr) {
     throw rf::Error("HMAC-SHA256 failed (OpenSSL)");
   }
-  return hex_encode(std::string(reinterpret_cast<const char*>(mac), len));
+  return std::string(reinterpret_cast<const char*>(mac), len);
+}
+
+}  // namespace
+
+std::string hmac_sha256_hex(const std::string& key, const std::string& message) {
+  return hex_encode(hmac_sha256(key, message));
 }
 
 std::string coordinator_proof(const std::string& token, const std::string& client_nonce,
@@ -33,17 +42,10 @@ std::string client_proof(const std::string& token, const std::string& server_non
 }
 
 std::array<uint64_t, 2> data_plane_key(const std::string& token, const std::string& job_id, uint64_t generation) {
-  const std::string message = rf::str("ringfence/1 data-plane|", job_id, "|", generation);
-  unsigned char mac[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  if (HMAC(EVP_sha256(), token.data(), static_cast<int>(token.size()),
-           reinterpret_cast<const unsigned char*>(message.data()), message.size(), mac, &len) == nullptr ||
-      len < 16) {
-    throw rf::Error("HMAC-SHA256 failed (OpenSSL)");
-  }
+  const std::string mac = hmac_sha256(token, rf::str("ringfence/1 data-plane|", job_id, "|", generation));
   std::array<uint64_t, 2> k{};
   for (int w = 0; w < 2; ++w)
-    for (int i = 0; i < 8; ++i) k[w] |= static_cast<uint64_t>(mac[8 * w + i]) << (8 * i);
+    for (int i = 0; i < 8; ++i) k[w] |= static_cast<uint64_t>(static_cast<unsigned char>(mac[8 * w + i])) << (8 * i);
   return k;
 }
 
