@@ -101,6 +101,10 @@ class Communicator {
   // ddp/stall_bound.h); it applies to the next check of every pending collective.
   virtual void set_stall_timeout(Duration timeout) = 0;
   virtual Duration stall_timeout() const = 0;
+  // Whether the next generation may be formed from this communicator (CommRegroup::shrink):
+  // the NCCL backend's, while its NCCL communicator was revoked rather than aborted. A
+  // worker reports it for the next round (elastic::StateReport::comm_generation).
+  virtual bool can_regroup() const { return false; }
 };
 
 // ---- making one ------------------------------------------------------------------------
@@ -109,6 +113,16 @@ enum class Backend { Ucx, Nccl };
 const char* backend_name(Backend b);  // "ucx", "nccl"
 // "ucx" or "nccl"; anything else throws rf::InvalidInput naming the text and the choices.
 Backend parse_backend(std::string_view text);
+
+// How this generation's communicator is formed, as the coordinator's plan says (every rank
+// of the generation gets the same): afresh, or by shrinking generation `from_generation`'s
+// (NCCL: ncclCommShrink; only when every rank of the plan held that communicator and only
+// ranks left, elastic/plan.h). The UCX backend forms every generation afresh and ignores it.
+struct CommRegroup {
+  enum class Kind : uint8_t { fresh, shrink };
+  Kind kind = Kind::fresh;
+  uint64_t from_generation = 0;  // shrink only
+};
 
 // What every backend needs to form the communicator of one generation.
 struct CommOptions {
@@ -130,12 +144,15 @@ struct CommOptions {
   Device device = Device::host;
   int device_index = 0;
   // Each rank's member identity in rank order (the trainer passes slot and incarnation, so
-  // a restarted worker is a new member), and the previous generation's communicator: the
-  // NCCL backend forms this generation with ncclCommShrink when its members are the
-  // previous one's with some removed (comm/nccl/regroup.h), else a fresh communicator.
-  // Empty / null: always fresh. Other backends ignore both.
+  // a restarted worker is a new member), and the previous generation's communicator, which
+  // the NCCL backend shrinks when `regroup` says so (comm/nccl/regroup.h maps the ranks)
+  // and otherwise tears down. Other backends ignore both.
   std::vector<std::string> members;
   std::shared_ptr<Communicator> previous;
+  // Shrink or fresh (the plan's word, above). shrink needs `previous` of that generation
+  // with can_regroup(), and `members` that are its members with some removed in the same
+  // order; otherwise make_communicator throws PeerFailed ("bootstrap") saying which.
+  CommRegroup regroup;
   // The generation's tag key (comm/tag.h): the UCX backend sends every message under it, so
   // a connection from outside the job delivers nothing. The trainer derives it from the job
   // token (elastic/auth.h data_plane_key); disabled without one. NCCL's messages carry no

@@ -27,6 +27,11 @@ struct CommErrorInfo {
   int64_t chunk = -1;       // -1: not inside a chunk
   int peer = -1;            // the peer failed / waited on, -1 if none
   std::string cause;
+  // This rank's own GPU never reached the operation: a kernel ahead of it on the caller's
+  // stream does not end (NCCL backend: the operation's start event never completed). The
+  // rank to evict (a failure report of kind gpu_stuck), not a peer. Set on any error of
+  // the generation, Aborted included, when it was so at the failure.
+  bool device_stuck = false;
 };
 
 class CommError : public rf::Error {
