@@ -18,10 +18,12 @@ std::string where(const CommErrorInfo& i) {
 CommError::CommError(const CommErrorInfo& info, const std::string& summary)
     : rf::Error(where(info) + ": " + summary), info_(info) {}
 
-// A transport that cannot say which peer failed (NCCL's async errors) leaves peer at -1.
+// A transport that cannot say which peer failed (NCCL's async errors) leaves peer at -1;
+// a rank whose own GPU is stuck names itself (device_stuck).
 PeerFailed::PeerFailed(const CommErrorInfo& i)
-    : CommError(i, i.peer >= 0 ? rf::str("peer ", i.peer, " failed (", i.cause, ")")
-                               : rf::str("a peer failed (", i.cause, ")")) {}
+    : CommError(i, i.device_stuck  ? rf::str("this rank's GPU is stuck (", i.cause, ")")
+                   : i.peer >= 0 ? rf::str("peer ", i.peer, " failed (", i.cause, ")")
+                                 : rf::str("a peer failed (", i.cause, ")")) {}
 
 TimedOut::TimedOut(const CommErrorInfo& i)
     : CommError(i, i.peer >= 0 ? rf::str("timed out waiting on peer ", i.peer, " (", i.cause, ")")

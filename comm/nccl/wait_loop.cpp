@@ -38,6 +38,10 @@ TimePoint stall_deadline(TimePoint last_progress, Duration stall) {
 
 }  // namespace
 
+bool judge_device_stuck(bool started, Duration waiting, Duration stall_timeout) {
+  return !started && waiting >= stall_timeout / 2;
+}
+
 WaitDecision decide_wait(const WaitTarget& t, const WaitObservation& o, const WaitOptions& opt) {
   if (opt.poll_interval <= Duration::zero()) {
     throw rf::InvalidInput(rf::str("NCCL wait loop: poll interval ", seconds(opt.poll_interval),
@@ -61,7 +65,7 @@ WaitDecision decide_wait(const WaitTarget& t, const WaitObservation& o, const Wa
     i.cause = rf::str("CUDA error on this rank's stream: ", o.event_error.empty() ? "(no text)" : o.event_error);
     return failure(WaitAction::revoke, ErrorKind::peer_failed, std::move(i));
   }
-  if (o.event == EventState::done) {
+  if (o.launched && o.event == EventState::done) {
     WaitDecision d;
     d.action = WaitAction::done;
     return d;
@@ -69,8 +73,16 @@ WaitDecision decide_wait(const WaitTarget& t, const WaitObservation& o, const Wa
   const TimePoint stall_at = stall_deadline(o.last_progress, opt.stall_timeout);
   if (o.now >= stall_at) {
     CommErrorInfo i = info_of(t);
-    i.cause = rf::str("no progress for ", seconds(o.now - o.last_progress), " s, stall bound ",
-                      seconds(opt.stall_timeout), " s");
+    const std::string stalled =
+        rf::str("no progress for ", seconds(o.now - o.last_progress), " s, stall bound ", seconds(opt.stall_timeout), " s");
+    if (!o.started) {
+      i.peer = t.rank;
+      i.device_stuck = true;
+      i.cause = rf::str("gpu_stuck: this rank's GPU never reached the operation (", stalled,
+                        "): a kernel ahead of it on the caller's stream does not end");
+      return failure(WaitAction::revoke, ErrorKind::peer_failed, std::move(i));
+    }
+    i.cause = o.launched ? stalled : rf::str(stalled, "; NCCL still had the call in progress (ncclInProgress)");
     return failure(WaitAction::revoke, ErrorKind::timed_out, std::move(i));
   }
   if (o.now >= opt.caller_deadline) {

@@ -13,8 +13,16 @@
 //                                   with NCCL's code and text
 //   3. an error from the event   -> revoke, PeerFailed naming this rank (its device or
 //                                   stream failed)
-//   4. the event completed       -> done
-//   5. the stall deadline passed -> revoke, TimedOut with the stall it hit (D3)
+//   4. launched and the event    -> done. Launched: NCCL answered the call ncclSuccess (a
+//      completed                    non-blocking call may answer ncclInProgress, and only
+//                                   then is the `done` event recorded behind its kernel);
+//                                   an event recorded before that says nothing.
+//   5. the stall deadline passed -> revoke: PeerFailed naming THIS rank, device_stuck, when
+//                                   the operation never started on our stream (its start
+//                                   event, behind the caller's work, never completed: a
+//                                   kernel of this rank's does not end, so this rank is
+//                                   the one to evict); else TimedOut with the stall it hit
+//                                   (D3), saying when NCCL still had the call in progress
 //   6. the caller's deadline     -> fail this wait only (TimedOut; the operation keeps
 //      passed (Work::wait)          running and the stall timeout still applies)
 //   7. otherwise                 -> keep polling, next at the earliest of now + the poll
@@ -24,6 +32,10 @@
 // and a decision arrives no later than one poll interval after whichever deadline holds.
 // "Progress" for NCCL is coarse: the shell counts the operation's start (or, queued
 // behind others on one stream, the completion of the one before it) as its last progress.
+//
+// A revocation that came from elsewhere (abort(), the coordinator's revoke) also asks
+// judge_device_stuck(): an operation that has waited half a stall bound for its start
+// is this rank's stuck GPU too, and its error says so.
 //
 // Every failure's info carries (rank, collective, generation, step, op): NCCL has no tags,
 // so these name the operation in the error and in the flight recorder.
@@ -59,6 +71,8 @@ struct WaitObservation {
   AsyncState async = AsyncState::success;
   int async_code = 0;       // the ncclResult_t, when async == error
   std::string async_text;   // ncclGetErrorString / ncclGetLastError, when async == error
+  bool launched = true;  // NCCL answered the call ncclSuccess; `event` is meaningful only then
+  bool started = true;   // the operation's start event completed (the caller's work before it ran)
   bool abort_requested = false;
   bool abort_failed = false;  // abort_failed() rather than abort(): peers must blame this rank
   std::string abort_reason;
@@ -87,6 +101,13 @@ struct WaitDecision {
   CommErrorInfo error;       // fail / revoke
   bool blame_self = false;   // revoke after abort_failed(): tell the peers this rank failed
 };
+
+// Whether an operation whose start event has not completed, `waiting` since it was
+// started, shows that this rank's GPU is stuck (a kernel ahead of it on the caller's stream
+// does not end): it has waited at least half the stall bound for the GPU to reach it. A
+// healthy GPU reaches a bucket within a fraction of a step, and the stall bound is several
+// steps (ddp/stall_bound.h).
+bool judge_device_stuck(bool started, Duration waiting, Duration stall_timeout);
 
 // Throws rf::InvalidInput for a poll interval that is not positive.
 WaitDecision decide_wait(const WaitTarget& target, const WaitObservation& obs, const WaitOptions& options);

@@ -345,3 +345,69 @@ TEST_CASE("the flight recorder keeps (generation, step, op) with every NCCL oper
   CHECK(has(j["cause"].get<std::string>(), "stall bound 1 s"));
   CHECK(nlohmann::json::parse(first)["tag"] == "g=3 s=811 op=2");
 }
+
+// ---- the non-blocking launch and the start event (issue: NCCL at W >= 2) ---------------
+
+TEST_CASE("an event that completed before NCCL launched the call is not done: keep polling") {
+  // Non-blocking NCCL may answer ncclInProgress: until it says ncclSuccess its kernel is
+  // not on the stream, and an event recorded there says nothing about the operation.
+  WaitObservation o = at(5ms);
+  o.launched = false;
+  o.event = EventState::done;
+  o.async = AsyncState::in_progress;
+  CHECK(decide_wait(target(), o, stall(1s)).action == WaitAction::keep_polling);
+  o.launched = true;
+  CHECK(decide_wait(target(), o, stall(1s)).action == WaitAction::done);
+}
+
+TEST_CASE("still in progress at the stall deadline: revoke, TimedOut saying NCCL had the call in progress") {
+  const WaitDecision d = run(
+      [](TimePoint) {
+        WaitObservation o;
+        o.last_progress = t0;
+        o.launched = false;
+        o.event = EventState::done;
+        o.async = AsyncState::in_progress;
+        return o;
+      },
+      stall(200ms));
+  CHECK(d.action == WaitAction::revoke);
+  CHECK(d.kind == ErrorKind::timed_out);
+  CHECK_FALSE(d.error.device_stuck);
+  CHECK_MESSAGE(has(what_of(d), "NCCL still had the call in progress"), what_of(d));
+}
+
+TEST_CASE("never started on our own stream by the stall deadline: PeerFailed naming this rank, device_stuck") {
+  const WaitDecision d = run(
+      [](TimePoint) {
+        WaitObservation o;
+        o.last_progress = t0;
+        o.started = false;
+        return o;
+      },
+      stall(300ms));
+  CHECK(d.action == WaitAction::revoke);
+  CHECK(d.kind == ErrorKind::peer_failed);
+  CHECK(d.error.device_stuck);
+  CHECK(d.error.peer == target().rank);
+  CHECK_THROWS_AS(std::rethrow_exception(decision_error(d)), PeerFailed);
+  CHECK_MESSAGE(has(what_of(d), "gpu_stuck"), what_of(d));
+  // Started, the same stall is a peer's (or the network's) doing: TimedOut, nobody named.
+  const WaitDecision t = run(
+      [](TimePoint) {
+        WaitObservation o;
+        o.last_progress = t0;
+        return o;
+      },
+      stall(300ms));
+  CHECK(t.kind == ErrorKind::timed_out);
+  CHECK_FALSE(t.error.device_stuck);
+  CHECK(t.error.peer == -1);
+}
+
+TEST_CASE("judge_device_stuck: half a stall bound without a start") {
+  CHECK_FALSE(judge_device_stuck(true, 10s, 1s));
+  CHECK_FALSE(judge_device_stuck(false, 499ms, 1s));
+  CHECK(judge_device_stuck(false, 500ms, 1s));
+  CHECK(judge_device_stuck(false, 5s, 1s));
+}
