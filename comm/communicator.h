@@ -153,6 +153,10 @@ struct CommOptions {
   // with can_regroup(), and `members` that are its members with some removed in the same
   // order; otherwise make_communicator throws PeerFailed ("bootstrap") saying which.
   CommRegroup regroup;
+  // NCCL: fix the summation order (ring, Simple protocol, fixed channels, NVLS and CollNet
+  // off; comm/nccl/determinism.h), so a replaced or shrunk generation sums as the run that
+  // never failed. Applied by the first NCCL communicator a process makes.
+  bool nccl_deterministic = true;
   // The generation's tag key (comm/tag.h): the UCX backend sends every message under it, so
   // a connection from outside the job delivers nothing. The trainer derives it from the job
   // token (elastic/auth.h data_plane_key); disabled without one. NCCL's messages carry no

@@ -20,10 +20,11 @@ void NcclCommunicator::check_buffer(const Buffer& b, const char* what) const {
 }
 
 WorkPtr NcclCommunicator::start(const char* name, OpId id, size_t bytes, Stream caller, bool device, StagingSlot slot,
-                                void* host_out, size_t host_out_bytes, const Enqueue& enqueue) {
+                                void* host_out, size_t host_out_bytes, Enqueue enqueue) {
   auto op = std::make_shared<NcclOp>();
   op->comm = this;
   op->target = WaitTarget{rank_, name, generation_, id.step, id.op};
+  op->enqueue = std::move(enqueue);
   op->slot = slot;
   op->host_out = host_out;
   op->host_out_bytes = host_out_bytes;
@@ -31,64 +32,31 @@ WorkPtr NcclCommunicator::start(const char* name, OpId id, size_t bytes, Stream 
   {
     std::lock_guard lk(loop_mu_);
     op->seq = recorder_.start(name, generation_, id.step, id.op, bytes);
-    op->last_progress = Clock::now();
-    if (poison_ || abort_flag_.load(std::memory_order_acquire) || drop_flag_.load(std::memory_order_acquire)) {
-      pending_.push_back(op);  // the poll below fails it with the communicator's error
-    } else {
-      DeviceGuard g(device_);
-      WaitObservation obs = observe_shared(Clock::now());
-      auto cuda_failed = [&](cudaError_t e, const char* what) {
-        obs.event = EventState::error;
-        obs.event_error = rf::str(what, " on cuda:", device_, ": ", cuda_text(e));
-      };
-      if (free_events_.empty()) {
-        cudaEvent_t e = nullptr;
-        if (cudaError_t err = cudaEventCreateWithFlags(&e, cudaEventDisableTiming); err != cudaSuccess)
-          cuda_failed(err, "cudaEventCreate");
-        else
-          free_events_.push_back(e);
-      }
-      if (obs.event != EventState::error) {
-        op->done = free_events_.back();
-        free_events_.pop_back();
-        auto s = static_cast<cudaStream_t>(caller);
-        cudaError_t e = cudaSuccess;
-        // Stream contract (communicator.h): our stream waits for the caller's work, the
-        // caller's stream waits for ours; the host never synchronizes.
-        if (device && (e = cudaEventRecord(ready_, s)) != cudaSuccess) cuda_failed(e, "cudaEventRecord(caller)");
-        else if (device && (e = cudaStreamWaitEvent(stream_, ready_, 0)) != cudaSuccess)
-          cuda_failed(e, "cudaStreamWaitEvent");
-        if (obs.event != EventState::error) {
-          op->enqueued = true;
-          ncclResult_t r = enqueue(stream_);
-          // Non-blocking: an enqueue may still be in progress; NCCL wants it settled
-          // before the next call on the communicator.
-          if (r == ncclInProgress) r = settle(comm_, Clock::now() + stall_timeout(), true);
-          if (r != ncclSuccess && r != ncclInProgress) {
-            obs.async = AsyncState::error;
-            obs.async_code = static_cast<int>(r);
-            obs.async_text = rf::str(name, " enqueue on cuda:", device_, ": ", nccl_text(comm_, r, false));
+    op->started_at = op->last_progress = Clock::now();
+    pending_.push_back(op);
+    // Poisoned, aborted or dropped: the poll below fails it with the communicator's error.
+    if (!poison_ && !abort_flag_.load(std::memory_order_acquire) && !drop_flag_.load(std::memory_order_acquire)) {
+      bind_device(device_);
+      WaitObservation failed;
+      // The caller's stream as it is now: the buffer's producer is done at this mark. Our
+      // stream waits for it when the operation launches (maybe later, see "Launching").
+      bool ok = true;
+      if (device) {
+        op->ready = take_event(failed);
+        ok = op->ready != nullptr;
+        if (ok) {
+          if (const cudaError_t e = cudaEventRecord(op->ready, static_cast<cudaStream_t>(caller)); e != cudaSuccess) {
+            failed.event = EventState::error;
+            failed.event_error = rf::str("cudaEventRecord(caller's stream) on cuda:", device_, ": ", cuda_text(e));
+            ok = false;
           }
         }
-        if (obs.event != EventState::error && obs.async != AsyncState::error && !device && host_out &&
-            (e = cudaMemcpyAsync(slot.host, slot.device, host_out_bytes, cudaMemcpyDeviceToHost, stream_)) !=
-                cudaSuccess)
-          cuda_failed(e, "cudaMemcpyAsync(device to host)");
-        if (obs.event != EventState::error && obs.async != AsyncState::error) {
-          if ((e = cudaEventRecord(op->done, stream_)) != cudaSuccess) cuda_failed(e, "cudaEventRecord(done)");
-          else op->recorded = true;
-        }
-        if (op->recorded && device && (e = cudaStreamWaitEvent(s, op->done, 0)) != cudaSuccess)
-          cuda_failed(e, "cudaStreamWaitEvent(caller)");
       }
-      pending_.push_back(op);
-      if (obs.event == EventState::error || obs.async == AsyncState::error) {
-        obs.last_progress = op->last_progress;
-        revoke(decide_wait(op->target, obs, WaitOptions{}));
-      } else {
-        // Chunk 1 before the poll below, which may already see the operation done and
-        // call chunk 2; under loop_mu_ as chunk 2 is (the hook takes no loop_mu_).
-        if (op->hook) on_chunk_(ChunkEvent{generation_, id.step, id.op, 1});
+      if (ok) ok = advance_launches(failed);
+      if (!ok) {
+        failed.now = Clock::now();
+        failed.last_progress = pending_.front()->last_progress;
+        revoke(decide_wait(pending_.front()->target, failed, WaitOptions{}));
       }
     }
     (void)poll(op.get(), TimePoint::max());
@@ -97,17 +65,103 @@ WorkPtr NcclCommunicator::start(const char* name, OpId id, size_t bytes, Stream 
   return std::make_shared<NcclWork>(op, shared_from_this());
 }
 
+// ---- launching (nccl_impl.h, "Launching") --------------------------------------------
+
+namespace {
+
+bool cuda_ok(cudaError_t e, const char* what, int device, WaitObservation& failed) {
+  if (e == cudaSuccess) return true;
+  failed.event = EventState::error;
+  failed.event_error = rf::str(what, " on cuda:", device, ": ", cuda_text(e));
+  return false;
+}
+
+}  // namespace
+
+cudaEvent_t NcclCommunicator::take_event(WaitObservation& failed) {
+  if (!free_events_.empty()) {
+    cudaEvent_t e = free_events_.back();
+    free_events_.pop_back();
+    return e;
+  }
+  cudaEvent_t e = nullptr;
+  return cuda_ok(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate", device_, failed) ? e : nullptr;
+}
+
+bool NcclCommunicator::advance_launches(WaitObservation& failed) {
+  for (auto& p : pending_) {
+    NcclOp& op = *p;
+    if (op.launch == NcclOp::Launch::launched) continue;
+    if (op.launch == NcclOp::Launch::launching) {
+      ncclResult_t st = ncclSuccess;
+      if (const ncclResult_t r = ncclCommGetAsyncError(comm_, &st); r != ncclSuccess) st = r;
+      if (st == ncclInProgress) return true;  // NCCL allows nothing else until it settles
+      if (st != ncclSuccess) {
+        failed.async = AsyncState::error;
+        failed.async_code = static_cast<int>(st);
+        failed.async_text = rf::str(op.target.collective, " launch on cuda:", device_, ": ", nccl_text(comm_, st, false));
+        return false;
+      }
+      if (!complete_launch(op, failed)) return false;
+      continue;
+    }
+    if (!launch(op, failed)) return false;
+    if (op.launch != NcclOp::Launch::launched) return true;
+  }
+  return true;
+}
+
+bool NcclCommunicator::launch(NcclOp& op, WaitObservation& failed) {
+  op.started = take_event(failed);
+  if (op.started == nullptr) return false;
+  op.done = take_event(failed);
+  if (op.done == nullptr) return false;
+  op.on_stream = true;
+  if (op.ready && !cuda_ok(cudaStreamWaitEvent(stream_, op.ready, 0), "cudaStreamWaitEvent", device_, failed))
+    return false;
+  if (!cuda_ok(cudaEventRecord(op.started, stream_), "cudaEventRecord(start)", device_, failed)) return false;
+  const ncclResult_t r = op.enqueue(stream_);
+  // Chunk 1 of an all-reduce: handed to NCCL (under loop_mu_, as chunk 2 is; the hook
+  // takes no loop_mu_).
+  if (op.hook) on_chunk_(ChunkEvent{generation_, op.target.step, op.target.op, 1});
+  if (r == ncclInProgress) {
+    op.launch = NcclOp::Launch::launching;
+    return true;
+  }
+  if (r != ncclSuccess) {
+    failed.async = AsyncState::error;
+    failed.async_code = static_cast<int>(r);
+    failed.async_text = rf::str(op.target.collective, " on cuda:", device_, ": ", nccl_text(comm_, r, false));
+    return false;
+  }
+  return complete_launch(op, failed);
+}
+
+bool NcclCommunicator::complete_launch(NcclOp& op, WaitObservation& failed) {
+  if (op.host_out && !cuda_ok(cudaMemcpyAsync(op.slot.host, op.slot.device, op.host_out_bytes, cudaMemcpyDeviceToHost,
+                                              stream_),
+                              "cudaMemcpyAsync(device to host)", device_, failed))
+    return false;
+  if (!cuda_ok(cudaEventRecord(op.done, stream_), "cudaEventRecord(done)", device_, failed)) return false;
+  op.launch = NcclOp::Launch::launched;
+  return true;
+}
+
+// ---- the operations --------------------------------------------------------------------
+// Each captures what its NCCL call needs by value: the call may be made later, by whichever
+// thread polls when the one ahead of it settles.
+
 WorkPtr NcclCommunicator::allreduce_start(Buffer buf, OpId id, Stream stream) {
   check_buffer(buf, "all-reduce");
   const ncclDataType_t t = nccl_type(buf.dtype);
   if (buf.device == Device::cuda) {
-    return start("all-reduce", id, buf.bytes(), stream, true, {}, nullptr, 0, [&](cudaStream_t s) {
+    return start("all-reduce", id, buf.bytes(), stream, true, {}, nullptr, 0, [=, this](cudaStream_t s) {
       return ncclAllReduce(buf.data, buf.data, buf.count, t, ncclSum, comm_, s);
     });
   }
   StagingSlot slot = acquire_staging(device_, buf.bytes());
   std::memcpy(slot.host, buf.data, buf.bytes());
-  return start("all-reduce", id, buf.bytes(), nullptr, false, slot, buf.data, buf.bytes(), [&](cudaStream_t s) {
+  return start("all-reduce", id, buf.bytes(), nullptr, false, slot, buf.data, buf.bytes(), [=, this](cudaStream_t s) {
     if (cudaMemcpyAsync(slot.device, slot.host, buf.bytes(), cudaMemcpyHostToDevice, s) != cudaSuccess)
       return ncclUnhandledCudaError;
     return ncclAllReduce(slot.device, slot.device, buf.count, t, ncclSum, comm_, s);
@@ -119,13 +173,13 @@ WorkPtr NcclCommunicator::broadcast_start(Buffer buf, int root, OpId id, Stream 
   check_buffer(buf, "broadcast");
   const ncclDataType_t t = nccl_type(buf.dtype);
   if (buf.device == Device::cuda) {
-    return start("broadcast", id, buf.bytes(), stream, true, {}, nullptr, 0, [&](cudaStream_t s) {
+    return start("broadcast", id, buf.bytes(), stream, true, {}, nullptr, 0, [=, this](cudaStream_t s) {
       return ncclBroadcast(buf.data, buf.data, buf.count, t, root, comm_, s);
     });
   }
   StagingSlot slot = acquire_staging(device_, buf.bytes());
   std::memcpy(slot.host, buf.data, buf.bytes());
-  return start("broadcast", id, buf.bytes(), nullptr, false, slot, buf.data, buf.bytes(), [&](cudaStream_t s) {
+  return start("broadcast", id, buf.bytes(), nullptr, false, slot, buf.data, buf.bytes(), [=, this](cudaStream_t s) {
     if (cudaMemcpyAsync(slot.device, slot.host, buf.bytes(), cudaMemcpyHostToDevice, s) != cudaSuccess)
       return ncclUnhandledCudaError;
     return ncclBroadcast(slot.device, slot.device, buf.count, t, root, comm_, s);
@@ -140,14 +194,14 @@ WorkPtr NcclCommunicator::allgather_start(Buffer in, Buffer out, OpId id, Stream
   check_buffer(out, "all-gather");
   const ncclDataType_t t = nccl_type(in.dtype);
   if (in.device == Device::cuda) {
-    return start("all-gather", id, in.bytes(), stream, true, {}, nullptr, 0, [&](cudaStream_t s) {
+    return start("all-gather", id, in.bytes(), stream, true, {}, nullptr, 0, [=, this](cudaStream_t s) {
       return ncclAllGather(in.data, out.data, in.count, t, comm_, s);
     });
   }
   StagingSlot slot = acquire_staging(device_, out.bytes());
   const size_t at = in.bytes() * static_cast<size_t>(rank_);
   std::memcpy(static_cast<char*>(slot.host) + at, in.data, in.bytes());
-  return start("all-gather", id, in.bytes(), nullptr, false, slot, out.data, out.bytes(), [&](cudaStream_t s) {
+  return start("all-gather", id, in.bytes(), nullptr, false, slot, out.data, out.bytes(), [=, this](cudaStream_t s) {
     char* dev = static_cast<char*>(slot.device);
     if (cudaMemcpyAsync(dev + at, static_cast<char*>(slot.host) + at, in.bytes(), cudaMemcpyHostToDevice, s) !=
         cudaSuccess)
@@ -159,7 +213,7 @@ WorkPtr NcclCommunicator::allgather_start(Buffer in, Buffer out, OpId id, Stream
 WorkPtr NcclCommunicator::barrier_start(OpId id) {
   // An all-reduce of one float in staging: returns on every rank only once all reached it.
   StagingSlot slot = acquire_staging(device_, sizeof(float));
-  return start("barrier", id, 0, nullptr, false, slot, nullptr, 0, [&](cudaStream_t s) {
+  return start("barrier", id, 0, nullptr, false, slot, nullptr, 0, [=, this](cudaStream_t s) {
     return ncclAllReduce(slot.device, slot.device, 1, ncclFloat32, ncclSum, comm_, s);
   });
 }
@@ -169,7 +223,7 @@ WorkPtr NcclCommunicator::send_start(int peer, const void* data, size_t bytes, O
     throw rf::InvalidInput(rf::str("NCCL send: peer ", peer, " (rank ", rank_, " of ", world_, ")"));
   StagingSlot slot = acquire_staging(device_, bytes);
   std::memcpy(slot.host, data, bytes);
-  return start("send", id, bytes, nullptr, false, slot, nullptr, 0, [&](cudaStream_t s) {
+  return start("send", id, bytes, nullptr, false, slot, nullptr, 0, [=, this](cudaStream_t s) {
     if (cudaMemcpyAsync(slot.device, slot.host, bytes, cudaMemcpyHostToDevice, s) != cudaSuccess)
       return ncclUnhandledCudaError;
     return ncclSend(slot.device, bytes, ncclUint8, peer, comm_, s);
@@ -180,7 +234,7 @@ WorkPtr NcclCommunicator::recv_start(int peer, void* data, size_t bytes, OpId id
   if (peer < 0 || peer >= world_ || peer == rank_)
     throw rf::InvalidInput(rf::str("NCCL recv: peer ", peer, " (rank ", rank_, " of ", world_, ")"));
   StagingSlot slot = acquire_staging(device_, bytes);
-  return start("recv", id, bytes, nullptr, false, slot, data, bytes, [&](cudaStream_t s) {
+  return start("recv", id, bytes, nullptr, false, slot, data, bytes, [=, this](cudaStream_t s) {
     return ncclRecv(slot.device, bytes, ncclUint8, peer, comm_, s);
   });
 }

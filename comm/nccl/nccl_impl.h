@@ -1,8 +1,35 @@
 #pragma once
-// The NCCL backend's shell, private to comm/nccl/ (nccl_communicator.cpp: forming and the
-// wait loop; nccl_collectives.cpp: starting operations): NCCL and CUDA calls around the
-// pure parts (unique_id.h, wait_loop.h, regroup.h), which decide everything. Included
-// only where nccl.h is available (RINGFENCE_HAVE_NCCL).
+// The NCCL backend's shell, private to comm/nccl/ (nccl_form.cpp: forming, shrinking and
+// tearing down; nccl_communicator.cpp: the wait loop and revocation; nccl_collectives.cpp:
+// starting and launching operations): NCCL and CUDA calls around the pure parts
+// (unique_id.h, wait_loop.h, regroup.h, determinism.h), which decide everything. Included
+// only where nccl.h is available (RINGFENCE_HAVE_NCCL). tests/nccl_double compiles these
+// same files against a CPU test double of NCCL and the CUDA runtime.
+//
+// Launching. The communicator is non-blocking (config.blocking = 0): an NCCL call may
+// answer ncclInProgress, and until ncclCommGetAsyncError says ncclSuccess NCCL allows no
+// other call on the communicator and no CUDA call on its stream. So an operation goes
+// queued -> launching (NCCL said ncclInProgress) -> launched (NCCL said ncclSuccess; its
+// `done` event is recorded behind the kernel then, never before), in order: one behind a
+// launching operation stays queued, and the poll launches it once NCCL settles. An
+// operation is done only when launched and its `done` event completed (wait_loop.h).
+//
+// Streams. Each operation records `ready` on the caller's stream when it starts (the
+// bucket's producer is done there); our stream waits for it, then records `started`.
+// The caller's stream never waits for us: Work::wait()/test() return only after the host
+// saw `done` complete, so work the caller enqueues after them is ordered behind the
+// collective, and backward kernels enqueued meanwhile overlap it (communicator.h).
+// `started` tells a stuck GPU from a stuck peer: an operation that never started on our
+// stream waits for a kernel of this rank's (wait_loop.h, device_stuck).
+//
+// Devices. One process, one GPU: a thread that calls into the backend is bound to the
+// communicator's device (bind_device) and stays bound; nothing switches back to device 0,
+// whose context a cudaSetDevice would create (CUDA 12+).
+//
+// Teardown. ncclCommAbort blocks, even for a non-blocking communicator, until NCCL's
+// streams drain, and those wait on the caller's stream: behind a stuck kernel it never
+// returns. So it runs on a thread of its own (abort_bounded); past kTeardownBound the
+// worker prints why and exits (kExitTeardownStuck), and its launcher restarts it.
 //
 // Threads and locks. loop_mu_ is the ONE place an operation's state changes: whoever
 // holds it (a thread in Work::wait or test(), or the watchdog thread, which runs the same
@@ -58,6 +85,8 @@ namespace detail {
 
 inline constexpr auto kWaitPoll = std::chrono::microseconds(200);   // a waiting thread's poll
 inline constexpr auto kWatchdogPoll = std::chrono::milliseconds(2);  // the D3 backstop's poll
+inline constexpr auto kTeardownBound = std::chrono::seconds(2);      // ncclCommAbort's longest wait
+inline constexpr int kExitTeardownStuck = 75;  // EX_TEMPFAIL: the launcher restarts the worker
 
 // "NCCL error 6: <ncclGetErrorString> (<ncclGetLastError>)"; without the code prefix when
 // the text goes where decide_wait names the code already.
@@ -79,20 +108,17 @@ inline ncclDataType_t nccl_type(DType t) {
   throw rf::InvalidInput(rf::str("NCCL backend: unknown dtype ", static_cast<int>(t)));
 }
 
-// Makes GPU `d` current for this thread for the guard's life.
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int d) {
-    cudaGetDevice(&old_);
-    if (old_ != d) cudaSetDevice(d);
-  }
-  ~DeviceGuard() { cudaSetDevice(old_); }
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
+// Makes GPU `d` current for the calling thread, for good (see "Devices" above).
+inline void bind_device(int d) {
+  int current = -1;
+  if (cudaGetDevice(&current) != cudaSuccess || current != d) cudaSetDevice(d);
+}
 
- private:
-  int old_ = 0;
-};
+// ncclCommAbort(comm) on a thread of its own, then `after` (on that thread, once it
+// returned). Waits up to kTeardownBound for it; past that prints why (`what` names the
+// communicator) and exits the process with kExitTeardownStuck: a thread stuck in NCCL
+// behind a kernel that never ends cannot be got back, and the launcher restarts the worker.
+void abort_bounded(ncclComm_t comm, int device, const std::string& what, std::function<void()> after = {});
 
 }  // namespace detail
 using namespace detail;
@@ -101,20 +127,28 @@ class NcclCommunicator;
 
 // One started operation: its Work handle. Its fields change only under the
 // communicator's loop_mu_, except state/error, which test() reads after a poll.
+// The NCCL call of one operation (and the copies into staging before it), made when the
+// operation launches, on our stream.
+using Enqueue = std::function<ncclResult_t(cudaStream_t)>;
+
 struct NcclOp {
   NcclCommunicator* comm = nullptr;
   WaitTarget target;
   uint64_t seq = 0;
-  cudaEvent_t done = nullptr;
+  Enqueue enqueue;
+  cudaEvent_t ready = nullptr;    // on the caller's stream at start (device buffers only)
+  cudaEvent_t started = nullptr;  // on our stream once it waited for `ready`
+  cudaEvent_t done = nullptr;     // on our stream behind the NCCL call, once launched
+  TimePoint started_at{};         // when the caller started it
   TimePoint last_progress{};
   enum State { pending, finished, failed } state = pending;
+  enum class Launch : uint8_t { queued, launching, launched } launch = Launch::queued;
   std::exception_ptr error;
   StagingSlot slot;                  // host buffers only
   void* host_out = nullptr;          // copied from slot.host when done
   size_t host_out_bytes = 0;
   bool hook = false;                 // an all-reduce: chunk 2 when done
-  bool enqueued = false;             // something of it reached our stream
-  bool recorded = false;             // `done` marks the end of all of it
+  bool on_stream = false;            // something of it reached our stream (its slot is in use)
 };
 
 class NcclWork : public Work {
@@ -135,7 +169,12 @@ class NcclCommunicator : public Communicator, public std::enable_shared_from_thi
  public:
   NcclCommunicator(const CommOptions& o, NcclCommunicator* previous);
   ~NcclCommunicator() override;
-  void start_watchdog() { watchdog_ = std::thread([this] { watchdog_main(); }); }
+  void start_watchdog() {
+    watchdog_ = std::thread([this] {
+      bind_device(device_);
+      watchdog_main();
+    });
+  }
 
   int rank() const override { return rank_; }
   int world_size() const override { return world_; }
@@ -174,28 +213,41 @@ class NcclCommunicator : public Communicator, public std::enable_shared_from_thi
   const std::vector<std::string>& members() const { return members_; }
   // For the next generation's ncclCommShrink: the communicator, if it still exists
   // (healthy, or revoked rather than aborted). Caller holds loop_mu_.
-  ncclComm_t shrinkable() const { return comm_; }
+  ncclComm_t shrinkable() const { return broken_ ? nullptr : comm_; }
+  bool can_regroup() const override {
+    std::lock_guard lk(loop_mu_);
+    return RF_NCCL_HAS_SHRINK && shrinkable() != nullptr;
+  }
   bool poisoned() const { return poison_ != nullptr; }
+  int device() const { return device_; }
+  // Waits while `comm` reports ncclInProgress, up to `until` (and the abort flag when
+  // `abortable`). Returns the final state; ncclInProgress when the bound passed.
+  ncclResult_t settle(ncclComm_t comm, TimePoint until, bool abortable);
 
  private:
-  using Enqueue = std::function<ncclResult_t(cudaStream_t)>;
   // Refuses (rf::InvalidInput) a buffer on another GPU, or outside the registered memory
   // it names (communicator.h); the communicator goes on.
   void check_buffer(const Buffer& b, const char* what) const;
   // The one path every operation starts through (the stream contract of communicator.h).
   WorkPtr start(const char* name, OpId id, size_t bytes, Stream caller, bool device, StagingSlot slot,
-                void* host_out, size_t host_out_bytes, const Enqueue& enqueue);
-  // Makes comm_: ncclCommShrink of `previous` when regroup.h says so, else form_fresh.
+                void* host_out, size_t host_out_bytes, Enqueue enqueue);
+  // Makes comm_ as o.regroup says: form_shrink of `previous`, or form_fresh.
   void form(const CommOptions& o, NcclCommunicator* previous);
   void form_fresh(const CommOptions& o, ncclConfig_t& cfg);
-  // Waits while `comm` reports ncclInProgress, up to `until` (and the abort flag when
-  // `abortable`). Returns the final state; ncclInProgress when the bound passed.
-  ncclResult_t settle(ncclComm_t comm, TimePoint until, bool abortable);
+  void form_shrink(const CommOptions& o, ncclConfig_t& cfg, NcclCommunicator& previous);
+  // Launches what can be launched, in order (see "Launching"); false with `error` set
+  // when NCCL or CUDA failed (the caller revokes). Caller holds loop_mu_.
+  bool advance_launches(WaitObservation& error);
+  bool launch(NcclOp& op, WaitObservation& error);
+  bool complete_launch(NcclOp& op, WaitObservation& error);
+  cudaEvent_t take_event(WaitObservation& error);
   void request_abort(const std::string& reason, bool blame_self);
   // Acts on a revoke decision: revokes (or aborts) the NCCL communicator, fails every
   // pending operation with the decision's error, dumps the flight recorder.
   void revoke(const WaitDecision& d);
   void finish(NcclOp& op, const WaitDecision& d);
+  // A failed operation gives back its slot (or keeps it for teardown) and its events.
+  void drop_op(NcclOp& op);
   WaitObservation observe_shared(TimePoint now);
   void watchdog_main();
   std::exception_ptr poisoned_error(const NcclOp& op) const;
@@ -209,15 +261,16 @@ class NcclCommunicator : public Communicator, public std::enable_shared_from_thi
   FlightRecorder recorder_;
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
-  cudaEvent_t ready_ = nullptr;  // recorded on the caller's stream; reused (stream order)
   std::vector<cudaEvent_t> free_events_;
 
-  std::mutex loop_mu_;
+  mutable std::mutex loop_mu_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<NcclOp>> pending_;
   std::exception_ptr poison_;  // the first failure (a revoke decision's error)
   WaitDecision poison_decision_;
-  std::vector<StagingSlot> leaked_;  // slots under revoked copies: never reused
+  bool broken_ = false;  // ncclCommRevoke failed: comm_ is only for ncclCommAbort now
+  // Slots under revoked copies: given back when our stream gets past them, after teardown.
+  std::vector<StagingSlot> revoked_slots_;
   bool stop_ = false;
   std::thread watchdog_;
 

@@ -38,14 +38,10 @@ StagingSlot acquire_staging(int device_index, size_t bytes) {
     }
   }
   const size_t size = staging_slot_bytes(bytes);
-  // On the pool's GPU, whichever device the calling thread has current.
-  int current = 0;
-  cudaGetDevice(&current);
-  cudaSetDevice(device_index);
-  struct Restore {
-    int d;
-    ~Restore() { cudaSetDevice(d); }
-  } restore{current};
+  // On the pool's GPU. The calling thread is bound to it already (the communicator's
+  // device, nccl_impl.h "Devices"); nothing switches back, since switching to a device
+  // without a context (device 0) would create one there.
+  if (int current = -1; cudaGetDevice(&current) != cudaSuccess || current != device_index) cudaSetDevice(device_index);
   StagingSlot s;
   s.bytes = size;
   s.device_index = device_index;

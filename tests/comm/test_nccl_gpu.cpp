@@ -156,19 +156,20 @@ TEST_CASE("nccl: stream order without a host sync (slow producer, collective, co
   const size_t n = 1 << 20;
   DeviceFloats x(n), gathered(n), y(n);
   // The producer spins 50 ms first: an all-gather that did not wait for it copies zeros,
-  // and a consumer that did not wait for the all-gather doubles zeros.
+  // and a consumer enqueued after wait() that did not see the all-gather doubles zeros.
+  // The host never synchronizes the stream before the consumer.
   test::fill_slow(x.p, n, 1, 50000, s);
   WorkPtr w = comm->allgather_start(x.buffer(), gathered.buffer(), OpId{1, 0}, s);
+  w->wait(rf::Clock::now() + 10s);
   test::twice(gathered.p, y.p, n, s);
   CUDA_OK(cudaStreamSynchronize(s));
-  w->wait(rf::Clock::now() + 10s);
   const std::vector<float> h = y.read();
   CHECK(h[0] == 2.0f);
   CHECK(h[n - 1] == 2.0f * (1.0f + static_cast<float>(n - 1)));
   CUDA_OK(cudaStreamDestroy(s));
 }
 
-TEST_CASE("nccl: an all-reduce behind a stuck kernel times out near its stall deadline; the next generation works") {
+TEST_CASE("nccl: an all-reduce behind a stuck kernel fails near its stall deadline naming this GPU; the next generation works") {
   FileStore store(temp_dir());
   cudaStream_t s;
   CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
@@ -178,11 +179,12 @@ TEST_CASE("nccl: an all-reduce behind a stuck kernel times out near its stall de
     StuckKernel stuck(s);
     const auto t0 = std::chrono::steady_clock::now();
     WorkPtr w = gen0->allreduce_start(x.buffer(), OpId{10, 0}, s);
-    bool timed_out = false;
+    bool stuck_seen = false;
     try {
       w->wait();
-    } catch (const TimedOut& e) {
-      timed_out = true;
+    } catch (const PeerFailed& e) {
+      // It never started on this GPU: this rank's own device is stuck (wait_loop.h).
+      stuck_seen = e.info().device_stuck;
       const double late = ms_since(t0) - 200.0;
       std::printf("stall timeout: failed %.1f ms after its deadline: %s\n", late, e.what());
       CHECK(late >= -1.0);
@@ -190,9 +192,9 @@ TEST_CASE("nccl: an all-reduce behind a stuck kernel times out near its stall de
       CHECK(e.generation() == 0);
       CHECK(e.step() == 10);
     }
-    CHECK(timed_out);
+    CHECK(stuck_seen);
     // Poisoned: the next operation fails with the same error at once.
-    CHECK_THROWS_AS(gen0->allreduce_start(x.buffer(), OpId{10, 1}, s)->wait(rf::Clock::now() + 1s), TimedOut);
+    CHECK_THROWS_AS(gen0->allreduce_start(x.buffer(), OpId{10, 1}, s)->wait(rf::Clock::now() + 1s), PeerFailed);
     stuck.release();
     CUDA_OK(cudaStreamSynchronize(s));
   }
@@ -217,7 +219,8 @@ TEST_CASE("nccl: the stall timeout holds when nobody waits") {
   try {
     (void)w->test();
     FAIL("test() did not throw after the stall timeout");
-  } catch (const TimedOut& e) {
+  } catch (const PeerFailed& e) {  // behind a stuck kernel of its own: device_stuck
+    CHECK(e.info().device_stuck);
     // The decision's text says how long the operation had stalled when it was made.
     const std::string what = e.what();
     std::printf("stall timeout without a waiter: %s\n", what.c_str());

@@ -1,0 +1,36 @@
+#pragma once
+// NCCL's summation order, fixed (docs/gpu.md "Bitwise equal with NCCL"). NCCL picks an
+// algorithm (ring, tree, NVLS, CollNet), a protocol (LL, LL128, Simple) and a number of
+// channels per call from its tuning model and the topology, and each choice adds a
+// buffer's elements in another order. Two runs on the same machines agree, but a
+// replacement rank, or a shrunk communicator against a fresh one, may tune differently:
+// the final weights are then no longer bitwise those of the run that never failed.
+//
+// Deterministic mode (on by default for training) fixes all three: the ring algorithm
+// (every element is summed around the ring in rank order from a fixed start), the Simple
+// protocol, a fixed channel count (the config's minCTAs = maxCTAs), NVLS and CollNet off.
+// The sum's order then depends only on W, the ring and the buffer's size. Environment
+// settings are NCCL's own (read when a communicator is made): one the user set is kept
+// and logged, so an explicit choice wins. Pure: the shell applies what this returns.
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace rf::comm::nccl {
+
+inline constexpr int kDeterministicChannels = 4;
+
+struct EnvChoice {
+  std::string name, value;  // what deterministic mode wants
+  bool kept = false;        // the user set `name` already (to `existing`): left as it is
+  std::string existing;
+};
+
+// What to set for `deterministic` (nothing when off); `getenv` reads the environment.
+std::vector<EnvChoice> determinism_env(bool deterministic, const std::function<const char*(const char*)>& getenv);
+
+// One log line: "deterministic (NCCL_ALGO=Ring, ...)" naming what the user kept, or
+// "not deterministic (...)" when off.
+std::string describe_determinism(bool deterministic, const std::vector<EnvChoice>& choices);
+
+}  // namespace rf::comm::nccl
