@@ -50,7 +50,10 @@ double form(FileStore& store, uint64_t g, const std::vector<std::string>& member
       o.device = Device::cuda;
       o.device_index = r;
       o.members = members;
-      if (!previous.empty()) o.previous = previous[static_cast<size_t>(r)];
+      if (!previous.empty()) {  // the plan's word: shrink the previous generation's
+        o.previous = previous[static_cast<size_t>(r)];
+        o.regroup = CommRegroup{CommRegroup::Kind::shrink, o.previous->generation()};
+      }
       const auto t0 = std::chrono::steady_clock::now();
       out[static_cast<size_t>(r)] = nccl::make_nccl_communicator(o);
       const auto took = std::chrono::steady_clock::now() - t0;
