@@ -3,6 +3,8 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <filesystem>
+
 #include "base/clock.h"
 #include "base/error.h"
 #include "base/str.h"
@@ -38,24 +40,26 @@ void AsyncCheckpointer::print_notes(std::unique_lock<std::mutex>& lk) {
 void AsyncCheckpointer::wait_idle(std::unique_lock<std::mutex>& lk) {
   cv_.wait(lk, [&] { return !pending_; });
   print_notes(lk);
-  if (error_) {
-    std::exception_ptr e = error_;
-    error_ = nullptr;
-    std::rethrow_exception(e);
-  }
 }
 
-void AsyncCheckpointer::save(const nn::Module& model, const optim::Optimizer& optimizer, const SnapshotMeta& meta) {
+std::string AsyncCheckpointer::where_valid() const {
+  return newest_path_.empty() ? rf::str("no valid checkpoint in ", opt_.dir)
+                              : rf::str("the newest valid checkpoint is ", newest_path_, " (step ", newest_step_, ")");
+}
+
+void AsyncCheckpointer::save(const nn::Module& model, const optim::Optimizer& optimizer, const SnapshotMeta& meta,
+                             const StorageFault& fault) {
   std::unique_lock<std::mutex> lk(mu_);
   if (pending_) {
     const TimePoint t0 = Clock::now();
     wait_idle(lk);
     wait_seconds_ += seconds_since(t0);
   } else {
-    wait_idle(lk);  // only rethrows an earlier failure
+    print_notes(lk);
   }
   // The writer only reads copy_ while pending_, and it is not: capture is safe.
   copy_.capture(model, optimizer, meta);
+  fault_ = fault;
   pending_ = true;
   ++saves_;
   lk.unlock();
@@ -65,6 +69,9 @@ void AsyncCheckpointer::save(const nn::Module& model, const optim::Optimizer& op
 void AsyncCheckpointer::flush() {
   std::unique_lock<std::mutex> lk(mu_);
   wait_idle(lk);
+  if (failed_step_ >= 0)
+    throw CheckpointWriteFailed(
+        rf::str("the checkpoint of step ", failed_step_, " could not be written (", last_error_, "); ", where_valid()));
 }
 
 void AsyncCheckpointer::report() {
@@ -82,6 +89,46 @@ int64_t AsyncCheckpointer::last_written_step() const {
   return last_written_;
 }
 
+std::string AsyncCheckpointer::newest_valid() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return newest_path_;
+}
+
+void AsyncCheckpointer::set_newest_valid(int64_t step, const std::string& path) {
+  std::lock_guard<std::mutex> lk(mu_);
+  newest_step_ = step;
+  newest_path_ = path;
+}
+
+int64_t AsyncCheckpointer::failures() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return failures_;
+}
+
+std::string AsyncCheckpointer::last_error() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return last_error_;
+}
+
+// The writer thread, mu_ not held. Out of space with a durable checkpoint of this
+// directory known (newest_durable), the older ones go and the write is tried once more
+// (with the same fault: an injected full disk stays full).
+std::string AsyncCheckpointer::write(int64_t step, const StorageFault& fault, int64_t newest_durable,
+                                     std::string& note) {
+  try {
+    return write_checkpoint_file(opt_.dir, step, image_, opt_.partial_write_hook, fault);
+  } catch (const StorageError& e) {
+    const auto victims = room_to_make(e.err(), newest_durable, list_checkpoints(opt_.dir));
+    if (victims.empty()) throw;
+    for (const auto& v : victims) {
+      std::error_code ec;
+      if (std::filesystem::remove(v.path, ec))
+        note += rf::str("ckpt: removed ", v.path, " to make room (", e.what(), "; step ", newest_durable, " stays)\n");
+    }
+    return write_checkpoint_file(opt_.dir, step, image_, opt_.partial_write_hook, fault);
+  }
+}
+
 void AsyncCheckpointer::run() {
   // Best effort: a failure (e.g. not permitted) leaves the thread at the normal priority.
   if (opt_.writer_nice != 0) (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), opt_.writer_nice);
@@ -89,23 +136,39 @@ void AsyncCheckpointer::run() {
   for (;;) {
     cv_.wait(lk, [&] { return pending_ || stop_; });
     if (!pending_) return;  // stop_ with nothing left to write
+    const StorageFault fault = fault_;
+    const int64_t newest_durable = newest_step_;
     lk.unlock();
     // copy_ is ours until pending_ is cleared: save() waits for that before capturing.
-    std::exception_ptr err;
-    std::string note;
-    int64_t step = copy_.meta().step;
+    std::string note, error, path;
+    const int64_t step = copy_.meta().step;
     try {
       copy_.serialize(image_);
-      const std::string path = write_checkpoint_file(opt_.dir, step, image_, opt_.partial_write_hook);
-      const auto removed = prune_checkpoints(opt_.dir, opt_.keep, step);
-      note = rf::str("ckpt: wrote ", path, " (", image_.size(), " bytes)\n");
-      for (const auto& r : removed) note += rf::str("ckpt: removed ", r, "\n");
-    } catch (...) {
-      err = std::current_exception();
+      path = write(step, fault, newest_durable, note);
+      note += rf::str("ckpt: wrote ", path, " (", image_.size(), " bytes)\n");
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    if (error.empty()) {
+      // Only now, with the new file durable, may older ones go (never the newest valid).
+      try {
+        for (const auto& r : prune_checkpoints(opt_.dir, opt_.keep, step)) note += rf::str("ckpt: removed ", r, "\n");
+      } catch (const std::exception& e) {
+        note += rf::str("ckpt: warning: pruning after step ", step, ": ", e.what(), "\n");
+      }
     }
     lk.lock();
-    if (err) error_ = err;
-    else last_written_ = step;
+    if (error.empty()) {
+      last_written_ = newest_step_ = step;
+      newest_path_ = path;
+      failed_step_ = -1;
+    } else {
+      ++failures_;
+      failed_step_ = step;
+      last_error_ = error;
+      note += rf::str("ckpt: warning: step ", step, " not checkpointed: ", error, "; ", where_valid(),
+                      "; training goes on, the next checkpoint tries again\n");
+    }
     notes_ += note;
     pending_ = false;
     cv_.notify_all();

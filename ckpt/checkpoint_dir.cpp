@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <thread>
 
 #include "base/str.h"
 
@@ -26,11 +27,11 @@ std::string errno_str() { return std::strerror(errno); }
 
 void fsync_dir(const std::string& dir) {
   const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) throw rf::Error(rf::str(dir, ": cannot open the directory to fsync it: ", errno_str()));
+  if (fd < 0) throw StorageError(dir, StorageOp::SyncDir, errno, "(open)");
   const int rc = ::fsync(fd);
   const int saved = errno;
   ::close(fd);
-  if (rc != 0) throw rf::Error(rf::str(dir, ": fsync of the directory failed: ", std::strerror(saved)));
+  if (rc != 0) throw StorageError(dir, StorageOp::SyncDir, saved);
 }
 
 void write_all(int fd, const std::byte* p, size_t n, const std::string& path) {
@@ -38,7 +39,7 @@ void write_all(int fd, const std::byte* p, size_t n, const std::string& path) {
     const ssize_t w = ::write(fd, p, n);
     if (w < 0) {
       if (errno == EINTR) continue;
-      throw rf::Error(rf::str(path, ": write failed: ", errno_str()));
+      throw StorageError(path, StorageOp::Write, errno);
     }
     p += w;
     n -= static_cast<size_t>(w);
@@ -68,7 +69,11 @@ std::optional<int64_t> parse_checkpoint_name(std::string_view name) {
 std::vector<CheckpointFile> list_checkpoints(const std::string& dir) {
   std::vector<CheckpointFile> out;
   std::error_code ec;
-  if (!fs::exists(dir, ec)) return out;
+  if (!fs::exists(dir, ec)) {
+    // Missing is empty; unreachable (a permission, an I/O error) is not.
+    if (ec) throw rf::Error(rf::str(dir, ": cannot list: ", ec.message()));
+    return out;
+  }
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     const std::string name = entry.path().filename().string();
     if (auto step = parse_checkpoint_name(name)) out.push_back({*step, entry.path().string()});
@@ -108,37 +113,54 @@ CheckpointLock::~CheckpointLock() {
 }
 
 std::string write_checkpoint_file(const std::string& dir, int64_t step, std::span<const std::byte> image,
-                                  const PartialWriteHook& hook) {
+                                  const PartialWriteHook& hook, const StorageFault& fault) {
   const std::string final_path = (fs::path(dir) / checkpoint_name(step)).string();
   const std::string temp_path = (fs::path(dir) / rf::str(".", checkpoint_name(step), kTempSuffix)).string();
+  if (fault.delay.count() > 0) std::this_thread::sleep_for(fault.delay);
+  // An injected fault fails the call a real disk fails with its errno (storage_error.h).
+  const std::optional<StorageOp> fail_at = fault.err ? std::optional(storage_fault_op(fault.err)) : std::nullopt;
+  const auto injected = [&](StorageOp op) {
+    if (fail_at == op) throw StorageError(temp_path, op, fault.err);
+  };
+  injected(StorageOp::Create);
   const int fd = ::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw rf::Error(rf::str(temp_path, ": cannot create: ", errno_str()));
+  if (fd < 0) throw StorageError(temp_path, StorageOp::Create, errno);
   try {
     size_t done = 0;
-    if (hook) {
+    if (hook || fail_at == StorageOp::Write) {
       done = image.size() / 2;
       write_all(fd, image.data(), done, temp_path);
-      if (::fsync(fd) != 0) throw rf::Error(rf::str(temp_path, ": fsync failed: ", errno_str()));
-      hook(temp_path, done, image.size());
+      injected(StorageOp::Write);  // a disk that fills up half-way
+      if (::fsync(fd) != 0) throw StorageError(temp_path, StorageOp::Fsync, errno);
+      if (hook) hook(temp_path, done, image.size());
     }
     write_all(fd, image.data() + done, image.size() - done, temp_path);
     // The data must be on disk before the rename makes it visible under the final name.
-    if (::fsync(fd) != 0) throw rf::Error(rf::str(temp_path, ": fsync failed: ", errno_str()));
+    injected(StorageOp::Fsync);
+    if (::fsync(fd) != 0) throw StorageError(temp_path, StorageOp::Fsync, errno);
   } catch (...) {
     ::close(fd);
     ::unlink(temp_path.c_str());
     throw;
   }
   if (::close(fd) != 0) {
+    const int saved = errno;
     ::unlink(temp_path.c_str());
-    throw rf::Error(rf::str(temp_path, ": close failed: ", errno_str()));
+    throw StorageError(temp_path, StorageOp::Close, saved);
   }
   if (::rename(temp_path.c_str(), final_path.c_str()) != 0) {
     const int saved = errno;
     ::unlink(temp_path.c_str());
-    throw rf::Error(rf::str(final_path, ": rename from ", temp_path, " failed: ", std::strerror(saved)));
+    throw StorageError(final_path, StorageOp::Rename, saved, rf::str("from ", temp_path));
   }
-  fsync_dir(dir);  // makes the rename itself durable
+  try {
+    fsync_dir(dir);  // makes the rename itself durable
+  } catch (const StorageError&) {
+    // Not durable: no checkpoint of this step is promised, so none is left to be found
+    // (prune counts files, and a later resume would trust it).
+    ::unlink(final_path.c_str());
+    throw;
+  }
   return final_path;
 }
 
@@ -174,6 +196,17 @@ std::vector<std::string> prune_checkpoints(const std::string& dir, int64_t keep,
     else if (ec) throw rf::Error(rf::str(f.path, ": cannot remove: ", ec.message()));
   }
   return removed;
+}
+
+std::vector<CheckpointFile> room_to_make(int err, int64_t newest_durable, const std::vector<CheckpointFile>& on_disk) {
+  std::vector<CheckpointFile> out;
+  if (!out_of_space(err) || newest_durable < 0) return out;
+  const bool durable_here =
+      std::any_of(on_disk.begin(), on_disk.end(), [&](const CheckpointFile& f) { return f.step == newest_durable; });
+  if (!durable_here) return out;
+  for (const auto& f : on_disk)
+    if (f.step < newest_durable) out.push_back(f);
+  return out;
 }
 
 }  // namespace rf::ckpt

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "ckpt/storage_error.h"
 
 namespace rf::ckpt {
 
@@ -59,9 +60,12 @@ using PartialWriteHook = std::function<void(const std::string& temp_path, size_t
 // Writes image as DIR/ckpt-<step>.safetensors durably and atomically: to the temp name,
 // fsync, rename over the final name, fsync the directory. A crash at any point leaves
 // either the old directory or the complete new file, never a partial file under a
-// checkpoint name. Returns the final path; throws rf::Error naming the path and errno.
+// checkpoint name. Returns the final path. A failed call throws StorageError (the path,
+// the call, errno) after removing what this write made (the temp file; after a failed
+// fsync of the directory, the renamed file too): the directory's other files are never
+// touched. `fault` (tests, --inject disk:...) delays the write and fails it as a disk would.
 std::string write_checkpoint_file(const std::string& dir, int64_t step, std::span<const std::byte> image,
-                                  const PartialWriteHook& hook = {});
+                                  const PartialWriteHook& hook = {}, const StorageFault& fault = {});
 
 // Removes temp files a killed writer left behind (call with the lock held). Returns them.
 std::vector<std::string> remove_stale_temps(const std::string& dir);
@@ -70,5 +74,13 @@ std::vector<std::string> remove_stale_temps(const std::string& dir);
 // abandoned: resume skipped them as invalid) and all but the `keep` newest at or below
 // it. Returns the removed paths.
 std::vector<std::string> prune_checkpoints(const std::string& dir, int64_t keep, int64_t newest);
+
+// A write of a checkpoint failed with err. When the device is out of space (out_of_space)
+// and this writer made step `newest_durable` durable in this directory (it is on disk:
+// `on_disk`, newest first, holds it), the older checkpoints that may go to make room: every
+// one older than it. Otherwise none. Never the newest valid checkpoint: only files older
+// than one known durable and valid (a write that succeeded) are candidates, so retention
+// never deletes the newest valid checkpoint before a newer one is durable.
+std::vector<CheckpointFile> room_to_make(int err, int64_t newest_durable, const std::vector<CheckpointFile>& on_disk);
 
 }  // namespace rf::ckpt

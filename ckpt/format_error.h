@@ -20,6 +20,14 @@ class FormatError : public rf::InvalidInput {
   std::string source_, tensor_, problem_;
 };
 
+// The file could not be read at all (open, stat or read failed: an I/O error, a
+// permission, a storage gone away), as opposed to read and found bad. resume_newest skips
+// it but never starts fresh over it: its bytes may be intact.
+class UnreadableError : public FormatError {
+ public:
+  using FormatError::FormatError;
+};
+
 // A tensor's bytes do not match the CRC32C recorded when it was written (or the whole
 // state does not match its digest): the file is damaged.
 class ChecksumError : public FormatError {

@@ -27,6 +27,7 @@ ResumePoint resume_from_file(const std::string& path, nn::Module& model, optim::
 std::optional<ResumePoint> resume_newest(const std::string& dir, nn::Module& model, optim::Optimizer& optimizer,
                                          const RestoreExpect& expect, std::ostream& warn) {
   const auto files = list_checkpoints(dir);
+  std::vector<std::string> unreadable;  // files whose bytes could not be read (may be intact)
   for (const auto& f : files) {
     try {
       return resume_from_file(f.path, model, optimizer, expect);
@@ -44,14 +45,36 @@ std::optional<ResumePoint> resume_newest(const std::string& dir, nn::Module& mod
                                   str(e.problem(), " — not resuming in ", dir,
                                       ": resume with the ringfence build that wrote it, or choose another "
                                       "checkpoint directory"));
+    } catch (const UnreadableError& e) {
+      warn << "resume: skipping " << f.path << ": " << e.what() << " (the storage failed; an older checkpoint is tried)\n";
+      unreadable.push_back(e.what());
     } catch (const rf::Error& e) {
       // restore_state left the state untouched (R6), so the previous file can be tried.
       warn << "resume: skipping " << f.path << ": " << e.what() << "\n";
     }
   }
+  // Starting fresh would train over checkpoints that may be intact, and this run's first
+  // checkpoint would prune them: stop instead, and say why.
+  if (!unreadable.empty())
+    throw UnreadableError(dir, "",
+                          str("no checkpoint could be resumed and ", unreadable.size(), " of ", files.size(),
+                              " could not be read (", unreadable.front(), "); not starting fresh over them: repair "
+                              "or remount the storage, or choose another checkpoint directory"));
   warn << "resume: no valid checkpoint in " << dir
        << (files.empty() ? " (none found)" : rf::str(" (", files.size(), " skipped)")) << "; starting fresh\n";
   return std::nullopt;
+}
+
+std::vector<std::string> resume_differences(const ResumePoint& p, const SnapshotMeta& ours) {
+  std::vector<std::string> out;
+  if (p.meta.optimizer_hparams != ours.optimizer_hparams)
+    out.push_back(str(p.path, " was trained with ", p.meta.optimizer_hparams, ", continuing with ",
+                      ours.optimizer_hparams));
+  // Another batch size, seed or data set: step s no longer sees the samples it saw.
+  if (!p.meta.data_order.empty() && p.meta.data_order != ours.data_order)
+    out.push_back(str(p.path, " was trained with data order ", p.meta.data_order, ", continuing with ",
+                      ours.data_order, ": the steps from here see other batches than an uninterrupted run would"));
+  return out;
 }
 
 }  // namespace rf::ckpt

@@ -20,12 +20,20 @@ struct ResumePoint {
 };
 
 // nullopt (after a warning) when dir holds no valid checkpoint: the caller starts fresh.
+// A file that cannot be read at all (UnreadableError: an I/O error, a permission) is
+// skipped like a damaged one, but when no file could be resumed and one could not be
+// read, UnreadableError naming the directory is thrown instead of starting fresh.
 // An intact checkpoint of another model or optimizer (ForeignStateError from
 // restore_state), met before a valid one, is not skipped but thrown (a ForeignStateError
 // naming the file and the directory): the directory holds another run's work, which this
 // run's checkpoints would overwrite and prune.
 std::optional<ResumePoint> resume_newest(const std::string& dir, nn::Module& model, optim::Optimizer& optimizer,
                                          const RestoreExpect& expect, std::ostream& warn);
+
+// What differs between the run that wrote p and this one (`ours`): the optimizer's
+// hyper-parameters, the data order (when p records one). One line each; resuming is then
+// no longer bitwise an uninterrupted run, which the programs say as a warning.
+std::vector<std::string> resume_differences(const ResumePoint& p, const SnapshotMeta& ours);
 
 // The user named the file: any problem is an error (FormatError naming it), not a skip.
 ResumePoint resume_from_file(const std::string& path, nn::Module& model, optim::Optimizer& optimizer,

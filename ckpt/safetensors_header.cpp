@@ -74,7 +74,8 @@ TensorInfo parse_entry(const std::string& source, const std::string& name, const
   t.end = (*off)[1].get<uint64_t>();
   if (t.begin > t.end) throw fail(rf::str("data_offsets [", t.begin, ", ", t.end, "] end before they begin"));
   if (t.end > data_size) {
-    throw fail(rf::str("data_offsets [", t.begin, ", ", t.end, "] run past the data section of ", data_size, " bytes"));
+    throw fail(rf::str("data_offsets [", t.begin, ", ", t.end, "] run past the data section of ", data_size,
+                       " bytes (truncated: a write cut short, e.g. by a full disk)"));
   }
   const uint64_t need = mul_sat(numel, dtype_size(t.dtype));
   if (need != t.nbytes()) {
@@ -187,7 +188,8 @@ Header parse_header(std::span<const std::byte> file, const std::string& source) 
   }
   if (expect != data_size) {
     throw FormatError(source, "", rf::str("the data section is ", data_size, " bytes but the tensors cover ", expect,
-                                          expect < data_size ? " (trailing bytes)" : ""));
+                                          expect < data_size ? " (trailing bytes)"
+                                                             : " (truncated: a write cut short, e.g. by a full disk)"));
   }
   return out;
 }

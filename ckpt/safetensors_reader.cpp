@@ -18,18 +18,22 @@
 namespace rf::ckpt {
 std::vector<std::byte> read_file_bytes(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw FormatError(path, "", rf::str("cannot open: ", std::strerror(errno)));
+  if (fd < 0) {
+    // Gone (deleted since it was listed) is no storage problem: nothing is there to read.
+    if (errno == ENOENT) throw FormatError(path, "", rf::str("cannot open: ", std::strerror(errno)));
+    throw UnreadableError(path, "", rf::str("cannot open: ", std::strerror(errno)));
+  }
   std::vector<std::byte> out;
   try {
     struct stat st {};
-    if (::fstat(fd, &st) != 0) throw FormatError(path, "", rf::str("cannot stat: ", std::strerror(errno)));
+    if (::fstat(fd, &st) != 0) throw UnreadableError(path, "", rf::str("cannot stat: ", std::strerror(errno)));
     if (!S_ISREG(st.st_mode)) throw FormatError(path, "", "not a regular file");
     out.resize(static_cast<size_t>(st.st_size));
     size_t at = 0;
     while (at < out.size()) {
       const ssize_t n = ::read(fd, out.data() + at, out.size() - at);
       if (n < 0 && errno == EINTR) continue;
-      if (n < 0) throw FormatError(path, "", rf::str("read failed: ", std::strerror(errno)));
+      if (n < 0) throw UnreadableError(path, "", rf::str("read failed: ", std::strerror(errno)));
       if (n == 0) throw FormatError(path, "", "file shrank while reading");
       at += static_cast<size_t>(n);
     }
