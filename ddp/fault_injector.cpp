@@ -31,6 +31,7 @@ FaultInjector::FaultInjector(std::vector<elastic::FaultSpec> specs, int64_t inca
     if (!s.launcher_side()) specs_.push_back(std::move(s));
   fired_ = std::vector<std::atomic<bool>>(specs_.size());
   last_slowed_ = std::vector<std::atomic<int64_t>>(specs_.size());
+  disk_writes_.assign(specs_.size(), 0);
   for (auto& x : last_slowed_) x.store(-1);
   for (const auto& f : specs_) measures_steps_ = measures_steps_ || (incarnation_ == 0 && f.factor.has_value());
 }
@@ -58,7 +59,7 @@ void FaultInjector::at(FaultPhase phase, int64_t step) {
   for (size_t i = 0; i < specs_.size(); ++i) {
     const auto& f = specs_[i];
     const FaultPhase p = f.phase.value_or(FaultPhase::Forward);
-    if (p != phase || f.rank != rank_.load()) continue;
+    if (f.kind == FaultKind::Disk || p != phase || f.rank != rank_.load()) continue;  // (disk: storage_fault's)
     if (p == FaultPhase::Allreduce && f.after_chunks.value_or(0) > 0) continue;  // on_chunk's
     if (f.kind == FaultKind::Slow) {
       if (slows(f, step)) slow_step(i, step, elastic::to_string(phase));
@@ -66,6 +67,23 @@ void FaultInjector::at(FaultPhase phase, int64_t step) {
     }
     if (f.step == step && eligible(p, step)) fire(i, elastic::to_string(phase));
   }
+}
+
+ckpt::StorageFault FaultInjector::storage_fault(int64_t step) {
+  ckpt::StorageFault out;
+  if (incarnation_ != 0) return out;
+  for (size_t i = 0; i < specs_.size(); ++i) {
+    const auto& f = specs_[i];
+    if (f.kind != FaultKind::Disk || f.rank != rank_.load() || step < *f.step) continue;
+    if (disk_writes_[i] >= f.writes.value_or(1)) continue;
+    if (disk_writes_[i]++ == 0) {
+      fired_[i].store(true);
+      announce(i, step, "checkpoint");
+    }
+    if (f.error && !out.err) out.err = *f.error;
+    if (f.delay_s) out.delay += std::chrono::milliseconds(static_cast<int64_t>(*f.delay_s * 1000));
+  }
+  return out;
 }
 
 bool FaultInjector::slows(const elastic::FaultSpec& f, int64_t step) const {
@@ -152,6 +170,7 @@ void FaultInjector::fire(size_t i, const char* where) {
       if (drop_) drop_();
       break;
     case FaultKind::Slow: break;  // slow_step's: it may delay many steps
+    case FaultKind::Disk: break;  // storage_fault's: it strikes checkpoint writes
   }
 }
 

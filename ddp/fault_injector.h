@@ -8,6 +8,8 @@
 //   kill  SIGKILL self          stop  SIGSTOP self (D2: the lease expires)
 //   hang  the calling thread blocks forever (the heartbeat thread goes on: D3 finds it)
 //   exit  _exit(3)              drop  force-closes this rank's endpoints (the hook given)
+//   disk  strikes rank 0's checkpoint writes (storage_fault): the first writes= of a step
+//         >= step= wait delay= and fail with error= as a disk would (ckpt/storage_error.h)
 //   slow  delays the step (a slow rank is not a failure): each of the spec's steps= steps
 //         (default 1) from step=, by (factor - 1) x the median of this rank's last
 //         kStepWindow step times that were not slowed, or by a fixed slow_ms (200 ms)
@@ -33,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include "ckpt/storage_error.h"
 #include "elastic/fault_spec.h"
 
 namespace rf::ddp {
@@ -67,6 +70,10 @@ class FaultInjector {
 
   // An injection point of the training thread.
   void at(elastic::FaultPhase phase, int64_t step);
+  // The checkpoint of `step` is about to be saved by this worker (rank 0): the disk
+  // specs' fault for its write (none: a default StorageFault). Each write counts against
+  // a spec's writes=.
+  ckpt::StorageFault storage_fault(int64_t step);
   // From the communicator's chunk hook (driving thread): phase=allreduce specs with
   // after_chunks = k fire once k chunks of the step's all-reduce went through.
   void on_chunk(uint64_t step, uint64_t chunks_done);
@@ -79,6 +86,7 @@ class FaultInjector {
   std::vector<elastic::FaultSpec> specs_;
   std::vector<std::atomic<bool>> fired_;
   std::vector<std::atomic<int64_t>> last_slowed_;  // per spec: the last step a slow spec delayed
+  std::vector<int64_t> disk_writes_;               // per spec: checkpoint writes a disk spec struck
   int64_t incarnation_ = 0;
   int slot_ = 0;
   std::atomic<int> rank_{-1};

@@ -1,5 +1,6 @@
 #include "elastic/fault_spec.h"
 
+#include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
@@ -26,8 +27,8 @@ std::vector<std::string> split(const std::string& s, char sep) {
 [[noreturn]] void bad(const std::string& spec, const std::string& why) {
   throw rf::InvalidInput(rf::str("fault spec '", spec, "': ", why,
                                  " (expected KIND:rank=R:step=S[:phase=P][:after_chunks=K] or "
-                                 "KIND:rank=R:at=SECONDS, KIND in kill|stop|hang|exit|drop|slow; slow also "
-                                 "takes :factor=F:steps=N)"));
+                                 "KIND:rank=R:at=SECONDS, KIND in kill|stop|hang|exit|drop|slow|disk; slow also "
+                                 "takes :factor=F:steps=N, disk :error=ENOSPC|EIO|EROFS|EDQUOT:delay=SECONDS:writes=N)"));
 }
 
 int64_t parse_int(const std::string& spec, const std::string& key, const std::string& v,
@@ -58,6 +59,10 @@ std::string shortest(double x) {
   return ec == std::errc() ? std::string(buf, end) : rf::str(x);
 }
 
+// The errnos a disk fault may fail a checkpoint write with, by name.
+constexpr std::pair<const char*, int> kDiskErrors[] = {
+    {"ENOSPC", ENOSPC}, {"EIO", EIO}, {"EROFS", EROFS}, {"EDQUOT", EDQUOT}};
+
 }  // namespace
 
 const char* to_string(FaultKind k) {
@@ -68,7 +73,14 @@ const char* to_string(FaultKind k) {
     case FaultKind::Exit: return "exit";
     case FaultKind::Drop: return "drop";
     case FaultKind::Slow: return "slow";
+    case FaultKind::Disk: return "disk";
   }
+  return "?";
+}
+
+const char* disk_error_name(int err) {
+  for (const auto& [name, e] : kDiskErrors)
+    if (e == err) return name;
   return "?";
 }
 
@@ -90,7 +102,7 @@ FaultSpec parse_fault_spec(const std::string& text) {
   FaultSpec f;
   static const std::pair<const char*, FaultKind> kinds[] = {
       {"kill", FaultKind::Kill}, {"stop", FaultKind::Stop}, {"hang", FaultKind::Hang},
-      {"exit", FaultKind::Exit}, {"drop", FaultKind::Drop}, {"slow", FaultKind::Slow}};
+      {"exit", FaultKind::Exit}, {"drop", FaultKind::Drop}, {"slow", FaultKind::Slow}, {"disk", FaultKind::Disk}};
   bool kind_ok = false;
   for (auto& [name, k] : kinds)
     if (parts[0] == name) f.kind = k, kind_ok = true;
@@ -119,6 +131,15 @@ FaultSpec parse_fault_spec(const std::string& text) {
     } else if (key == "steps") {
       f.steps = parse_int(text, key, v, 1);
       if (*f.steps > 1'000'000'000) bad(text, "steps= is too large");
+    } else if (key == "error") {
+      for (const auto& [name, e] : kDiskErrors)
+        if (v == name) f.error = e;
+      if (!f.error) bad(text, rf::str("error='", v, "' is not one of ENOSPC, EIO, EROFS, EDQUOT"));
+    } else if (key == "delay") {
+      f.delay_s = parse_real(text, key, v, 0, 3600, "a time in seconds from 0 to 3600");
+    } else if (key == "writes") {
+      f.writes = parse_int(text, key, v, 1);
+      if (*f.writes > 1'000'000) bad(text, "writes= is too large");
     } else if (key == "phase") {
       static const std::pair<const char*, FaultPhase> phases[] = {
           {"forward", FaultPhase::Forward},     {"backward", FaultPhase::Backward},
@@ -142,6 +163,13 @@ FaultSpec parse_fault_spec(const std::string& text) {
   if (f.at_seconds && (f.factor || f.steps)) bad(text, "factor= and steps= only go with step=");
   if (f.at_seconds && f.kind != FaultKind::Kill && f.kind != FaultKind::Stop)
     bad(text, "the launcher can only kill or stop at a time (kind kill or stop with at=)");
+  if ((f.error || f.delay_s || f.writes) && f.kind != FaultKind::Disk)
+    bad(text, rf::str("error=, delay= and writes= only go with kind disk, not ", to_string(f.kind)));
+  if (f.kind == FaultKind::Disk) {
+    if (f.phase || f.after_chunks) bad(text, "a disk fault strikes the checkpoint writer: no phase= or after_chunks=");
+    if (f.rank != 0) bad(text, "a disk fault strikes the checkpoint writer, rank 0: rank=0");
+    if (!f.error && !f.delay_s) bad(text, "a disk fault needs error= or delay= (or both)");
+  }
   return f;
 }
 
@@ -162,6 +190,9 @@ std::string FaultSpec::to_string() const {
   if (after_chunks) s += rf::str(":after_chunks=", *after_chunks);
   if (factor) s += ":factor=" + shortest(*factor);
   if (steps) s += rf::str(":steps=", *steps);
+  if (error) s += rf::str(":error=", disk_error_name(*error));
+  if (delay_s) s += ":delay=" + shortest(*delay_s);
+  if (writes) s += rf::str(":writes=", *writes);
   if (at_seconds) s += ":at=" + shortest(*at_seconds);
   return s;
 }

@@ -5,11 +5,15 @@
 //   slow:rank=R:step=S[:phase=P][:after_chunks=K][:factor=F][:steps=N]
 //   KIND:rank=R:at=SECONDS                              executed by the launcher,
 //                                                       SECONDS after the job first runs
-// KIND is kill|stop|hang|exit|drop|slow; P is forward|backward|allreduce|optimizer|
+//   disk:rank=0:step=S[:error=E][:delay=SECONDS][:writes=N]   at the checkpoint writer
+// KIND is kill|stop|hang|exit|drop|slow|disk; P is forward|backward|allreduce|optimizer|
 // transfer|recovery|leave (leave: after the job's last step S, before the worker's leave
 // is sent). A slow rank delays each of the N steps from S (default 1) by
 // (F - 1) x its own median recent step time, or by a fixed 200 ms without factor=
-// (ddp/fault_injector.h). Several specs travel in RINGFENCE_INJECT separated by ';'.
+// (ddp/fault_injector.h). A disk fault strikes the first N (default 1) checkpoint writes of
+// a step >= S by rank 0 (the writer): each waits SECONDS (a slow disk) and, with error=E
+// (ENOSPC|EIO|EROFS|EDQUOT), fails as a disk would (ckpt/storage_error.h); one of error= or
+// delay= is required. Several specs travel in RINGFENCE_INJECT separated by ';'.
 // A malformed spec throws rf::InvalidInput naming the spec and what is wrong, so the
 // launcher can refuse it before anything starts.
 #include <cstdint>
@@ -19,7 +23,7 @@
 
 namespace rf::elastic {
 
-enum class FaultKind { Kill, Stop, Hang, Exit, Drop, Slow };
+enum class FaultKind { Kill, Stop, Hang, Exit, Drop, Slow, Disk };
 enum class FaultPhase { Forward, Backward, Allreduce, Optimizer, Transfer, Recovery, Leave };
 
 struct FaultSpec {
@@ -31,6 +35,9 @@ struct FaultSpec {
   std::optional<double> at_seconds;     // launcher-side trigger
   std::optional<double> factor;         // slow only: a step takes factor x its usual time
   std::optional<int64_t> steps;         // slow only: consecutive steps slowed from step
+  std::optional<int> error;             // disk only: the errno the checkpoint writes fail with
+  std::optional<double> delay_s;        // disk only: each write waits this long first
+  std::optional<int64_t> writes;        // disk only: how many checkpoint writes it strikes (1)
 
   bool launcher_side() const { return at_seconds.has_value(); }
   std::string to_string() const;  // canonical text; parse(to_string()) == *this
@@ -43,6 +50,7 @@ std::vector<FaultSpec> parse_fault_specs(const std::string& text);
 std::string join_fault_specs(const std::vector<FaultSpec>& specs);
 
 const char* to_string(FaultKind k);
+const char* disk_error_name(int err);  // "ENOSPC" for ENOSPC, ... ("?" for another errno)
 const char* to_string(FaultPhase p);
 
 }  // namespace rf::elastic

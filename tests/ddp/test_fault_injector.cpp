@@ -1,5 +1,6 @@
 #include <doctest/doctest.h>
 
+#include <cerrno>
 #include <chrono>
 #include <map>
 #include <vector>
@@ -142,4 +143,24 @@ TEST_CASE("slow in the all-reduce after K chunks: once per step, from the chunk 
   r.current = 4;
   r.inj.on_chunk(4, 2);  // beyond steps=2
   CHECK(r.delays == std::map<int64_t, nanoseconds>{{2, milliseconds(20)}, {3, milliseconds(20)}});
+}
+
+TEST_CASE("disk: the first writes= checkpoints from its step, of rank 0, incarnation 0; no training phase fires it") {
+  Recorded r("disk:rank=0:step=10:error=ENOSPC:writes=2;disk:rank=0:step=30:delay=1.5", 0);
+  for (int64_t s = 0; s < 12; ++s) r.step(s, milliseconds(10));
+  CHECK(r.fired.empty());                         // a disk fault strikes writes, not steps
+  CHECK_FALSE(r.inj.storage_fault(9).any());      // before its step
+  CHECK(r.inj.storage_fault(19).err == ENOSPC);   // the first checkpoint at or after it
+  CHECK(r.fired == std::vector<std::string>{"disk:rank=0:step=10:error=ENOSPC:writes=2"});
+  CHECK(r.inj.storage_fault(29).err == ENOSPC);   // writes=2
+  const ckpt::StorageFault slow = r.inj.storage_fault(39);  // the first spec is spent; a slow disk
+  CHECK(slow.err == 0);
+  CHECK(slow.delay == milliseconds(1500));
+  CHECK_FALSE(r.inj.storage_fault(49).any());
+  CHECK(r.fired.size() == 2);
+
+  Recorded rank1("disk:rank=0:step=0:error=EIO", 1);  // not the writer
+  CHECK_FALSE(rank1.inj.storage_fault(5).any());
+  Recorded restarted("disk:rank=0:step=0:error=EIO", 0, 1);  // a replacement never repeats it
+  CHECK_FALSE(restarted.inj.storage_fault(5).any());
 }

@@ -1,5 +1,7 @@
 #include <doctest/doctest.h>
 
+#include <cerrno>
+
 #include "base/error.h"
 #include "elastic/fault_spec.h"
 
@@ -88,4 +90,35 @@ TEST_CASE("malformed fault specs are refused with the reason") {
   CHECK(reason("kill:rank=1:step=2:factor=5").find("only go with kind slow, not kill") != std::string::npos);
   CHECK(reason("hang:rank=1:step=2:steps=5").find("only go with kind slow, not hang") != std::string::npos);
   CHECK(reason("slow:rank=1:step=2:factor=2:factor=3").find("twice") != std::string::npos);
+}
+
+TEST_CASE("a disk fault names its errno, delay and number of checkpoint writes; only rank 0 writes") {
+  auto f = parse_fault_spec("disk:rank=0:step=199:error=ENOSPC");
+  CHECK(f.kind == FaultKind::Disk);
+  CHECK(f.error == ENOSPC);
+  CHECK_FALSE(f.delay_s.has_value());
+  CHECK(f.to_string() == "disk:rank=0:step=199:error=ENOSPC");
+  for (const char* text : {"disk:rank=0:step=0:error=EIO:writes=3", "disk:rank=0:step=5:error=EROFS",
+                           "disk:rank=0:step=5:error=EDQUOT:delay=0.5", "disk:rank=0:step=9:delay=2:writes=2"}) {
+    CAPTURE(text);
+    auto g = parse_fault_spec(text);
+    CHECK(g.to_string() == text);
+    CHECK(parse_fault_spec(g.to_string()) == g);
+  }
+  auto reason = [](const std::string& s) {
+    try {
+      parse_fault_spec(s);
+    } catch (const rf::InvalidInput& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  CHECK(reason("disk:rank=0:step=5:error=EPERM").find("not one of ENOSPC, EIO, EROFS, EDQUOT") != std::string::npos);
+  CHECK(reason("disk:rank=0:step=5").find("needs error= or delay=") != std::string::npos);
+  CHECK(reason("disk:rank=1:step=5:error=EIO").find("rank 0") != std::string::npos);
+  CHECK(reason("disk:rank=0:step=5:error=EIO:phase=forward").find("checkpoint writer") != std::string::npos);
+  CHECK(reason("disk:rank=0:at=5").find("kill or stop") != std::string::npos);
+  CHECK(reason("kill:rank=0:step=5:error=EIO").find("only go with kind disk") != std::string::npos);
+  CHECK(reason("disk:rank=0:step=5:delay=-1").find("not a time in seconds") != std::string::npos);
+  CHECK(reason("disk:rank=0:step=5:error=EIO:writes=0").find(">= 1") != std::string::npos);
 }
