@@ -16,11 +16,15 @@ class AsyncWriter final : public CheckpointWriter {
  public:
   explicit AsyncWriter(const ckpt::CheckpointerOptions& o) : w_(o, &std::cerr) {}
   bool writing() const override { return w_.writing(); }
-  void save(const nn::Module& m, const optim::Optimizer& o, const ckpt::SnapshotMeta& meta) override {
-    w_.save(m, o, meta);
+  void save(const nn::Module& m, const optim::Optimizer& o, const ckpt::SnapshotMeta& meta,
+            const ckpt::StorageFault& fault) override {
+    w_.save(m, o, meta, fault);
   }
   void report() override { w_.report(); }
   void flush() override { w_.flush(); }
+  int64_t failures() const override { return w_.failures(); }
+  std::string last_error() const override { return w_.last_error(); }
+  void set_newest_valid(int64_t step, const std::string& path) override { w_.set_newest_valid(step, path); }
 
  private:
   ckpt::AsyncCheckpointer w_;
@@ -43,7 +47,13 @@ void Checkpointing::after_step(const CheckpointOrigin& at, bool forced) {
 
 void Checkpointing::final_save(const CheckpointOrigin& at) {
   save_if_due(at, true);
-  if (writer_) writer_->flush();
+  if (!writer_) return;
+  try {
+    writer_->flush();
+  } catch (const ckpt::CheckpointWriteFailed& e) {
+    if (at.rank != 0) return;  // its failure was a warning when it was rank 0
+    throw ckpt::CheckpointWriteFailed(str("the final state is not on disk: ", e.what()));
+  }
 }
 
 // Rank 0 alone writes (every replica holds the same S, R4); a worker that was rank 0 in an
@@ -53,15 +63,20 @@ void Checkpointing::save_if_due(const CheckpointOrigin& at, bool forced) {
   const CheckpointAction act = checkpoint_action(state_.step(), opt_.every, forced, deferred_, writer_ && writer_->writing());
   deferred_ = act == CheckpointAction::Defer;
   if (act != CheckpointAction::Save) return;
-  if (!writer_) writer_ = make_writer_(ckpt::CheckpointerOptions{.dir = opt_.dir, .keep = opt_.keep});
+  if (!writer_) {
+    writer_ = make_writer_(ckpt::CheckpointerOptions{.dir = opt_.dir, .keep = opt_.keep});
+    if (resumed_step_ >= 0) writer_->set_newest_valid(resumed_step_, resumed_path_);
+  }
   ckpt::SnapshotMeta meta;
   meta.model = opt_.model_name;
   meta.step = state_.step();
   meta.generation = static_cast<int64_t>(at.generation);
   meta.world_size = at.world;
   meta.optimizer = optimizer_.kind();
+  meta.optimizer_hparams = opt_.optimizer_hparams;
+  meta.data_order = opt_.data_order;
   meta.job_id = at.job_id;
-  writer_->save(model_, optimizer_, meta);
+  writer_->save(model_, optimizer_, meta, faults_ ? faults_(meta.step) : ckpt::StorageFault{});
   saved_step_ = state_.step();
 }
 
@@ -92,6 +107,13 @@ bool Checkpointing::restore_newest(const std::string& job_id, uint64_t generatio
   state_.set_step(point->meta.step);
   saved_step_ = point->meta.step;
   resumed_step_ = point->meta.step;
+  resumed_path_ = point->path;
+  if (writer_) writer_->set_newest_valid(resumed_step_, resumed_path_);
+  ckpt::SnapshotMeta ours;
+  ours.optimizer_hparams = opt_.optimizer_hparams;
+  ours.data_order = opt_.data_order;
+  for (const auto& w : ckpt::resume_differences(*point, ours))
+    std::fprintf(stderr, "ringfence worker slot %d: warning: %s\n", slot_, w.c_str());
   std::fprintf(stderr, "ringfence worker slot %d: resumed from %s (step %lld)\n", slot_, point->path.c_str(),
                static_cast<long long>(point->meta.step));
   if (audit_) audit_->record("resume", generation, state_.step(), state_.current_digest(), -1, 0);

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "base/clock.h"
+#include "base/enforce.h"
 #include "base/error.h"
 #include "base/str.h"
 #include "ckpt/async_checkpointer.h"
@@ -46,7 +47,8 @@ ckpt::PartialWriteHook pause_in_write_hook(int64_t step) {
 // --ckpt-dir, the directory must belong to this lineage: a fresh start refuses a directory
 // that already holds checkpoints (they would be mixed with and pruned by this run).
 int64_t restore_for_resume(const TrainOptions& opt, nn::Module& model, optim::SGD& sgd,
-                           const ckpt::SnapshotMeta& ours, TrainResult& r, std::ostream& log) {
+                           const ckpt::SnapshotMeta& ours, ckpt::AsyncCheckpointer* checkpointer, TrainResult& r,
+                           std::ostream& log) {
   const ckpt::RestoreExpect expect{.model = ours.model, .optimizer = ours.optimizer};
   std::optional<ckpt::ResumePoint> point;
   if (!opt.resume_from.empty()) {
@@ -70,16 +72,9 @@ int64_t restore_for_resume(const TrainOptions& opt, nn::Module& model, optim::SG
     }
   }
   if (!point) return 0;
-  if (point->meta.optimizer_hparams != ours.optimizer_hparams) {
-    log << "warning: " << point->path << " was trained with " << point->meta.optimizer_hparams
-        << ", continuing with " << ours.optimizer_hparams << "\n";
-  }
-  // Another batch size, seed or data set: step s no longer sees the samples it saw.
-  if (!point->meta.data_order.empty() && point->meta.data_order != ours.data_order) {
-    log << "warning: " << point->path << " was trained with data order " << point->meta.data_order
-        << ", continuing with " << ours.data_order << ": the steps from here see other batches than an "
-        << "uninterrupted run would\n";
-  }
+  for (const auto& w : ckpt::resume_differences(*point, ours)) log << "warning: " << w << "\n";
+  // Valid (restore_state checked it all): the file a failed checkpoint leaves newest.
+  if (checkpointer && !opt.ckpt_dir.empty() && opt.resume_from.empty()) checkpointer->set_newest_valid(from, point->path);
   log << "== resumed from " << point->path << " (step " << from << "), continuing at step " << from + 1 << "\n";
   r.resumed_step = from;
   return from + 1;
@@ -102,11 +97,8 @@ TrainResult train(const TrainOptions& opt, std::ostream& log) {
   data::Sampler sampler(train_set.n, opt.batch, opt.seed);
 
   TrainResult r;
-  ckpt::SnapshotMeta meta{.model = model_name(opt.model), .step = -1, .generation = 0, .world_size = 1,
-                          .optimizer = sgd.kind(),
-                          .optimizer_hparams = nlohmann::json{{"lr", opt.lr}, {"momentum", opt.momentum}}.dump(),
-                          .data_order = nlohmann::json{{"batch", opt.batch}, {"samples", train_set.n},
-                                                       {"seed", opt.seed}}.dump()};
+  ckpt::SnapshotMeta meta = checkpoint_meta(opt, train_set.n);
+  RF_ENFORCE(meta.optimizer == sgd.kind());
 
   std::ofstream loss_log, batch_log;
   if (!opt.loss_log.empty()) loss_log = open_output(opt.loss_log, "--loss-log");
@@ -126,7 +118,7 @@ TrainResult train(const TrainOptions& opt, std::ostream& log) {
                                   .partial_write_hook = pause_in_write_hook(opt.ckpt_test_pause_step)},
         &log);
   }
-  const int64_t first_step = restore_for_resume(opt, *model, sgd, meta, r, log);
+  const int64_t first_step = restore_for_resume(opt, *model, sgd, meta, checkpointer.get(), r, log);
   if (first_step > 0 && first_step >= total_steps)
     log << "warning: the checkpoint holds step " << first_step - 1 << ", this run has " << total_steps
         << " steps: nothing left to train\n";
@@ -178,22 +170,31 @@ TrainResult train(const TrainOptions& opt, std::ostream& log) {
     if (opt.log_interval > 0 && ((step + 1) % opt.log_interval == 0 || step + 1 == end_step)) {
       const double dt = seconds_since(window_t);
       char line[160];
-      std::snprintf(line, sizeof line, "step %6lld/%lld  epoch %lld  loss %.4f  %.0f samples/s\n",
+      std::snprintf(line, sizeof line, "step %6lld/%lld  epoch %lld  loss %.4f  %.0f samples/s",
                     static_cast<long long>(step + 1), static_cast<long long>(total_steps),
                     static_cast<long long>(step / sampler.steps_per_epoch()), loss_value,
                     dt > 0 ? window_samples / dt : 0.0);
-      log << line << std::flush;
+      const int64_t failed = checkpointer ? checkpointer->failures() : 0;
+      log << line << (failed ? str("  ckpt failed ", failed) : std::string()) << "\n" << std::flush;
       window_t = Clock::now();
       window_samples = 0;
     }
   }
+  // A periodic checkpoint that failed was a warning; the final state not on disk is an
+  // error, reported after the run's results (they are the only copy of it now).
+  std::string not_on_disk;
   if (checkpointer) {
     if (end_step - 1 > saved_step) {  // the final state, unless it was just saved
       meta.step = end_step - 1;
       checkpointer->save(*model, sgd, meta);
     }
-    checkpointer->flush();
+    try {
+      checkpointer->flush();
+    } catch (const ckpt::CheckpointWriteFailed& e) {
+      not_on_disk = e.what();
+    }
     r.checkpoints = checkpointer->saves();
+    r.checkpoints_failed = checkpointer->failures();
     r.ckpt_wait_seconds = checkpointer->wait_seconds();
   }
   r.train_seconds = seconds_since(t0);
@@ -202,6 +203,7 @@ TrainResult train(const TrainOptions& opt, std::ostream& log) {
   r.state_digest = state_digest(*model, sgd);
 
   finish_run(opt, *model, test_set, r, log);
+  if (!not_on_disk.empty()) throw ckpt::CheckpointWriteFailed(str("the final state is not on disk: ", not_on_disk));
   return r;
 }
 
@@ -223,6 +225,7 @@ void write_metrics(const std::string& path, const TrainOptions& opt, const Train
                       {"resumed_step", r.resumed_step},
                       {"stopped", r.stopped},
                       {"checkpoints", r.checkpoints},
+                      {"checkpoints_failed", r.checkpoints_failed},
                       {"world_size", r.world_size},
                       {"recoveries", r.recoveries},
                       {"generation", r.generation},

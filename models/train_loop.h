@@ -78,6 +78,7 @@ struct TrainResult {
   std::string state_digest;    // parameters + optimizer state, 32 hex
   int64_t resumed_step = -1;   // the checkpoint's step when resumed (training began after it)
   int64_t checkpoints = 0;     // checkpoints saved by this process
+  int64_t checkpoints_failed = 0;  // of them, not written (a full or failing disk: warnings)
   double ckpt_wait_seconds = 0;  // training time spent waiting for the checkpoint writer
   std::vector<float> losses;   // per step (single process only)
   // Data-parallel runs (ringfence run): the world size and generation at the end, and

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <ostream>
 
 #include "base/error.h"
@@ -112,6 +113,13 @@ std::shared_ptr<nn::Sequential> build_model(const TrainOptions& opt) {
 }
 
 optim::SgdOptions sgd_options(const TrainOptions& opt) { return {.lr = opt.lr, .momentum = opt.momentum}; }
+
+ckpt::SnapshotMeta checkpoint_meta(const TrainOptions& opt, int64_t train_samples) {
+  return {.model = model_name(opt.model),
+          .optimizer = "sgd",
+          .optimizer_hparams = nlohmann::json{{"lr", opt.lr}, {"momentum", opt.momentum}}.dump(),
+          .data_order = nlohmann::json{{"batch", opt.batch}, {"samples", train_samples}, {"seed", opt.seed}}.dump()};
+}
 
 Tensor classification_loss(const Tensor& logits, std::span<const int32_t> labels, Reduction reduction) {
   return cross_entropy(logits, labels, reduction);

@@ -10,6 +10,7 @@
 #include <span>
 #include <string>
 
+#include "ckpt/snapshot_meta.h"
 #include "core/data/dataset.h"
 #include "core/nn/sequential.h"
 #include "core/ops.h"
@@ -40,6 +41,12 @@ void move_parameters(nn::Module& model, Device device);
 Device model_device(const nn::Module& model);
 
 optim::SgdOptions sgd_options(const TrainOptions& opt);
+
+// What every checkpoint of this run records besides its step, generation and world: the
+// model, the optimizer and its hyper-parameters, and the data order (batch, number of
+// training samples, seed). One copy for both paths, so a checkpoint written under
+// `ringfence run` resumes by hand without a warning, and the other way round.
+ckpt::SnapshotMeta checkpoint_meta(const TrainOptions& opt, int64_t train_samples);
 
 // Cross-entropy over the logits. The single-process loop takes the mean over the batch;
 // the data-parallel one the SUM over the local samples (the reducer divides the reduced

@@ -24,18 +24,30 @@ namespace {
 // Records what it was asked to do; `busy` is what writing() says.
 struct FakeLog {
   std::vector<int64_t> saved;  // steps, in order
+  std::vector<ckpt::SnapshotMeta> metas;
+  std::vector<ckpt::StorageFault> faults;
   int reports = 0, flushes = 0, made = 0;
   bool busy = false;
+  bool fail_flush = false;  // flush() says the newest saved state is not on disk
 };
 class FakeWriter final : public CheckpointWriter {
  public:
   explicit FakeWriter(FakeLog& log) : log_(log) {}
   bool writing() const override { return log_.busy; }
-  void save(const nn::Module&, const optim::Optimizer&, const ckpt::SnapshotMeta& meta) override {
+  void save(const nn::Module&, const optim::Optimizer&, const ckpt::SnapshotMeta& meta,
+            const ckpt::StorageFault& fault) override {
     log_.saved.push_back(meta.step);
+    log_.metas.push_back(meta);
+    log_.faults.push_back(fault);
   }
   void report() override { ++log_.reports; }
-  void flush() override { ++log_.flushes; }
+  void flush() override {
+    ++log_.flushes;
+    if (log_.fail_flush) throw ckpt::CheckpointWriteFailed("the checkpoint of step 6 could not be written (full)");
+  }
+  int64_t failures() const override { return log_.fail_flush ? 1 : 0; }
+  std::string last_error() const override { return log_.fail_flush ? "full" : ""; }
+  void set_newest_valid(int64_t, const std::string&) override {}
 
  private:
   FakeLog& log_;
@@ -192,4 +204,56 @@ TEST_CASE("checkpointing: restores bring back the saved step and state; a whole-
   CHECK(own.saved_step() == 9);  // a restored step is on disk already: never saved again
   Checkpointing any(options(dir.path.string(), 0, true), *b.model, b.sgd, b.state);
   CHECK(any.restore_newest("", 0));  // `resume`: any job's newest
+}
+
+TEST_CASE("checkpointing: every checkpoint records the optimizer's hyper-parameters and the data order") {
+  // Under `ringfence run` they were {} and absent: resuming by hand warned of other
+  // hyper-parameters though they were the same.
+  Worker w;
+  FakeLog log;
+  CheckpointingOptions o = options("/nonexistent-not-written", 1);
+  o.optimizer_hparams = R"({"lr":0.05,"momentum":0.9})";
+  o.data_order = R"({"batch":128,"samples":60000,"seed":0})";
+  Checkpointing c(o, *w.model, w.sgd, w.state, fake(log));
+  w.state.set_step(0);
+  c.after_step(kRank0, false);
+  REQUIRE(log.metas.size() == 1);
+  CHECK(log.metas[0].optimizer_hparams == o.optimizer_hparams);
+  CHECK(log.metas[0].data_order == o.data_order);
+  CHECK(log.metas[0].job_id == "job-a");
+  CHECK(log.metas[0].world_size == 2);
+}
+
+TEST_CASE("checkpointing: the storage fault of a step goes with its save") {
+  Worker w;
+  FakeLog log;
+  Checkpointing c(options("/nonexistent-not-written", 1), *w.model, w.sgd, w.state, fake(log));
+  std::vector<int64_t> asked;
+  c.set_storage_faults([&](int64_t s) {
+    asked.push_back(s);
+    return s == 1 ? ckpt::StorageFault{.err = 28} : ckpt::StorageFault{};
+  });
+  for (int64_t s : {0, 1, 2}) {
+    w.state.set_step(s);
+    c.after_step(kRank0, false);
+  }
+  CHECK(asked == std::vector<int64_t>{0, 1, 2});
+  REQUIRE(log.faults.size() == 3);
+  CHECK(log.faults[1].err == 28);
+  CHECK(log.faults[2].err == 0);
+}
+
+TEST_CASE("checkpointing: the final state not on disk is rank 0's error; a former rank 0's only a warning") {
+  Worker w;
+  FakeLog log;
+  Checkpointing c(options("/nonexistent-not-written"), *w.model, w.sgd, w.state, fake(log));
+  w.state.set_step(6);
+  log.fail_flush = true;
+  CHECK_THROWS_WITH_AS(c.final_save(kRank0),
+                       "the final state is not on disk: the checkpoint of step 6 could not be written (full)",
+                       ckpt::CheckpointWriteFailed);
+  CHECK(c.failures() == 1);
+  CHECK(c.last_error() == "full");
+  const CheckpointOrigin rank1{.rank = 1, .world = 2, .generation = 2, .job_id = "job-a"};
+  CHECK_NOTHROW(c.final_save(rank1));  // the final checkpoint is the new rank 0's
 }
