@@ -9,7 +9,21 @@
 #include <cstdlib>
 #include <thread>
 
+#include "base/error.h"
+#include "base/str.h"
+
 namespace rf::ddp {
+namespace {
+
+std::mutex g_gpu_hang_mu;
+std::function<void()> g_gpu_hang;  // set_gpu_hang_action's
+
+}  // namespace
+
+void set_gpu_hang_action(std::function<void()> action) {
+  std::lock_guard<std::mutex> lk(g_gpu_hang_mu);
+  g_gpu_hang = std::move(action);
+}
 
 using elastic::FaultKind;
 using elastic::FaultPhase;
@@ -171,6 +185,18 @@ void FaultInjector::fire(size_t i, const char* where) {
       break;
     case FaultKind::Slow: break;  // slow_step's: it may delay many steps
     case FaultKind::Disk: break;  // storage_fault's: it strikes checkpoint writes
+    case FaultKind::GpuHang: {
+      std::function<void()> hang;
+      {
+        std::lock_guard<std::mutex> lk(g_gpu_hang_mu);
+        hang = g_gpu_hang;
+      }
+      if (!hang)
+        throw rf::InvalidInput(rf::str("--inject ", f.to_string(), ": this process has no GPU stream to make stuck "
+                                       "(it computes on the CPU, or never installed a gpu_hang action)"));
+      hang();  // returns at once: the kernel it enqueued runs until the process exits
+      break;
+    }
   }
 }
 

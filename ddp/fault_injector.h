@@ -8,6 +8,9 @@
 //   kill  SIGKILL self          stop  SIGSTOP self (D2: the lease expires)
 //   hang  the calling thread blocks forever (the heartbeat thread goes on: D3 finds it)
 //   exit  _exit(3)              drop  force-closes this rank's endpoints (the hook given)
+//   gpu_hang  enqueues a kernel that never ends on the rank's compute stream (the process's
+//         gpu hang action, set_gpu_hang_action) and returns: the host thread goes on, but
+//         nothing queued behind it (the next NCCL all-reduce) ever starts on its GPU
 //   disk  strikes rank 0's checkpoint writes (storage_fault): the first writes= of a step
 //         >= step= wait delay= and fail with error= as a disk would (ckpt/storage_error.h)
 //   slow  delays the step (a slow rank is not a failure): each of the spec's steps= steps
@@ -45,6 +48,13 @@ namespace rf::ddp {
 // without a factor or with no recent step yet.
 std::chrono::nanoseconds slow_delay(const elastic::FaultSpec& slow, std::span<const std::chrono::nanoseconds> recent,
                                     std::chrono::nanoseconds fixed);
+
+// gpu_hang's action in this process: enqueue, on the stream the model computes on, a kernel
+// that never ends (ddp/gpu_hang.h), and return. Installed by a program once it knows its
+// GPU (models/train_program.cpp); empty uninstalls. Without one (a worker on the CPU, which
+// refuses gpu_hang before it starts: elastic::refuse_gpu_faults_on_cpu) a gpu_hang that
+// fires throws rf::InvalidInput saying so.
+void set_gpu_hang_action(std::function<void()> action);
 
 class FaultInjector {
  public:

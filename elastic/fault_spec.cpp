@@ -27,7 +27,7 @@ std::vector<std::string> split(const std::string& s, char sep) {
 [[noreturn]] void bad(const std::string& spec, const std::string& why) {
   throw rf::InvalidInput(rf::str("fault spec '", spec, "': ", why,
                                  " (expected KIND:rank=R:step=S[:phase=P][:after_chunks=K] or "
-                                 "KIND:rank=R:at=SECONDS, KIND in kill|stop|hang|exit|drop|slow|disk; slow also "
+                                 "KIND:rank=R:at=SECONDS, KIND in kill|stop|hang|exit|drop|slow|disk|gpu_hang; slow also "
                                  "takes :factor=F:steps=N, disk :error=ENOSPC|EIO|EROFS|EDQUOT:delay=SECONDS:writes=N)"));
 }
 
@@ -74,6 +74,7 @@ const char* to_string(FaultKind k) {
     case FaultKind::Drop: return "drop";
     case FaultKind::Slow: return "slow";
     case FaultKind::Disk: return "disk";
+    case FaultKind::GpuHang: return "gpu_hang";
   }
   return "?";
 }
@@ -102,7 +103,8 @@ FaultSpec parse_fault_spec(const std::string& text) {
   FaultSpec f;
   static const std::pair<const char*, FaultKind> kinds[] = {
       {"kill", FaultKind::Kill}, {"stop", FaultKind::Stop}, {"hang", FaultKind::Hang},
-      {"exit", FaultKind::Exit}, {"drop", FaultKind::Drop}, {"slow", FaultKind::Slow}, {"disk", FaultKind::Disk}};
+      {"exit", FaultKind::Exit}, {"drop", FaultKind::Drop}, {"slow", FaultKind::Slow}, {"disk", FaultKind::Disk},
+      {"gpu_hang", FaultKind::GpuHang}};
   bool kind_ok = false;
   for (auto& [name, k] : kinds)
     if (parts[0] == name) f.kind = k, kind_ok = true;
@@ -170,7 +172,19 @@ FaultSpec parse_fault_spec(const std::string& text) {
     if (f.rank != 0) bad(text, "a disk fault strikes the checkpoint writer, rank 0: rank=0");
     if (!f.error && !f.delay_s) bad(text, "a disk fault needs error= or delay= (or both)");
   }
+  if (f.kind == FaultKind::GpuHang && f.after_chunks)
+    bad(text, "gpu_hang enqueues its kernel at the start of a phase: no after_chunks=");
   return f;
+}
+
+bool needs_gpu(FaultKind k) { return k == FaultKind::GpuHang; }
+
+void refuse_gpu_faults_on_cpu(const std::vector<FaultSpec>& specs) {
+  for (const FaultSpec& f : specs)
+    if (needs_gpu(f.kind))
+      throw rf::InvalidInput(rf::str("fault spec '", f.to_string(), "': ", to_string(f.kind),
+                                     " makes a worker's GPU stuck, and this worker computes on the CPU: it means "
+                                     "nothing there (train with --device cuda)"));
 }
 
 std::vector<FaultSpec> parse_fault_specs(const std::string& text) {

@@ -6,14 +6,18 @@
 //   KIND:rank=R:at=SECONDS                              executed by the launcher,
 //                                                       SECONDS after the job first runs
 //   disk:rank=0:step=S[:error=E][:delay=SECONDS][:writes=N]   at the checkpoint writer
-// KIND is kill|stop|hang|exit|drop|slow|disk; P is forward|backward|allreduce|optimizer|
-// transfer|recovery|leave (leave: after the job's last step S, before the worker's leave
-// is sent). A slow rank delays each of the N steps from S (default 1) by
+//   gpu_hang:rank=R:step=S[:phase=P]                   the worker's GPU gets stuck
+// KIND is kill|stop|hang|exit|drop|slow|disk|gpu_hang; P is forward|backward|allreduce|
+// optimizer|transfer|recovery|leave (leave: after the job's last step S, before the
+// worker's leave is sent). A slow rank delays each of the N steps from S (default 1) by
 // (F - 1) x its own median recent step time, or by a fixed 200 ms without factor=
 // (ddp/fault_injector.h). A disk fault strikes the first N (default 1) checkpoint writes of
 // a step >= S by rank 0 (the writer): each waits SECONDS (a slow disk) and, with error=E
 // (ENOSPC|EIO|EROFS|EDQUOT), fails as a disk would (ckpt/storage_error.h); one of error= or
-// delay= is required. Several specs travel in RINGFENCE_INJECT separated by ';'.
+// delay= is required. gpu_hang enqueues a kernel that never ends on the rank's compute
+// stream (its host thread goes on; its next NCCL all-reduce never starts on its GPU); only
+// a worker computing on a GPU takes it (refuse_gpu_faults_on_cpu). Several specs travel
+// in RINGFENCE_INJECT separated by ';'.
 // A malformed spec throws rf::InvalidInput naming the spec and what is wrong, so the
 // launcher can refuse it before anything starts.
 #include <cstdint>
@@ -23,7 +27,7 @@
 
 namespace rf::elastic {
 
-enum class FaultKind { Kill, Stop, Hang, Exit, Drop, Slow, Disk };
+enum class FaultKind { Kill, Stop, Hang, Exit, Drop, Slow, Disk, GpuHang };
 enum class FaultPhase { Forward, Backward, Allreduce, Optimizer, Transfer, Recovery, Leave };
 
 struct FaultSpec {
@@ -52,5 +56,10 @@ std::string join_fault_specs(const std::vector<FaultSpec>& specs);
 const char* to_string(FaultKind k);
 const char* disk_error_name(int err);  // "ENOSPC" for ENOSPC, ... ("?" for another errno)
 const char* to_string(FaultPhase p);
+
+// Kinds that act on the worker's GPU (gpu_hang). A worker that computes on the CPU refuses
+// them before it starts: rf::InvalidInput naming the first such spec (they mean nothing there).
+bool needs_gpu(FaultKind k);
+void refuse_gpu_faults_on_cpu(const std::vector<FaultSpec>& specs);
 
 }  // namespace rf::elastic

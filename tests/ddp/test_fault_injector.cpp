@@ -5,6 +5,7 @@
 #include <map>
 #include <vector>
 
+#include "base/error.h"
 #include "ddp/fault_injector.h"
 
 using namespace rf;
@@ -163,4 +164,37 @@ TEST_CASE("disk: the first writes= checkpoints from its step, of rank 0, incarna
   CHECK_FALSE(rank1.inj.storage_fault(5).any());
   Recorded restarted("disk:rank=0:step=0:error=EIO", 0, 1);  // a replacement never repeats it
   CHECK_FALSE(restarted.inj.storage_fault(5).any());
+}
+
+TEST_CASE("gpu_hang: the process's action runs once, at its step and rank, and the thread goes on") {
+  int hangs = 0;
+  ddp::set_gpu_hang_action([&] { ++hangs; });
+  Recorded r("gpu_hang:rank=1:step=4;gpu_hang:rank=0:step=2", 1);
+  for (int64_t s = 0; s < 8; ++s) r.step(s, milliseconds(10));  // returns: the host thread is not held
+  CHECK(hangs == 1);
+  CHECK(r.fired == std::vector<std::string>{"gpu_hang:rank=1:step=4"});
+  // A step redone after the recovery it caused does not fire it again; nor does a replacement.
+  r.inj.on_plan(4, false);
+  r.step(4, milliseconds(10));
+  CHECK(hangs == 1);
+  Recorded restarted("gpu_hang:rank=1:step=4", 1, 1);
+  for (int64_t s = 0; s < 8; ++s) restarted.step(s, milliseconds(10));
+  CHECK(hangs == 1);
+  // At a phase of its own.
+  Recorded backward("gpu_hang:rank=0:step=1:phase=backward", 0);
+  backward.inj.at(FaultPhase::Forward, 1);
+  CHECK(hangs == 1);
+  backward.inj.at(FaultPhase::Backward, 1);
+  CHECK(hangs == 2);
+
+  // Without an action (a CPU worker, which refuses the spec before it starts): an error, not a no-op.
+  ddp::set_gpu_hang_action({});
+  Recorded cpu("gpu_hang:rank=0:step=0", 0);
+  std::string why;
+  try {
+    cpu.inj.at(FaultPhase::Forward, 0);
+  } catch (const InvalidInput& e) {
+    why = e.what();
+  }
+  CHECK(why.find("--inject gpu_hang:rank=0:step=0: this process has no GPU stream to make stuck") == 0);
 }

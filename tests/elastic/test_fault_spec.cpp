@@ -122,3 +122,44 @@ TEST_CASE("a disk fault names its errno, delay and number of checkpoint writes; 
   CHECK(reason("disk:rank=0:step=5:delay=-1").find("not a time in seconds") != std::string::npos);
   CHECK(reason("disk:rank=0:step=5:error=EIO:writes=0").find(">= 1") != std::string::npos);
 }
+
+TEST_CASE("gpu_hang: a worker's GPU stuck at a step (and phase); refused on a CPU worker") {
+  auto f = parse_fault_spec("gpu_hang:rank=1:step=20");
+  CHECK(f.kind == FaultKind::GpuHang);
+  CHECK(f.rank == 1);
+  CHECK(f.step == 20);
+  CHECK(f.to_string() == "gpu_hang:rank=1:step=20");
+  CHECK(parse_fault_spec(f.to_string()) == f);
+  auto g = parse_fault_spec("gpu_hang:rank=0:step=5:phase=backward");
+  CHECK(g.phase == FaultPhase::Backward);
+  CHECK(parse_fault_spec(g.to_string()) == g);
+  CHECK(needs_gpu(FaultKind::GpuHang));
+  CHECK_FALSE(needs_gpu(FaultKind::Hang));
+  auto reason = [](const std::string& s) {
+    try {
+      parse_fault_spec(s);
+    } catch (const rf::InvalidInput& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  // The launcher cannot make a worker's GPU stuck; the kernel goes in at a phase's start.
+  CHECK(reason("gpu_hang:rank=1:at=2").find("kill or stop") != std::string::npos);
+  CHECK(reason("gpu_hang:rank=1:step=2:phase=allreduce:after_chunks=1").find("no after_chunks=") != std::string::npos);
+  CHECK(reason("gpu_hang:rank=1:step=2:factor=5").find("only go with kind slow, not gpu_hang") != std::string::npos);
+  CHECK(reason("gpu_hang:step=2").find("rank= is required") != std::string::npos);
+  CHECK(reason("gpu_stuck:rank=1:step=2").find("gpu_hang") != std::string::npos);  // the kinds are listed
+
+  // A worker on the CPU refuses it before it starts, naming the spec; other kinds pass.
+  CHECK_NOTHROW(refuse_gpu_faults_on_cpu(parse_fault_specs("kill:rank=1:step=3;hang:rank=0:step=4")));
+  CHECK_NOTHROW(refuse_gpu_faults_on_cpu({}));
+  std::string why;
+  try {
+    refuse_gpu_faults_on_cpu(parse_fault_specs("kill:rank=1:step=3;gpu_hang:rank=2:step=9"));
+  } catch (const rf::InvalidInput& e) {
+    why = e.what();
+  }
+  CHECK(why ==
+        "fault spec 'gpu_hang:rank=2:step=9': gpu_hang makes a worker's GPU stuck, and this worker computes on the CPU: "
+        "it means nothing there (train with --device cuda)");
+}
