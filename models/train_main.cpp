@@ -1,8 +1,8 @@
 // main() of train_mlp and train_cnn (this file is compiled into each program with
 // RF_TRAIN_MODEL = MLP or CNN; it is not part of the rf_models library). It owns what is
 // process-wide and so must never be done by library code: signal handlers and the global
-// flag they set, the GEMM thread count, glibc's malloc settings, and the CUDA halves of core
-// and comm (registered when --device names a GPU).
+// flag they set, the GEMM thread count, glibc's malloc settings, and the CUDA halves of core,
+// comm and ddp (registered when --device names a GPU; ddp's is gpu_hang's kernel).
 #include <csignal>
 
 #include <atomic>
@@ -13,6 +13,7 @@
 #include "comm/cuda/register.h"
 #include "core/cuda_runtime.h"
 #include "core/malloc_tuning.h"
+#include "ddp/gpu_hang.h"
 #include "kernels/cpu/gemm.h"
 #include "models/distributed_train.h"
 #include "models/train_flags.h"
@@ -70,7 +71,7 @@ int main(int argc, char** argv) {
   if (!flags.options.device.is_cpu()) {
     rf::register_cuda_runtime();
     rf::comm::register_cuda_comm();
-    inventory = {rf::cuda_device_count(), rf::cuda_unavailable_reason()};
+    inventory = {rf::cuda_device_count(), rf::cuda_unavailable_reason(), &rf::ddp::hang_gpu_stream};
   }
   return run_train_program(flags.options, inventory, std::cout, std::cerr);
 }

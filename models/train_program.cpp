@@ -1,23 +1,51 @@
 #include "models/train_program.h"
 
+#include <cstdlib>
 #include <exception>
 #include <new>
 #include <ostream>
 #include <string>
 
+#include "base/str.h"
+#include "core/device_runtime.h"
+#include "ddp/fault_injector.h"
+#include "elastic/fault_spec.h"
 #include "models/device_choice.h"
 #include "models/distributed_train.h"
 #include "models/train_flags.h"
 
 namespace rf::models {
+namespace {
+
+// The device, and what it asks of this process before training: gpu_hang's action on a
+// GPU, and the refusal of gpu_hang on the CPU. FlagError (exit 2) for everything this
+// worker and every restart of it would refuse again.
+Device prepare_device(const TrainOptions& opt, const GpuInventory& inventory, bool launched) {
+  const Device device =
+      choose_device({.device = opt.device, .any_gpu = opt.any_gpu, .backend = opt.backend, .gpus = inventory.gpus,
+                     .no_gpu_reason = inventory.no_gpu_reason,
+                     .local = launched ? std::optional(local_placement_from_env()) : std::nullopt});
+  if (device.is_cpu()) {
+    const char* inject = launched ? std::getenv("RINGFENCE_INJECT") : nullptr;
+    try {
+      elastic::refuse_gpu_faults_on_cpu(elastic::parse_fault_specs(inject ? inject : ""));
+    } catch (const InvalidInput& e) {
+      throw FlagError(str("--inject: ", e.what()));
+    }
+  } else if (inventory.hang_stream) {
+    ddp::set_gpu_hang_action(
+        [device, hang = inventory.hang_stream] { hang(device.index, runtime(device, "gpu_hang").stream()); });
+  }
+  return device;
+}
+
+}  // namespace
 
 int run_train_program(TrainOptions opt, const GpuInventory& inventory, std::ostream& out, std::ostream& err) {
   const std::string name = std::string("train_") + model_name(opt.model);
   const bool launched = launched_by_ringfence();
   try {
-    opt.device = choose_device({.device = opt.device, .any_gpu = opt.any_gpu, .backend = opt.backend,
-                                .gpus = inventory.gpus, .no_gpu_reason = inventory.no_gpu_reason,
-                                .local = launched ? std::optional(local_placement_from_env()) : std::nullopt});
+    opt.device = prepare_device(opt, inventory, launched);
   } catch (const FlagError& e) {
     err << (name + ": " + e.what() + "\n") << std::flush;  // one write: workers share the terminal
     // Every worker of this host and every restart would refuse the same way.

@@ -3,10 +3,12 @@
 // train_loop.h) or under `ringfence run` (data-parallel, distributed_train.h), chosen by
 // RINGFENCE_COORD in the environment. Returns the exit code: 0 ok, 1 failure (missing
 // data, a bad --init file, a job the coordinator stopped, ...), 2 when --device cannot be
-// had here (models/device_choice.h), with the error on `err`. Under `ringfence run` that
-// refusal also stops the job with its message (the coordinator's `fatal`). Process-wide
-// settings (signal handlers, GEMM threads, malloc tuning, the CUDA registrations) are not
-// made here: they belong to the program's main() (train_main.cpp).
+// had here (models/device_choice.h) or --inject asks what it cannot do (gpu_hang on the
+// CPU), with the error on `err`. Under `ringfence run` that refusal also stops the job with
+// its message (the coordinator's `fatal`). Process-wide settings (signal handlers, GEMM
+// threads, malloc tuning, the CUDA registrations) belong to the program's main()
+// (train_main.cpp); made here is only what follows from the device chosen: gpu_hang's
+// action (ddp::set_gpu_hang_action).
 #include <iosfwd>
 #include <string>
 
@@ -14,11 +16,13 @@
 
 namespace rf::models {
 
-// What CUDA says of this machine (rf::cuda_device_count(), rf::cuda_unavailable_reason()):
-// the program's main() asks when --device names a GPU.
+// What CUDA says of this machine (rf::cuda_device_count(), rf::cuda_unavailable_reason()),
+// and how to make a GPU stuck for --inject gpu_hang (ddp/gpu_hang.h: a kernel that never ends
+// on `stream` of GPU `device`): the program's main() fills it when --device names a GPU.
 struct GpuInventory {
   int gpus = 0;
   std::string no_gpu_reason;
+  void (*hang_stream)(int device, void* stream) = nullptr;
 };
 
 int run_train_program(TrainOptions opt, const GpuInventory& inventory, std::ostream& out, std::ostream& err);
