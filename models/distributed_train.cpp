@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <ostream>
+#include <utility>
 
 #include "base/error.h"
 #include "base/str.h"
@@ -56,6 +57,10 @@ LocalPlacement local_placement_from_env() {
     *out = static_cast<int>(x);
   }
   return l;
+}
+
+std::pair<int, int64_t> worker_id_from_env() {
+  return {static_cast<int>(env_int("RINGFENCE_SLOT", 0)), env_int("RINGFENCE_INCARNATION", 0)};
 }
 
 void stop_job_before_start(const std::string& error, std::ostream& err) {

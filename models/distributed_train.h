@@ -12,6 +12,7 @@
 // final (step, state digest) line, so replicas can be compared.
 #include <iosfwd>
 #include <string>
+#include <utility>
 
 #include "models/device_choice.h"
 #include "models/train_loop.h"
@@ -26,6 +27,8 @@ bool launched_by_ringfence();
 // RINGFENCE_LOCAL_WORLD (a launcher that sets neither: rank 0 of 1). FlagError when
 // malformed.
 LocalPlacement local_placement_from_env();
+// Who this worker is in the job: RINGFENCE_SLOT and RINGFENCE_INCARNATION (0 when unset).
+std::pair<int, int64_t> worker_id_from_env();
 
 // A start-up refusal every worker and every restart would meet again (e.g. --device): joins
 // the job and reports it to the coordinator as fatal, which STOPs the job with `error` (the

@@ -5,6 +5,7 @@
 #include <new>
 #include <ostream>
 #include <string>
+#include <utility>
 
 #include "base/str.h"
 #include "core/device_runtime.h"
@@ -17,14 +18,24 @@
 namespace rf::models {
 namespace {
 
-// The device, and what it asks of this process before training: gpu_hang's action on a
-// GPU, and the refusal of gpu_hang on the CPU. FlagError (exit 2) for everything this
-// worker and every restart of it would refuse again.
-Device prepare_device(const TrainOptions& opt, const GpuInventory& inventory, bool launched) {
-  const Device device =
-      choose_device({.device = opt.device, .any_gpu = opt.any_gpu, .backend = opt.backend, .gpus = inventory.gpus,
+// The device, and what it asks of this process before training: the test override's
+// warning and NCCL environment (models/device_choice.h), gpu_hang's action on a GPU, and the
+// refusal of gpu_hang on the CPU. FlagError (exit 2) for everything this worker and every
+// restart of it would refuse again.
+Device prepare_device(const TrainOptions& opt, const GpuInventory& inventory, bool launched, const std::string& name,
+                      std::ostream& err) {
+  const auto [slot, incarnation] = launched ? worker_id_from_env() : std::pair<int, int64_t>{0, 0};
+  const DeviceChoice choice =
+      decide_device({.device = opt.device, .any_gpu = opt.any_gpu, .backend = opt.backend, .gpus = inventory.gpus,
                      .no_gpu_reason = inventory.no_gpu_reason,
-                     .local = launched ? std::optional(local_placement_from_env()) : std::nullopt});
+                     .local = launched ? std::optional(local_placement_from_env()) : std::nullopt,
+                     .nccl_share_gpu = launched && nccl_share_gpu_from(std::getenv(kNcclShareGpuEnv)),
+                     .slot = slot,
+                     .incarnation = incarnation});
+  if (!choice.warning.empty()) err << (name + ": " + choice.warning + "\n") << std::flush;
+  // Before any NCCL call (prepare_backend, in training): NCCL reads them once per process.
+  for (const auto& [key, value] : choice.env) ::setenv(key.c_str(), value.c_str(), 0);
+  const Device device = choice.device;
   if (device.is_cpu()) {
     const char* inject = launched ? std::getenv("RINGFENCE_INJECT") : nullptr;
     try {
@@ -45,7 +56,7 @@ int run_train_program(TrainOptions opt, const GpuInventory& inventory, std::ostr
   const std::string name = std::string("train_") + model_name(opt.model);
   const bool launched = launched_by_ringfence();
   try {
-    opt.device = prepare_device(opt, inventory, launched);
+    opt.device = prepare_device(opt, inventory, launched, name, err);
   } catch (const FlagError& e) {
     err << (name + ": " + e.what() + "\n") << std::flush;  // one write: workers share the terminal
     // Every worker of this host and every restart would refuse the same way.

@@ -7,8 +7,9 @@
 // CPU), with the error on `err`. Under `ringfence run` that refusal also stops the job with
 // its message (the coordinator's `fatal`). Process-wide settings (signal handlers, GEMM
 // threads, malloc tuning, the CUDA registrations) belong to the program's main()
-// (train_main.cpp); made here is only what follows from the device chosen: gpu_hang's
-// action (ddp::set_gpu_hang_action).
+// (train_main.cpp); made here are only those that follow from the device chosen: the NCCL
+// environment of the test override RF_TEST_NCCL_SHARE_GPU and gpu_hang's action
+// (ddp::set_gpu_hang_action).
 #include <iosfwd>
 #include <string>
 

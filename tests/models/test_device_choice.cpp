@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "models/device_choice.h"
@@ -35,7 +36,8 @@ std::string choice_error(const DeviceRequest& r) {
 
 DeviceRequest gpu_request(std::optional<LocalPlacement> local, int gpus, comm::Backend backend = comm::Backend::Ucx,
                           Device device = Device::CUDA, bool any_gpu = true) {
-  return {.device = device, .any_gpu = any_gpu, .backend = backend, .gpus = gpus, .no_gpu_reason = "", .local = local};
+  return {.device = device, .any_gpu = any_gpu, .backend = backend, .gpus = gpus, .no_gpu_reason = "", .local = local,
+          .nccl_share_gpu = false, .slot = 0, .incarnation = 0};
 }
 
 }  // namespace
@@ -149,4 +151,87 @@ TEST_CASE("NCCL refuses two ranks on one GPU") {
 TEST_CASE("a launcher's placement that cannot be") {
   CHECK(choice_error(gpu_request(LocalPlacement{2, 2}, 2)).find("local rank 2 of 2") != std::string::npos);
   CHECK(choice_error(gpu_request(LocalPlacement{0, 0}, 2)).find("local rank 0 of 0") != std::string::npos);
+}
+
+TEST_CASE("RF_TEST_NCCL_SHARE_GPU=1: NCCL ranks share a GPU, each its own NCCL host, with a warning") {
+  // Off by default: the refusal above stands, and nothing is set.
+  DeviceRequest r = gpu_request(LocalPlacement{1, 3}, 1, comm::Backend::Nccl);
+  r.slot = 1;
+  CHECK(choice_error(r).find("--backend nccl: NCCL refuses two ranks on one GPU") == 0);
+  r.nccl_share_gpu = true;
+  const DeviceChoice c = decide_device(r);
+  CHECK(c.device == Device::cuda(0));
+  CHECK(c.warning ==
+        "warning: RF_TEST_NCCL_SHARE_GPU=1: 3 NCCL ranks share 1 GPU(s), each its own NCCL host "
+        "(NCCL_HOSTID=ringfence-slot1-inc0) over loopback sockets: for correctness tests only, never for timing "
+        "(docs/gpu.md)");
+  using Env = std::vector<std::pair<std::string, std::string>>;
+  CHECK(c.env == Env{{"NCCL_HOSTID", "ringfence-slot1-inc0"},
+                     {"NCCL_P2P_DISABLE", "1"},
+                     {"NCCL_SHM_DISABLE", "1"},
+                     {"NCCL_NET", "Socket"},
+                     {"NCCL_SOCKET_IFNAME", "lo"}});
+  // Every process of the job is a host of its own: the slot and the incarnation name it.
+  DeviceRequest again = r;
+  again.incarnation = 2;  // slot 1's replacement
+  CHECK(decide_device(again).env.front().second == "ringfence-slot1-inc2");
+  again.slot = 7;
+  again.incarnation = 0;
+  CHECK(decide_device(again).env.front().second == "ringfence-slot7-inc0");
+  CHECK(nccl_test_host_id(5, 3) == "ringfence-slot5-inc3");
+  // A named GPU shared by every local rank: the same.
+  DeviceRequest named = gpu_request(LocalPlacement{0, 2}, 2, comm::Backend::Nccl, Device::cuda(1), false);
+  named.nccl_share_gpu = true;
+  named.slot = 4;
+  named.incarnation = 1;
+  const DeviceChoice n = decide_device(named);
+  CHECK(n.device == Device::cuda(1));
+  CHECK(n.env.front() == std::pair<std::string, std::string>{"NCCL_HOSTID", "ringfence-slot4-inc1"});
+  CHECK(n.warning.find("2 NCCL ranks share 1 GPU(s)") != std::string::npos);
+}
+
+TEST_CASE("the share override changes nothing where nothing is shared, and nothing but NCCL") {
+  auto with_override = [](DeviceRequest r) {
+    r.nccl_share_gpu = true;
+    return decide_device(r);
+  };
+  // One rank per GPU: NCCL's own placement, no warning, nothing set.
+  const DeviceChoice own = with_override(gpu_request(LocalPlacement{1, 2}, 2, comm::Backend::Nccl));
+  CHECK(own.device == Device::cuda(1));
+  CHECK(own.warning.empty());
+  CHECK(own.env.empty());
+  // UCX shares GPUs anyway; by hand there is one rank; the CPU has no GPU to share.
+  const DeviceChoice ucx = with_override(gpu_request(LocalPlacement{2, 4}, 1));
+  CHECK((ucx.device == Device::cuda(0) && ucx.warning.empty() && ucx.env.empty()));
+  const DeviceChoice by_hand = with_override(gpu_request(std::nullopt, 1, comm::Backend::Nccl));
+  CHECK((by_hand.device == Device::cuda(0) && by_hand.warning.empty() && by_hand.env.empty()));
+  DeviceRequest cpu;
+  cpu.local = LocalPlacement{1, 4};
+  const DeviceChoice c = with_override(cpu);
+  CHECK((c.device == Device::CPU && c.env.empty()));
+  cpu.backend = comm::Backend::Nccl;
+  cpu.nccl_share_gpu = true;
+  CHECK(choice_error(cpu) == "--backend nccl: needs a GPU (--device cuda or cuda:N)");
+  // No GPU at all is still an error.
+  DeviceRequest none = gpu_request(LocalPlacement{0, 2}, 0, comm::Backend::Nccl);
+  none.nccl_share_gpu = true;
+  CHECK(choice_error(none).find("no CUDA device to use") != std::string::npos);
+}
+
+TEST_CASE("RF_TEST_NCCL_SHARE_GPU's values: 1 on; unset, empty or 0 off; anything else an error") {
+  CHECK_FALSE(nccl_share_gpu_from(nullptr));
+  CHECK_FALSE(nccl_share_gpu_from(""));
+  CHECK_FALSE(nccl_share_gpu_from("0"));
+  CHECK(nccl_share_gpu_from("1"));
+  for (const char* bad : {"yes", "true", "2", " 1", "1 "}) {
+    CAPTURE(bad);
+    std::string why;
+    try {
+      nccl_share_gpu_from(bad);
+    } catch (const FlagError& e) {
+      why = e.what();
+    }
+    CHECK(why == std::string("RF_TEST_NCCL_SHARE_GPU='") + bad +
+                     "' is not 0 or 1 (1: let NCCL ranks share a GPU, for tests)");
+  }
 }
