@@ -11,6 +11,7 @@
 #include "core/device_runtime.h"
 #include "ddp/fault_injector.h"
 #include "elastic/fault_spec.h"
+#include "elastic/error_file.h"
 #include "models/device_choice.h"
 #include "models/distributed_train.h"
 #include "models/train_flags.h"
@@ -70,10 +71,15 @@ int run_train_program(TrainOptions opt, const GpuInventory& inventory, std::ostr
       train(opt, out);
   } catch (const std::bad_alloc&) {
     // what() is just "std::bad_alloc": say what it means and what usually causes it.
-    err << name << ": error: out of memory (is --synthetic or --batch too large for this machine?)\n";
+    const std::string msg = name + ": error: out of memory (is --synthetic or --batch too large for this machine?)";
+    err << msg << "\n";
+    elastic::report_error_to_launcher(msg);
     return 1;
   } catch (const std::exception& e) {
-    err << name << ": error: " << e.what() << "\n";
+    const std::string msg = name + ": error: " + e.what();
+    err << msg << "\n";
+    // Under ringfence run: the launcher's restart policy compares it with the last ones.
+    elastic::report_error_to_launcher(msg);
     return 1;
   }
   return 0;

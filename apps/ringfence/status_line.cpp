@@ -26,6 +26,8 @@ std::string live_line(const json& st, int restarts) {
   char loss[48] = "", rate[48] = "";
   if (const json* l = number("loss")) std::snprintf(loss, sizeof loss, " | loss %.4f", l->get<double>());
   if (const json* r = number("samples_per_s")) std::snprintf(rate, sizeof rate, " | %.0f samples/s", r->get<double>());
+  // Disk checkpoints that could not be written: warnings, training goes on (docs/ckpt.md).
+  const int64_t ckpt_failed = st.value("checkpoints_failed", int64_t{0});
   // Several coordinator replicas: who leads, and how often the lead changed.
   std::string leader;
   if (st.contains("leader") && st["leader"].is_string()) {
@@ -36,6 +38,7 @@ std::string live_line(const json& st, int restarts) {
                  st.value("world", 0), "/", st.value("target_world", 0),
                  standby ? rf::str(" | standby ", standby) : std::string(), " | step ", st.value("step", -1), loss,
                  rate, " | recoveries ", st.value("recoveries", 0), " | restarts ", restarts,
+                 ckpt_failed > 0 ? rf::str(" | ckpt failed ", ckpt_failed) : std::string(),
                  st.value("reconfigure", false) ? " | reconfigure" : "", st.value("stop", false) ? " | stopping" : "");
 }
 
@@ -85,6 +88,9 @@ void StatusLine::finish(const json& s) {
                s.value("phase", "?").c_str(), s.value("exit_status", 1), s["generations"].dump().c_str(),
                s.value("restarts", 0), s["recoveries"].size(), s.value("wall_s", 0.0));
   if (!s.value("error", "").empty()) std::fprintf(stderr, "ringfence: error: %s\n", s["error"].get<std::string>().c_str());
+  if (const int64_t n = s.value("checkpoints_failed", int64_t{0}); n > 0)
+    std::fprintf(stderr, "ringfence: %lld checkpoint(s) could not be written (training went on); the last: %s\n",
+                 static_cast<long long>(n), s.value("checkpoint_error", "").c_str());
   if (s.contains("leaders") && !s["leaders"].empty()) {
     std::string terms;
     for (const auto& l : s["leaders"])

@@ -1,7 +1,6 @@
 #include "apps/ringfence/supervisor.h"
 
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <poll.h>
@@ -11,6 +10,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -20,14 +20,18 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/ringfence/control_plane.h"
+#include "apps/ringfence/job_summary.h"
 #include "apps/ringfence/not_fired.h"
+#include "apps/ringfence/restart_policy.h"
 #include "apps/ringfence/status_line.h"
 #include "apps/ringfence/trace_merge.h"
 #include "apps/ringfence/worker_env.h"
+#include "apps/ringfence/worker_proc.h"
 #include "base/clock.h"
 #include "base/str.h"
 #include "elastic/admin_client.h"
 #include "elastic/coordinator.h"
+#include "elastic/error_file.h"
 #include "elastic/etcd_client.h"
 #include "elastic/token.h"
 #include "elastic/wire.h"
@@ -44,45 +48,13 @@ namespace {
 volatile sig_atomic_t g_signals = 0;
 void on_signal(int) { g_signals = g_signals + 1; }
 
-struct WorkerProc {
-  int slot = 0;
-  int local_rank = 0;  // index among this launcher's processes (workers, then spares)
-  bool spare = false;
-  int64_t incarnation = 0;
-  pid_t pid = -1;
-  int restarts = 0;
-  bool done = false;  // exited 0, or out of restarts: not restarted
-  bool start_error = false;  // its last exit: an error status before it registered, before the job first ran
-  std::set<int64_t> killed_as_hung;
-  json exits = json::array();
-  json spawns = json::array();  // {incarnation, wall_us, reason}: when each incarnation started, and why then
-  // A restart held back while a spare of this node fills the hole: it starts once the
-  // recovery has completed (the new generation RUNNING and one step past its target), so
-  // its start-up does not compete with the survivors' transfer for the cores.
-  struct Held {
-    TimePoint since;
-    int finished = 0;                  // recoveries finished before the failure
-    std::optional<int64_t> target;     // T of the recovery that finished since
-  };
-  std::optional<Held> held;
-  std::optional<int> evicted_finished;  // recoveries finished as of the eviction (its snapshot)
-  bool evicted_was_member = false;
-};
-
-// What the launcher last saw of a RUNNING generation: who the members were and how many
-// recoveries had finished. A failure is judged against it (whether the worker was a
-// member; spares are what the coordinator lists as standby, see spare_available).
-struct RunningSnapshot {
-  bool seen = false;
-  std::set<std::pair<int, int64_t>> members;
-  int finished = 0;
-};
-
-int exit_status_of(int st) { return WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st); }
-
 class Supervisor {
  public:
   explicit Supervisor(const RunOptions& o) : opt_(o) {}
+  ~Supervisor() {
+    std::error_code ec;
+    if (!error_dir_.empty()) std::filesystem::remove_all(error_dir_, ec);
+  }
 
   int run() {
     const int world = opt_.nprocs * opt_.nnodes;
@@ -113,6 +85,9 @@ class Supervisor {
     sigaction(SIGINT, &sa, nullptr);
     sigaction(SIGTERM, &sa, nullptr);
 
+    // The workers' error files (elastic/error_file.h), removed with the supervisor.
+    char error_dir[] = "/tmp/ringfence-errors-XXXXXX";
+    if (::mkdtemp(error_dir)) error_dir_ = error_dir;  // without it, exits are judged by status alone
     start_ = rf::Clock::now();
     start_wall_us_ = rf::wall_us();
     for (auto& w : workers_) {
@@ -130,31 +105,14 @@ class Supervisor {
          .world = opt_.nprocs * opt_.nnodes, .node_rank = opt_.node_rank, .spare = w.spare,
          .local_rank = w.local_rank, .local_world = static_cast<int>(workers_.size()), .job_ran = snap_.seen,
          .inject = join_fault_specs(opt_.inject),
-         .trace = opt_.trace.empty() ? "" : trace_part_path(opt_.trace, w.slot, w.incarnation)},
+         .trace = opt_.trace.empty() ? "" : trace_part_path(opt_.trace, w.slot, w.incarnation),
+         .error_file = error_file(w)},
         environ);
-    std::vector<char*> envp, argv;
-    for (auto& s : env) envp.push_back(s.data());
-    envp.push_back(nullptr);
-    std::vector<std::string> args = opt_.program;
-    for (auto& s : args) argv.push_back(s.data());
-    argv.push_back(nullptr);
-    const pid_t parent = getpid();
-    pid_t pid = fork();
-    if (pid < 0) throw rf::Error(rf::str("fork failed: ", std::strerror(errno)));
-    if (pid == 0) {
-      // Own process group (Ctrl-C reaches only the launcher, which stops gracefully);
-      // die with the launcher so no worker outlives it.
-      setpgid(0, 0);
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (getppid() != parent) _exit(127);
-      signal(SIGINT, SIG_DFL);
-      signal(SIGTERM, SIG_DFL);
-      execvpe(argv[0], argv.data(), envp.data());
-      dprintf(2, "ringfence: cannot run '%s': %s\n", argv[0], std::strerror(errno));
-      _exit(127);
-    }
-    setpgid(pid, pid);
-    w.pid = pid;
+    w.pid = spawn_process(opt_.program, std::move(env));
+  }
+
+  std::string error_file(const WorkerProc& w) const {
+    return error_dir_.empty() ? "" : rf::str(error_dir_, "/error-", w.slot, "-", w.incarnation);
   }
 
   WorkerProc* by_pid(pid_t pid) {
@@ -186,6 +144,9 @@ class Supervisor {
       const int code = exit_status_of(st);
       const int64_t wall = rf::wall_us();
       w->exits.push_back({{"incarnation", w->incarnation}, {"status", code}, {"wall_us", wall}});
+      const std::string said = error_dir_.empty() ? "" : take_error_file(error_file(*w));
+      if (code != 0) w->errors.push_back(said);
+      if (!said.empty()) w->exits.back()["error"] = said;
       w->pid = -1;
       ::kill(-pid, SIGKILL);  // anything the worker left behind in its group
       // D1, as seen by the launcher; the reply says what the coordinator knew of it.
@@ -242,10 +203,20 @@ class Supervisor {
       else if (!snap_.seen && !known.registered && w->restarts < opt_.max_restarts)
         note(rf::str("slot ", w->slot, " (incarnation ", w->incarnation, ") was killed by signal ", -code,
                      " before it registered with the coordinator: restarted"));
-      if (w->restarts >= opt_.max_restarts) {
-        std::fprintf(stderr, "\nringfence: slot %d exited with status %d and has no restarts left (--max-restarts %d)\n",
-                     w->slot, code, opt_.max_restarts);
+      const RestartDecision d = decide_restart({.slot = w->slot, .errors = w->errors, .restarts = w->restarts,
+                                                .max_restarts = opt_.max_restarts, .others = others_running(w->slot),
+                                                .min_world = opt_.min_world > 0 ? opt_.min_world : opt_.nprocs * opt_.nnodes});
+      if (d.action != RestartAction::Restart) {
         w->done = true;
+        if (d.action == RestartAction::NoRestartsLeft)
+          std::fprintf(stderr, "\nringfence: slot %d exited with status %d and has no restarts left (--max-restarts %d)\n",
+                       w->slot, code, opt_.max_restarts);
+        if (d.action == RestartAction::GoOnWithout) note(d.reason);
+        if (d.action == RestartAction::StopJob) {
+          error_ = d.reason;
+          job_over_ = true;
+          kill_all(SIGKILL);
+        }
         continue;
       }
       ++w->restarts;
@@ -264,6 +235,20 @@ class Supervisor {
       spawn(*w);
       w->spawns.push_back({{"incarnation", w->incarnation}, {"wall_us", rf::wall_us()}, {"reason", "restart"}});
     }
+  }
+
+  // The members the job keeps without `slot`: those of the last RUNNING generation this
+  // launcher has not given up (another node's count while they were members), or before
+  // the job first ran, this launcher's other live primaries.
+  int others_running(int slot) const {
+    std::set<int> kept;
+    for (const auto& [s, inc] : snap_.members) kept.insert(s);
+    for (const auto& w : workers_) {
+      if (!snap_.seen && !w.spare && !w.done) kept.insert(w.slot);
+      if (w.done) kept.erase(w.slot);
+    }
+    kept.erase(slot);
+    return static_cast<int>(kept.size());
   }
 
   // Whether a worker of this node stands by for this failure: alive here and known to the
@@ -526,35 +511,15 @@ class Supervisor {
     } catch (const rf::Error&) {
       summary = json::object();
     }
-    // Every fault that fired: the launcher's own (at=), then the workers' (step=, as they
-    // told the coordinator), in time order.
     const json fired = summary.value("fired", json::array());
-    json injected = injected_;
-    for (json x : fired) {
-      x["by"] = "worker";
-      injected.push_back(std::move(x));
-    }
-    std::stable_sort(injected.begin(), injected.end(), [](const json& a, const json& b) {
-      return a.value("wall_us", int64_t{0}) < b.value("wall_us", int64_t{0});
-    });
     json workers = json::array();
     for (auto& w : workers_)
       workers.push_back({{"slot", w.slot}, {"spare", w.spare}, {"restarts", w.restarts}, {"exits", w.exits},
                          {"spawns", w.spawns}});
-    json out = {{"exit_status", code},
-                {"ok", code == 0},
-                {"error", error_},
-                {"phase", phase},
-                {"generations", summary.value("generation", json(nullptr))},
-                {"restarts", total_restarts_},
-                {"wall_s", rf::seconds_since(start_)},
-                {"start_wall_us", start_wall_us_},
-                {"injected", injected},
-                {"not_fired", not_fired(opt_.inject, inject_record(), fired)},
-                {"last_step", last_step_},
-                {"workers", workers},
-                {"recoveries", summary.value("recoveries", json::array())},
-                {"leaders", summary.value("leaders", json::array())}};
+    const json out = job_summary({.exit_status = code, .error = error_, .coordinator = summary, .last_status = last_status_,
+                                  .launcher_injected = injected_, .not_fired = not_fired(opt_.inject, inject_record(), fired),
+                                  .restarts = total_restarts_, .wall_s = rf::seconds_since(start_),
+                                  .start_wall_us = start_wall_us_, .last_step = last_step_, .workers = workers});
     status_.finish(out);
     if (!opt_.trace.empty()) write_job_trace(opt_, workers, start_wall_us_);
     // A fault asked for and never injected: the run did not test what it was meant to. The
@@ -576,6 +541,7 @@ class Supervisor {
 
   RunOptions opt_;
   std::string token_, coord_addr_;
+  std::string error_dir_;  // where the workers' error files go ("" : none could be made)
   std::unique_ptr<Coordinator> coord_;
   std::unique_ptr<AdminClient> admin_;
   std::vector<WorkerProc> workers_;

@@ -31,6 +31,8 @@ std::vector<std::string> worker_environment(const WorkerEnv& w, char* const* inh
   // tells the at= ones, which the launcher executes itself).
   env.push_back("RINGFENCE_INJECT=" + w.inject);
   if (!w.trace.empty()) env.push_back("RINGFENCE_TRACE=" + w.trace);  // ddp::TrainerConfig::trace
+  // Where this incarnation says why it failed (elastic/error_file.h: the restart policy).
+  if (!w.error_file.empty()) env.push_back("RINGFENCE_ERROR_FILE=" + w.error_file);
   return env;
 }
 

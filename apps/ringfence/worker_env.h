@@ -25,6 +25,7 @@ struct WorkerEnv {
   bool job_ran = false;
   std::string inject;  // every --inject spec, ';'-separated
   std::string trace = "";  // this incarnation's trace file (--trace; "" = none)
+  std::string error_file = "";  // this incarnation's RINGFENCE_ERROR_FILE ("" = none)
 };
 
 // "NAME=value" entries: `inherited` (e.g. environ) less its RINGFENCE_* entries, then ours.

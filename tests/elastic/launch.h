@@ -33,6 +33,14 @@ struct Launch {
     argv.insert(argv.end(), program.begin(), program.end());
     proc = Proc(argv, {}, out);
   }
+  // The same at the launcher's default timing: a fault case as users meet it.
+  void start_at_defaults(const std::vector<std::string>& flags, const std::vector<std::string>& program) {
+    std::vector<std::string> argv = {RF_RINGFENCE, "run"};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    for (auto f : {"--event-log", log.c_str(), "--"}) argv.push_back(f);
+    argv.insert(argv.end(), program.begin(), program.end());
+    proc = Proc(argv, {}, out);
+  }
   int wait(rf::Duration d = std::chrono::seconds(30)) {
     auto st = proc.wait(d);
     REQUIRE_MESSAGE(st.has_value(), "launcher still running; output:\n", slurp(out));

@@ -8,6 +8,11 @@
 //       signal N (as the OOM killer or a `kill -9` of a starting worker would) or _exit(N)
 //       (a start-up error that a restart may not meet again); every other slot and
 //       incarnation execs PROGRAM...
+//   launcher_exit_worker fail-after-join SLOT TEXT PROGRAM...
+//       in SLOT, every incarnation after the first (a replacement: the test ends the
+//       first, e.g. with --inject exit:...): join, write TEXT with " (incarnation I)" to
+//       RINGFENCE_ERROR_FILE and exit 1 at once — the same error every time, but a number
+//       in it differs (as a step in a path would); everything else execs PROGRAM...
 //   launcher_exit_worker fatal TEXT
 //       join, report TEXT as a fatal error (Client::fatal), exit 1 — every slot, every
 //       incarnation: a configuration error that a restart would meet again.
@@ -19,6 +24,7 @@
 #include <string>
 
 #include "elastic/client.h"
+#include "elastic/error_file.h"
 
 using namespace rf::elastic;
 
@@ -54,6 +60,20 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "launcher_exit_worker: cannot run %s\n", argv[5]);
       return 127;
     }
+    if (mode == "fail-after-join" && argc >= 5) {
+      const ClientOptions opt = ClientOptions::from_env();
+      if (opt.slot == std::atoi(argv[2]) && opt.incarnation > 0) {
+        Client client(opt);
+        client.join();  // a replacement in a job that ran
+        const std::string text = std::string(argv[3]) + " (incarnation " + std::to_string(opt.incarnation) + ")";
+        std::fprintf(stderr, "launcher_exit_worker: error: %s\n", text.c_str());
+        report_error_to_launcher("launcher_exit_worker: error: " + text);
+        _exit(1);
+      }
+      execv(argv[4], argv + 4);
+      std::fprintf(stderr, "launcher_exit_worker: cannot run %s\n", argv[4]);
+      return 127;
+    }
     if (mode == "fatal" && argc == 3) {
       Client client(ClientOptions::from_env());
       client.join();
@@ -66,6 +86,6 @@ int main(int argc, char** argv) {
   }
   std::fprintf(stderr,
                "usage: launcher_exit_worker join-exit SLOT STATUS PROGRAM... | die-before-join SLOT signal|exit N "
-               "PROGRAM... | fatal TEXT\n");
+               "PROGRAM... | fail-after-join SLOT TEXT PROGRAM... | fatal TEXT\n");
   return 2;
 }

@@ -10,7 +10,10 @@
 //   restarted like any crash; exiting with an error status, it is restarted once, and the
 //   job ends with that status when the next incarnation of the slot does the same (or the
 //   slot has no restarts left); RINGFENCE_JOB_RAN tells each worker whether the job had
-//   run when it started (a restart after a start-up error must check what the start did).
+//   run when it started (a restart after a start-up error must check what the start did);
+// - a worker failing with the same error (its RINGFENCE_ERROR_FILE) after each of two
+//   restarts is not restarted again: the job stops at once naming it, or goes on without
+//   the slot where --min-world allows.
 #include <doctest/doctest.h>
 #include <signal.h>
 
@@ -195,4 +198,51 @@ TEST_CASE("run: --max-restarts 0: a worker that exits with an error before it re
                                            "the coordinator and has no restarts left (--max-restarts 0): not "
                                            "restarted, the job ends") != std::string::npos);
   CHECK(s["wall_s"].get<double>() < 10.0);
+}
+
+// Slot 1's first incarnation exits at step 20 (--inject); each replacement joins and fails
+// with the same error (a number in it differs, as a step in a path would). After two
+// restarts failing the same way the slot is not restarted into --min-world-timeout (30 s),
+// the job stopping for want of members with the cause nowhere (issue 25); the job stops at
+// once with that error. At default timing.
+TEST_CASE("run: a worker failing with the same error after each of two restarts stops the job, naming the error") {
+  Launch l("same-error");
+  const std::string text = "the disk is full (test)";
+  l.start_at_defaults({"-n", "2", "--inject", "exit:rank=1:step=20", "--summary", l.summary},
+                      {RF_EXIT_WORKER, "fail-after-join", "1", text, RF_TEST_WORKER, "--steps", "1000000", "--step-ms", "5"});
+  const int st = l.wait(std::chrono::seconds(25));
+  const std::string out = slurp(l.out);
+  INFO("output:\n", out);
+  CHECK(st == 1);
+  json s = l.summary_json();
+  REQUIRE(!s.is_discarded());
+  const std::string error = s["error"].get<std::string>();
+  CHECK(error.find("slot 1 failed with the same error after each of 2 restarts: launcher_exit_worker: error: " + text +
+                   " (incarnation 3) -- not restarted again, the job stops") == 0);
+  CHECK(error.find("fewer than --min-world 2") != std::string::npos);
+  CHECK(out.find("ringfence: error: " + error) != std::string::npos);
+  CHECK(s["restarts"] == 3);
+  REQUIRE(s["workers"][1]["exits"].size() == 4);
+  CHECK(s["workers"][1]["exits"][1]["error"] == "launcher_exit_worker: error: " + text + " (incarnation 1)");
+  CHECK(s["wall_s"].get<double>() < 15.0);  // not the 30 s of --min-world-timeout
+}
+
+// The same with --min-world 2 of 3: the others go on without the slot, and say so.
+TEST_CASE("run: a worker failing with the same error after two restarts is left out where --min-world allows") {
+  Launch l("same-error-shrink");
+  const std::string text = "the disk is full (test)";
+  l.start_at_defaults({"-n", "3", "--min-world", "2", "--inject", "exit:rank=1:step=20", "--summary", l.summary},
+                      {RF_EXIT_WORKER, "fail-after-join", "1", text, RF_TEST_WORKER, "--steps", "400", "--step-ms", "5"});
+  const int st = l.wait(std::chrono::seconds(40));
+  const std::string out = slurp(l.out);
+  INFO("output:\n", out);
+  CHECK(out.find("slot 1 failed with the same error after each of 2 restarts: launcher_exit_worker: error: " + text +
+                 " (incarnation 3) -- not restarted again; the job goes on without it (2 member(s), --min-world 2)") !=
+        std::string::npos);
+  CHECK(st == 0);
+  json s = l.summary_json();
+  REQUIRE(!s.is_discarded());
+  CHECK(s["phase"] == "DONE");
+  CHECK(s["restarts"] == 3);
+  CHECK(s["workers"][1]["exits"].size() == 4);
 }

@@ -74,3 +74,20 @@ TEST_CASE("the live line shows the loss and the throughput when a member reporte
   st.erase("loss");
   CHECK(rf::apps::live_line(st, 0).find("loss") == std::string::npos);
 }
+
+TEST_CASE("failed checkpoints show on the live line and at the end, with the last error") {
+  json st = {{"generation", 1}, {"phase", "RUNNING"}, {"world", 2}, {"target_world", 2}, {"standby", json::array()},
+             {"step", 250}, {"recoveries", 0}, {"checkpoints_failed", 0}};
+  CHECK(rf::apps::live_line(st, 0).find("ckpt") == std::string::npos);
+  st["checkpoints_failed"] = 2;
+  CHECK(rf::apps::live_line(st, 0) ==
+        "ringfence: g 1 RUNNING | members 2/2 | step 250 | recoveries 0 | restarts 0 | ckpt failed 2");
+  json s = {{"phase", "DONE"}, {"exit_status", 0}, {"generations", 1}, {"restarts", 0}, {"wall_s", 1.0}, {"error", ""},
+            {"recoveries", json::array()}, {"checkpoints_failed", 2},
+            {"checkpoint_error", "/c/.ckpt-000000199.safetensors.tmp: write failed: No space left on device"}};
+  CHECK(finish_text(s).find("ringfence: 2 checkpoint(s) could not be written (training went on); the last: "
+                            "/c/.ckpt-000000199.safetensors.tmp: write failed: No space left on device\n") !=
+        std::string::npos);
+  s["checkpoints_failed"] = 0;
+  CHECK(finish_text(s).find("checkpoint") == std::string::npos);
+}

@@ -17,16 +17,16 @@ TEST_CASE("a worker's environment: inherited less RINGFENCE_*, then the launcher
   char* inherited[] = {path.data(), old_slot.data(), cuda.data(), nullptr};
   const WorkerEnv w{.coord = "127.0.0.1:7000", .etcd = "", .job = "", .token = "t", .slot = 5, .incarnation = 2, .world = 6,
                     .node_rank = 1, .spare = true, .local_rank = 3, .local_world = 4, .job_ran = true,
-                    .inject = "kill:rank=1:step=3"};
+                    .inject = "kill:rank=1:step=3", .error_file = "/tmp/rf-x/error-5-2"};
   const std::vector<std::string> env = worker_environment(w, inherited);
   const std::vector<std::string> want = {
       "PATH=/bin", "CUDA_VISIBLE_DEVICES=0,1", "RINGFENCE_COORD=127.0.0.1:7000", "RINGFENCE_TOKEN=t",
       "RINGFENCE_SLOT=5", "RINGFENCE_INCARNATION=2", "RINGFENCE_WORLD=6", "RINGFENCE_NODE_RANK=1",
       "RINGFENCE_SPARE=1", "RINGFENCE_LOCAL_RANK=3", "RINGFENCE_LOCAL_WORLD=4", "RINGFENCE_JOB_RAN=1",
-      "RINGFENCE_INJECT=kill:rank=1:step=3"};
+      "RINGFENCE_INJECT=kill:rank=1:step=3", "RINGFENCE_ERROR_FILE=/tmp/rf-x/error-5-2"};
   CHECK(env == want);
   CHECK(std::count(env.begin(), env.end(), "RINGFENCE_SLOT=9") == 0);  // the launcher's own is not passed on
-  CHECK(worker_environment(WorkerEnv{}, nullptr).size() == want.size() - 3);  // no COORD either
+  CHECK(worker_environment(WorkerEnv{}, nullptr).size() == want.size() - 4);  // no COORD, no ERROR_FILE either
 }
 
 TEST_CASE("with coordinator replicas the worker gets etcd and the job name instead of an address") {
