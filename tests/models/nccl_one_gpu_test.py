@@ -2,7 +2,8 @@
 """W NCCL ranks on ONE GPU (ctest label gpu; docs/gpu.md, "W ranks on one GPU").
 
     nccl_one_gpu_test.py CASE [--world W] --ringfence PATH --train-mlp PATH
-                         [--train-cnn PATH] [--test-nccl-gpu PATH] [--budget S] [--rehearse]
+                         [--train-cnn PATH] [--test-nccl-gpu PATH] [--budget S]
+                         [--rehearse | --dry-run] [--keep]
 
 Every job is `ringfence run -n W -- train_mlp --device cuda --backend nccl` (synthetic data,
 40 steps) with the test override RF_TEST_NCCL_SHARE_GPU=1 and NCCL over loopback sockets
@@ -33,7 +34,11 @@ CASE
                (nvidia-smi): meaningful with several GPUs; with one, SKIPPED saying why
 
 Without a GPU it prints "SKIPPED: no GPU: <reason>" and exits 77 (ctest: skipped, never
-passed). --rehearse runs the cases' machinery on the CPU instead (--device cpu --backend ucx,
+passed). --dry-run needs no GPU and starts no job: it prints every command the case would
+run (its jobs with their environment, or compute-sanitizer's runs) and checks what can be
+checked without one: the launcher accepts each job's flags and --inject specs (run with a
+program that does not exist, it must refuse only the program), the worker its flags (with
+--help), and each other program runs. --rehearse runs the cases' machinery on the CPU instead (--device cpu --backend ucx,
 `hang` for gpu_hang, resident memory for device memory, no shrink log, no sanitizer): a check
 of this script without a GPU, never a result. Every command has a deadline and its process
 group is SIGKILLed and reaped when it passes (a launcher's workers die with it by
@@ -80,7 +85,6 @@ class Ctx:
         self.work = work
         self.rehearse = args.rehearse
         self.device = ["--device", "cpu"] if args.rehearse else ["--device", "cuda"]
-        self.nccl = "ucx" if args.rehearse else "nccl"
 
 
 def left(cap):
@@ -146,6 +150,49 @@ def gpu_count():
         return 0
 
 
+class Planned:
+    """A job a case runs: `ringfence run -n world [launcher flags] -- train_mlp [device] --backend B ...`."""
+
+    def __init__(self, name, world, backend, launcher=(), share=True, steps=STEPS, worker=()):
+        self.name, self.world, self.backend = name, world, backend
+        self.launcher, self.share, self.steps, self.worker = list(launcher), share, steps, list(worker)
+
+
+GPU_HANG = "gpu_hang:rank=1:step=20"
+STOP = "stop:rank=1:step=20"
+HANG = "hang:rank=1:step=20"  # --rehearse's stand-in for gpu_hang
+# generations: rank 1 drops its connections 10 times (nobody dies: the same processes live
+# through 11 generations); rank 0 is slowed (200 ms a step) in three windows where memory is
+# read: generation 1, generation 2 (the first after a recovery) and generation 11.
+DROPS = [18] + [34 + 4 * k for k in range(9)]
+WINDOWS = {"g1": 4, "g2": 20, "g11": 70}
+GENERATION_STEPS = 84
+
+
+def plan(case, world, rehearse):
+    """The jobs of a case, in the order it runs them."""
+    nccl = "ucx" if rehearse else "nccl"
+    if case == "clean":
+        return [Planned(f"nccl-clean-w{world}", world, nccl), Planned(f"ucx-clean-w{world}", world, "ucx", share=False)]
+    if case == "kill":
+        return [Planned(f"clean-w{world}", world, nccl), Planned(f"kill-w{world}", world, nccl, ["--inject", KILL])]
+    if case == "shrink":
+        return [Planned(f"shrink-w{world}", world, nccl, ["--inject", KILL, "--max-restarts", "0", "--min-world",
+                                                          str(world - 1), "--join-window", "300ms"])]
+    if case == "stop":
+        return [Planned(f"stop-w{world}", world, nccl, ["--inject", STOP])]
+    if case == "gpu-hang":
+        return [Planned(f"gpu_hang-w{world}", world, nccl, ["--inject", HANG if rehearse else GPU_HANG])]
+    if case == "generations":
+        specs = [f"drop:rank=1:step={s}:phase=allreduce:after_chunks=1" for s in DROPS]
+        specs += [f"slow:rank=0:step={s}:steps=12" for s in WINDOWS.values()]
+        return [Planned(f"generations-w{world}", world, nccl, [x for sp in specs for x in ("--inject", sp)],
+                        steps=GENERATION_STEPS)]
+    if case == "contexts":  # without the override: NCCL's own rule, one rank per GPU
+        return [Planned(f"contexts-w{world}", world, "nccl", share=False)]
+    return []
+
+
 class Job:
     """One `ringfence run` of train_mlp and what it left: output, summary, events, final lines."""
 
@@ -164,12 +211,20 @@ class Job:
         return self.summary.get("recoveries", [])
 
 
-def job_command(ctx, d, world, backend, worker_flags, launcher_flags, steps):
+def worker_flags(ctx, pj, d):
     # 2048 samples in batches of 96: 22 steps an epoch; --max-steps ends the job.
-    return [ctx.a.ringfence, "run", "-n", str(world), "--summary", f"{d}/summary.json", "--event-log",
-            f"{d}/events.jsonl", *launcher_flags, "--", ctx.a.train_mlp, *ctx.device, "--backend", backend,
-            "--synthetic", "2048", "--batch", "96", "--epochs", str(3 + steps // 66), "--max-steps", str(steps), "--lr", "0.01",
-            "--log-interval", "10", "--metrics", f"{d}/metrics.json", *worker_flags]
+    return [*ctx.device, "--backend", pj.backend, "--synthetic", "2048", "--batch", "96", "--epochs",
+            str(3 + pj.steps // 66), "--max-steps", str(pj.steps), "--lr", "0.01", "--log-interval", "10",
+            "--metrics", f"{d}/metrics.json", *pj.worker]
+
+
+def launcher_flags(pj, d):
+    return ["run", "-n", str(pj.world), "--summary", f"{d}/summary.json", "--event-log", f"{d}/events.jsonl",
+            *pj.launcher]
+
+
+def job_command(ctx, pj, d):
+    return [ctx.a.ringfence, *launcher_flags(pj, d), "--", ctx.a.train_mlp, *worker_flags(ctx, pj, d)]
 
 
 def job_env(backend, share):
@@ -203,14 +258,13 @@ def finish(p, out, deadline_s):
     return rc
 
 
-def job(ctx, name, world, backend, worker_flags=(), launcher_flags=(), share=True, cap=60, steps=STEPS,
-        during=None):
-    """Runs one job; `during(pid)` (optional) is called every ~0.25 s while it runs."""
+def job(ctx, pj, cap=60, during=None):
+    """Runs one planned job; `during(pid)` (optional) is called every ~0.25 s while it runs."""
+    name, world, backend, share = pj.name, pj.world, pj.backend, pj.share
     d = f"{ctx.work}/{name}"
     os.makedirs(d)
     deadline_s = left(cap)
-    cmd = job_command(ctx, d, world, backend, worker_flags, launcher_flags, steps)
-    p, out = start(cmd, f"{d}/output.txt", job_env(backend, share))
+    p, out = start(job_command(ctx, pj, d), f"{d}/output.txt", job_env(backend, share))
     if during is None:
         rc = finish(p, out, deadline_s)
     else:
@@ -257,8 +311,7 @@ def short(d):
 # --- the cases ---------------------------------------------------------------------------
 
 def case_clean(ctx, world):
-    nccl = job(ctx, f"nccl-clean-w{world}", world, ctx.nccl)
-    ucx = job(ctx, f"ucx-clean-w{world}", world, "ucx", share=False)
+    nccl, ucx = (job(ctx, pj) for pj in plan("clean", world, ctx.rehearse))
     for j in (nccl, ucx):
         expect_end(j, range(world), world)
         check(j.recoveries() == [], f"{j.name}: recoveries {j.recoveries()}, want none")
@@ -271,9 +324,10 @@ def case_clean(ctx, world):
 
 
 def case_kill(ctx, world):
-    ref = job(ctx, f"clean-w{world}", world, ctx.nccl)
+    clean, kill = plan("kill", world, ctx.rehearse)
+    ref = job(ctx, clean)
     expect_end(ref, range(world), world)
-    got = job(ctx, f"kill-w{world}", world, ctx.nccl, launcher_flags=["--inject", KILL])
+    got = job(ctx, kill)
     expect_end(got, range(world), world)
     check(fired(got) == [(KILL, 1, 20)], f"{got.name}: faults fired {fired(got)}, want {[(KILL, 1, 20)]}")
     recs = got.recoveries()
@@ -289,8 +343,7 @@ def case_kill(ctx, world):
 
 
 def case_shrink(ctx, world):
-    flags = ["--inject", KILL, "--max-restarts", "0", "--min-world", str(world - 1), "--join-window", "300ms"]
-    j = job(ctx, f"shrink-w{world}", world, ctx.nccl, launcher_flags=flags)
+    j = job(ctx, plan("shrink", world, ctx.rehearse)[0])
     expect_end(j, [s for s in range(world) if s != 1], world - 1)
     recs = j.recoveries()
     check(len(recs) == 1 and recs[0].get("finished") and recs[0].get("world") == world - 1,
@@ -309,8 +362,10 @@ def stall_bound_s(j):
     return (max(seen), "from the event log") if seen else (STALL_FLOOR_S, "the floor: no event named one")
 
 
-def case_evicted(ctx, world, spec, causes, what):
-    j = job(ctx, f"{spec.split(':')[0]}-w{world}", world, ctx.nccl, launcher_flags=["--inject", spec])
+def case_evicted(ctx, case, world, causes, what):
+    pj = plan(case, world, ctx.rehearse)[0]
+    spec = pj.launcher[pj.launcher.index("--inject") + 1]
+    j = job(ctx, pj)
     expect_end(j, range(world), world)
     inj = next((e for e in j.events if e.get("event") == "injected" and e.get("detail") == spec), None)
     check(inj is not None, f"{j.name}: no 'injected' event for {spec} in the event log")
@@ -378,14 +433,6 @@ def resident_bytes(pid):
 
 
 def case_generations(ctx, world):
-    # Rank 1 drops its connections 10 times (nobody dies: the same processes live through 11
-    # generations). Rank 0 is slowed (200 ms a step) in three windows where memory is read:
-    # generation 1, generation 2 (the first after a recovery) and generation 11.
-    drops = [18] + [34 + 4 * k for k in range(9)]
-    windows = {"g1": 4, "g2": 20, "g11": 70}
-    steps = 84
-    specs = [f"drop:rank=1:step={s}:phase=allreduce:after_chunks=1" for s in drops]
-    specs += [f"slow:rank=0:step={s}:steps=12" for s in windows.values()]
     samples = []  # (wall_s, {pid: bytes}, whole GPU bytes or None)
 
     def sample(launcher):
@@ -404,9 +451,8 @@ def case_generations(ctx, world):
                 total = sum(int(r[0]) for r in gpu) * 1048576
         samples.append((t, per, total))
 
-    flags = [x for s in specs for x in ("--inject", s)]
-    j = job(ctx, f"generations-w{world}", world, ctx.nccl, launcher_flags=flags, steps=steps, cap=120, during=sample)
-    expect_end(j, range(world), world, steps)
+    j = job(ctx, plan("generations", world, ctx.rehearse)[0], cap=120, during=sample)
+    expect_end(j, range(world), world, GENERATION_STEPS)
     recs = j.recoveries()
     gens = j.summary.get("generations")
     check(len(recs) >= 10 and isinstance(gens, int) and gens >= 11,
@@ -487,6 +533,15 @@ REFUSED = re.compile(r"Device not supported|not supported on this (platform|devi
                      r"Error: .*(injection|driver|profiling)", re.I)
 
 
+TOOLS = ("memcheck", "racecheck", "synccheck")
+
+
+def sanitizer_targets(ctx):
+    return [("test_nccl_gpu", [ctx.a.test_nccl_gpu]),
+            ("train_cnn, one step", [ctx.a.train_cnn, "--device", "cuda", "--synthetic", "64", "--batch", "32",
+                                     "--max-steps", "1", "--log-interval", "0"])]
+
+
 def case_sanitizer(ctx):
     cs = find_sanitizer()
     if cs is None:
@@ -498,11 +553,9 @@ def case_sanitizer(ctx):
     if "--report-api-errors" in help_text:
         opts += ["--report-api-errors", "no"]  # NCCL and CUDA probe calls that may fail; we check every call
     exclude = ["--kernel-name-exclude", "kns=nccl"] if "--kernel-name-exclude" in help_text else []
-    targets = [("test_nccl_gpu", [ctx.a.test_nccl_gpu]),
-               ("train_cnn, one step", [ctx.a.train_cnn, "--device", "cuda", "--synthetic", "64", "--batch", "32",
-                                        "--max-steps", "1", "--log-interval", "0"])]
+    targets = sanitizer_targets(ctx)
     refused, rows = [], []
-    for tool in ("memcheck", "racecheck", "synccheck"):
+    for tool in TOOLS:
         extra = exclude if tool != "memcheck" else []
         for name, cmd in targets:
             log = f"{ctx.work}/{tool}-{name.split(',')[0]}.txt"
@@ -539,7 +592,7 @@ def case_contexts(ctx, world):
             if len(row) == 2 and row[0].isdigit() and int(row[0]) in workers:
                 seen.setdefault(int(row[0]), set()).add(row[1])
 
-    j = job(ctx, f"contexts-w{world}", world, "nccl", share=False, during=sample)
+    j = job(ctx, plan("contexts", world, ctx.rehearse)[0], during=sample)
     expect_end(j, range(world), world)
     if not seen:
         skip("nvidia-smi lists none of the workers' pids (another PID namespace?): nothing to tell")
@@ -549,6 +602,48 @@ def case_contexts(ctx, world):
     check(len(set(buses)) == len(buses), f"{j.name}: two workers on one GPU: {seen}")
     print(f"RESULT NCCL W={world} on {gpus} GPUs: each worker's CUDA context on one GPU of its own: "
           f"{'yes' if not failures else 'NO'} ({seen})")
+
+
+def dry_run(ctx, case, world):
+    """Prints what the case would run and checks what needs no GPU; 0 when all is well."""
+    bad = []
+
+    def expect(cmd, ok, what):
+        rc, out = run(cmd, f"{ctx.work}/dry.txt", left(30))
+        if not ok(rc, out):
+            bad.append(f"{what}: exit {rc}: {out.strip()[-600:]}")
+
+    if case == "sanitizer":
+        for p in (ctx.a.train_cnn, ctx.a.test_nccl_gpu):
+            if not p:
+                bad.append("sanitizer: needs --train-cnn and --test-nccl-gpu")
+        for tool in TOOLS:
+            for name, cmd in sanitizer_targets(ctx) if not bad else []:
+                extra = " [--kernel-name-exclude kns=nccl]" if tool != "memcheck" else ""
+                print(f"  compute-sanitizer --tool {tool} --error-exitcode 86 --print-limit 20 [--report-api-errors no]{extra} "
+                      f"{' '.join(cmd)}")
+        if not bad:
+            # test_nccl_gpu runs (without a GPU it says so and exits 77); train_cnn takes the flags.
+            expect([ctx.a.test_nccl_gpu, "--help"], lambda rc, out: rc in (0, SKIP), "test_nccl_gpu --help")
+            expect([*sanitizer_targets(ctx)[1][1], "--help"], lambda rc, out: rc == 0, "train_cnn's flags (--help)")
+    jobs = plan(case, world if case != "contexts" else 2, ctx.rehearse)
+    for pj in jobs:
+        d = f"{ctx.work}/{pj.name}"
+        env = {k: v for k, v in SHARE_ENV.items()} if pj.backend == "nccl" and pj.share else {}
+        line = f"{' '.join(f'{k}={v}' for k, v in env.items())}{' ' if env else ''}{' '.join(job_command(ctx, pj, d))}"
+        print("  " + line.replace(ctx.work, "$WORK"))
+        # The launcher checks its flags and every --inject spec before anything starts, then the
+        # program: one that does not exist must be the only thing it refuses.
+        nowhere = "/nonexistent/nccl_one_gpu_dry_run"
+        expect([ctx.a.ringfence, *launcher_flags(pj, d), "--", nowhere],
+               lambda rc, out: rc == 2 and f"cannot run '{nowhere}'" in out, f"{pj.name}: the launcher's flags")
+        expect([ctx.a.train_mlp, *worker_flags(ctx, pj, d), "--help"], lambda rc, out: rc == 0,
+               f"{pj.name}: the worker's flags (--help)")
+    for b in bad:
+        print(f"FAIL: {b}")
+    print(f"dry run of {case}{f' W={jobs[0].world}' if jobs else ''}: {len(jobs)} job(s), "
+          f"{'ok' if not bad else f'{len(bad)} problem(s)'}")
+    return 1 if bad else 0
 
 
 def main():
@@ -561,6 +656,7 @@ def main():
     p.add_argument("--test-nccl-gpu")
     p.add_argument("--budget", type=int)
     p.add_argument("--rehearse", action="store_true")
+    p.add_argument("--dry-run", action="store_true")
     p.add_argument("--keep", action="store_true", help="keep the work directory")
     a = p.parse_args()
     if a.world < 2:
@@ -576,6 +672,8 @@ def main():
     ctx = Ctx(a, work)
     code = 0
     try:
+        if a.dry_run:
+            return dry_run(ctx, a.case, a.world)
         if a.rehearse:
             if a.case in ("sanitizer",):
                 skip("--rehearse: compute-sanitizer needs a GPU")
@@ -591,12 +689,12 @@ def main():
         elif a.case == "shrink":
             case_shrink(ctx, a.world)
         elif a.case == "stop":
-            case_evicted(ctx, a.world, "stop:rank=1:step=20", ("lease_expired",), "SIGSTOP")
+            case_evicted(ctx, "stop", a.world, ("lease_expired",), "SIGSTOP")
         elif a.case == "gpu-hang":
             if a.rehearse:
-                case_evicted(ctx, a.world, "hang:rank=1:step=20", ("hung", "wedged"), "rehearsal: a hung thread")
+                case_evicted(ctx, "gpu-hang", a.world, ("hung", "wedged"), "rehearsal: a hung thread")
             else:
-                case_evicted(ctx, a.world, "gpu_hang:rank=1:step=20", ("gpu_stuck",), "its GPU stuck")
+                case_evicted(ctx, "gpu-hang", a.world, ("gpu_stuck",), "its GPU stuck")
         elif a.case == "generations":
             case_generations(ctx, a.world)
         elif a.case == "sanitizer":
