@@ -52,7 +52,9 @@ void Checkpointing::final_save(const CheckpointOrigin& at) {
     writer_->flush();
   } catch (const ckpt::CheckpointWriteFailed& e) {
     if (at.rank != 0) return;  // its failure was a warning when it was rank 0
-    throw ckpt::CheckpointWriteFailed(str("the final state is not on disk: ", e.what()));
+    // The digest of what is lost: a user can compare it with a run that kept it.
+    throw ckpt::CheckpointWriteFailed(
+        str("the final state (step ", state_.step(), ", state ", state_.digest(), ") is not on disk: ", e.what()));
   }
 }
 

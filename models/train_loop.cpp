@@ -203,7 +203,9 @@ TrainResult train(const TrainOptions& opt, std::ostream& log) {
   r.state_digest = state_digest(*model, sgd);
 
   finish_run(opt, *model, test_set, r, log);
-  if (!not_on_disk.empty()) throw ckpt::CheckpointWriteFailed(str("the final state is not on disk: ", not_on_disk));
+  if (!not_on_disk.empty())
+    throw ckpt::CheckpointWriteFailed(
+        str("the final state (step ", end_step - 1, ", state ", r.state_digest, ") is not on disk: ", not_on_disk));
   return r;
 }
 
