@@ -8,6 +8,7 @@
 
 #include "base/str.h"
 #include "base/thread_sched.h"
+#include "elastic/coordinator_replies.h"
 #include "elastic/etcd_client.h"
 #include "elastic/frame.h"
 #include "elastic/leadership.h"
@@ -35,27 +36,6 @@ int64_t env_int(const char* name, int64_t min, int64_t max) {
 }
 
 Duration ms(int64_t x) { return std::chrono::milliseconds(x); }
-
-Plan parse_plan(const json& j) {
-  Plan p;
-  p.generation = static_cast<uint64_t>(get_int(j, "generation", 0, int64_t{1} << 53));
-  p.target_step = get_int(j, "target_step", -1, int64_t{1} << 53);
-  p.target_digest = get_str(j, "target_digest", 128);
-  p.fresh_start = get_bool(j, "fresh_start");
-  p.whole_job_restart = get_bool(j, "whole_job_restart");
-  p.job_id = get_str(j, "job_id", kMaxJobIdBytes);
-  if (!j.contains("ranks") || !j["ranks"].is_array()) throw ProtocolError("plan has no 'ranks' array");
-  for (const auto& r : j["ranks"]) {
-    PlanRank pr;
-    pr.rank = static_cast<int>(get_int(r, "rank", 0, 1'000'000));
-    pr.worker = {static_cast<int>(get_int(r, "slot", 0, 1'000'000)), get_int(r, "incarnation", 0, int64_t{1} << 53)};
-    pr.report.has_state = get_bool(r, "has_state");
-    pr.report.step = get_int(r, "step", -1, int64_t{1} << 53);
-    if (auto s = get_opt_int(r, "source_rank", 0, 1'000'000)) pr.source_rank = static_cast<int>(*s);
-    p.ranks.push_back(pr);
-  }
-  return p;
-}
 
 Answer parse_answer(const json& j) {
   Answer a;
@@ -298,7 +278,8 @@ json Client::call(const json& req, Duration timeout) {
 
 Answer Client::report(uint64_t round, const StateReport& s) {
   return parse_answer(call({{"type", "report"}, {"round", round}, {"has_state", s.has_state},
-                            {"step", s.has_state ? s.step : -1}, {"digest", s.has_state ? s.digest : ""}},
+                            {"step", s.has_state ? s.step : -1}, {"digest", s.has_state ? s.digest : ""},
+                            {"comm_generation", s.comm_generation}},
                            opt_.call_timeout));
 }
 
@@ -307,7 +288,7 @@ PlanQuery Client::wait_plan(uint64_t round, Duration timeout) {
   json r = call({{"type", "plan"}, {"round", round}, {"timeout_ms", t}}, timeout + opt_.call_timeout);
   const std::string st = get_str(r, "status", 32);
   PlanQuery q = parse_wait_reply<PlanQuery>(r, st, "error");
-  if (st == "plan") q.kind = PlanQuery::Ready, q.plan = parse_plan(r.at("plan"));
+  if (st == "plan") q.kind = PlanQuery::Ready, q.plan = parse_plan_json(r.at("plan"));
   return q;
 }
 

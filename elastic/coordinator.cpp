@@ -349,7 +349,8 @@ struct Coordinator::Impl {
                      {"phase", to_string(h.phase)}, {"reconfigure", h.reconfigure}, {"stop", h.stop},
                      {"planned", h.planned}, {"cause", h.cause ? to_string(*h.cause) : ""}});
           } else if constexpr (std::is_same_v<T, Report>) {
-            Answer a = membership.report(c.worker, r.round, StateReport{r.has_state, r.step, r.digest}, now);
+            const StateReport state{r.has_state, r.step, r.digest, r.comm_generation};
+            Answer a = membership.report(c.worker, r.round, state, now);
             send(c, answer_json("report_reply", a));
           } else if constexpr (std::is_same_v<T, PlanRequest> || std::is_same_v<T, Ready> ||
                                std::is_same_v<T, KvWait>) {

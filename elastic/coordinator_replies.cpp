@@ -1,5 +1,7 @@
 #include "elastic/coordinator_replies.h"
 
+#include "elastic/frame.h"
+
 namespace rf::elastic {
 
 using nlohmann::json;
@@ -24,7 +26,30 @@ json plan_json(const Plan& p) {
           {"fresh_start", p.fresh_start},
           {"whole_job_restart", p.whole_job_restart},
           {"job_id", p.job_id},
+          {"shrink_from", p.shrink_from},
           {"ranks", ranks}};
+}
+
+Plan parse_plan_json(const json& j) {
+  Plan p;
+  p.generation = static_cast<uint64_t>(get_int(j, "generation", 0, int64_t{1} << 53));
+  p.target_step = get_int(j, "target_step", -1, int64_t{1} << 53);
+  p.target_digest = get_str(j, "target_digest", 128);
+  p.fresh_start = get_bool(j, "fresh_start");
+  p.whole_job_restart = get_bool(j, "whole_job_restart");
+  p.job_id = get_str(j, "job_id", kMaxJobIdBytes);
+  if (auto g = get_opt_int(j, "shrink_from", 0, int64_t{1} << 53)) p.shrink_from = static_cast<uint64_t>(*g);
+  if (!j.contains("ranks") || !j["ranks"].is_array()) throw ProtocolError("plan has no 'ranks' array");
+  for (const auto& r : j["ranks"]) {
+    PlanRank pr;
+    pr.rank = static_cast<int>(get_int(r, "rank", 0, 1'000'000));
+    pr.worker = {static_cast<int>(get_int(r, "slot", 0, 1'000'000)), get_int(r, "incarnation", 0, int64_t{1} << 53)};
+    pr.report.has_state = get_bool(r, "has_state");
+    pr.report.step = get_int(r, "step", -1, int64_t{1} << 53);
+    if (auto s = get_opt_int(r, "source_rank", 0, 1'000'000)) pr.source_rank = static_cast<int>(*s);
+    p.ranks.push_back(pr);
+  }
+  return p;
 }
 
 namespace {

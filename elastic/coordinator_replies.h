@@ -1,7 +1,7 @@
 #pragma once
 // The coordinator's larger replies, built from Membership's state: the launcher's status
-// (its live line), the end-of-job summary, and the JSON of a plan and a worker. Pure
-// functions of what they are given.
+// (its live line), the end-of-job summary, and the JSON of a plan (both ways) and a worker.
+// Pure functions of what they are given.
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -26,6 +26,9 @@ struct Progress {
 
 nlohmann::json worker_json(WorkerId w);  // null for slot -1
 nlohmann::json plan_json(const Plan& p);
+// The plan of a plan reply (plan_json's fields; shrink_from absent = 0). Throws
+// ProtocolError naming the field at fault.
+Plan parse_plan_json(const nlohmann::json& j);
 
 // status_reply. progress: by slot; evictions: the history handed to launchers; leader: the
 // leading replica's id ("" for the single coordinator); leaders: every term, oldest first.

@@ -83,6 +83,10 @@ void Membership::try_close_round(TimePoint now) {
   // Nobody holds state although a generation already ran (running_plan_ is set): every
   // worker that held state is gone (PROTOCOL.md "Whole-job failure").
   round_plan_->whole_job_restart = round_plan_->fresh_start && running_plan_.has_value();
+  // Shrink or afresh, for every rank alike: members_ and running_plan_ are still those of
+  // the last generation that ran (a new leader's first round knows no such generation).
+  const uint64_t last_ran = !round_.forming && running_plan_ ? running_plan_->generation : 0;
+  round_plan_->shrink_from = decide_shrink_from(last_ran, members_, *round_plan_);
   round_.planned_at = now;
   for (auto& [slot, w] : workers_)  // reporters left out stay standby for the next round
     if (w.report_round == generation_ && !round_plan_->find(slot)) w.report_round = 0;
@@ -92,6 +96,7 @@ void Membership::try_close_round(TimePoint now) {
   }
   log({"plan", round_.forming ? "forming" : "recovery", {}, generation_, round_plan_->target_step, now, std::nullopt,
        rf::str("world ", round_plan_->world(), ", T ", round_plan_->target_step,
+               round_plan_->shrink_from ? rf::str(", shrinks generation ", round_plan_->shrink_from) : "",
                round_plan_->whole_job_restart ? ", whole-job restart (every worker that held state is gone)" : "")});
 }
 

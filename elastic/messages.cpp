@@ -68,6 +68,7 @@ Request decode(const json& m, const std::string& type) {
     r.has_state = get_bool(m, "has_state");
     r.step = get_int(m, "step", -1, kMaxStep);
     r.digest = get_str(m, "digest", 128);
+    if (auto g = get_opt_int(m, "comm_generation", 0, kMaxGen)) r.comm_generation = static_cast<uint64_t>(*g);
     if (!r.has_state && (r.step != -1 || !r.digest.empty()))
       throw ProtocolError("a report without state must have step -1 and an empty digest");
     return r;

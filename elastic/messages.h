@@ -38,7 +38,14 @@ struct Heartbeat {
   Activity activity;
   std::optional<double> loss, samples_per_s;
 };
-struct Report { uint64_t round = 0; bool has_state = false; int64_t step = -1; std::string digest; };
+// comm_generation (optional: absent = 0): StateReport::comm_generation.
+struct Report {
+  uint64_t round = 0;
+  bool has_state = false;
+  int64_t step = -1;
+  std::string digest;
+  uint64_t comm_generation = 0;
+};
 struct PlanRequest { uint64_t round = 0; int64_t timeout_ms = 0; };
 struct Ready { uint64_t generation = 0; int64_t timeout_ms = 0; };
 struct KvSet { uint64_t generation = 0; std::string key, value; };

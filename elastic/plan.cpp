@@ -115,4 +115,21 @@ PlanOutcome make_plan(uint64_t generation, const std::vector<int>& prev_slots,
   return out;
 }
 
+uint64_t decide_shrink_from(uint64_t last_generation, const std::vector<WorkerId>& last_members, const Plan& plan) {
+  if (last_generation == 0 || plan.ranks.empty() || plan.ranks.size() >= last_members.size()) return 0;
+  std::vector<const PlanRank*> by_rank;
+  for (const auto& pr : plan.ranks) by_rank.push_back(&pr);
+  std::sort(by_rank.begin(), by_rank.end(), [](const PlanRank* a, const PlanRank* b) { return a->rank < b->rank; });
+  // The plan's ranks must be a subsequence of last_members (distinct members, so fewer of
+  // them means at least one left), each holding that generation's communicator.
+  size_t next = 0;
+  for (const PlanRank* pr : by_rank) {
+    if (pr->report.comm_generation != last_generation) return 0;
+    while (next < last_members.size() && !(last_members[next] == pr->worker)) ++next;
+    if (next == last_members.size()) return 0;  // not a member of it, or out of its order
+    ++next;
+  }
+  return last_generation;
+}
+
 }  // namespace rf::elastic

@@ -26,6 +26,9 @@ struct StateReport {
   bool has_state = false;
   int64_t step = -1;   // last applied step, -1 before the first
   std::string digest;  // StateDigest::hex() of S at `step`, version prefix included
+  // The generation whose communicator this worker still holds and can form the next one
+  // from (comm::Communicator::can_regroup; NCCL's shrink); 0: none. Said with or without state.
+  uint64_t comm_generation = 0;
 };
 
 struct PlanRank {
@@ -45,6 +48,9 @@ struct Plan {
   // newest valid checkpoint, if it finds one, and reports it in a new round.
   bool whole_job_restart = false;
   std::string job_id;  // the coordinator's, one per job; checkpoints record it
+  // How every rank forms this generation's communicator (comm::CommRegroup): 0, afresh;
+  // g, by shrinking generation g's (decide_shrink_from below).
+  uint64_t shrink_from = 0;
   std::vector<PlanRank> ranks;
   int world() const { return static_cast<int>(ranks.size()); }
   const PlanRank* find(int slot) const;
@@ -65,5 +71,14 @@ struct PlanOutcome {
 // At most target_world reporters are placed; the others stay standby.
 PlanOutcome make_plan(uint64_t generation, const std::vector<int>& prev_slots,
                       const std::vector<Reporter>& reporters, int target_world);
+
+// Plan::shrink_from of `plan`: last_generation (the last generation that ran: the one whose
+// rank order make_plan got as prev_slots; 0 when none) iff every rank of the plan was a
+// member of it (last_members, in rank order: same slot AND incarnation, a restarted worker
+// is a new member), in the same relative order, at least one of its members is not in the
+// plan, and every rank reported comm_generation == last_generation. Otherwise 0 (afresh):
+// a rank that joins, the same members again, a rank without that communicator, or a new
+// order cannot be shrunk into.
+uint64_t decide_shrink_from(uint64_t last_generation, const std::vector<WorkerId>& last_members, const Plan& plan);
 
 }  // namespace rf::elastic

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include "elastic/control_state.h"
+#include "elastic/coordinator_replies.h"
 
 using namespace rf::elastic;
 
@@ -43,4 +44,31 @@ TEST_CASE("store entries: (g, key) names that sort by generation, so older scope
   std::string not_hex = kv_scope_begin(3);
   not_hex.append("zz");
   CHECK_FALSE(parse_kv_entry_key(not_hex).has_value());
+}
+
+TEST_CASE("a plan's shrink_from goes wherever the plan goes: the plan reply and the control state") {
+  Plan p;
+  p.generation = 5;
+  p.target_step = 9;
+  p.job_id = "j";
+  p.shrink_from = 4;
+  p.ranks.push_back({0, {0, 0}, StateReport{true, 9, "x3:aa"}, std::nullopt});
+  p.ranks.push_back({1, {2, 1}, StateReport{}, 0});
+  const Plan back = parse_plan_json(plan_json(p));
+  CHECK(back.shrink_from == 4u);
+  CHECK(back.generation == 5u);
+  REQUIRE(back.ranks.size() == 2);
+  CHECK(back.ranks[1].worker == WorkerId{2, 1});
+  CHECK(back.ranks[1].source_rank == 0);
+  ControlState s;
+  s.generation = 5;
+  s.phase = "RECOVERING";
+  s.plan = plan_json(p);
+  CHECK(parse_plan_json(decode_control_state(encode_control_state(s)).plan).shrink_from == 4u);
+  // An older coordinator's plan has no shrink_from: afresh.
+  nlohmann::json old = plan_json(p);
+  old.erase("shrink_from");
+  CHECK(parse_plan_json(old).shrink_from == 0u);
+  p.shrink_from = 0;
+  CHECK(parse_plan_json(plan_json(p)).shrink_from == 0u);
 }

@@ -129,3 +129,17 @@ TEST_CASE("every field is typed and bounded") {
   // Errors say which request they belong to.
   CHECK(what_of(R"({"v":1,"type":"ready","generation":1})").rfind("request 'ready'", 0) == 0);
 }
+
+TEST_CASE("a report's comm_generation: absent is 0") {
+  auto report = [](const std::string& extra) {
+    return std::get<Report>(decode_request(parse_message(
+        R"({"v":1,"type":"report","round":5,"has_state":true,"step":9,"digest":"d")" + extra + "}")));
+  };
+  CHECK(report("").comm_generation == 0u);
+  CHECK(report(R"(,"comm_generation":4)").comm_generation == 4u);
+  const Report none = std::get<Report>(decode_request(parse_message(
+      R"({"v":1,"type":"report","round":0,"has_state":false,"step":-1,"digest":"","comm_generation":3})")));
+  CHECK(none.comm_generation == 3u);  // said with or without state
+  CHECK(what_of(R"({"v":1,"type":"report","round":5,"has_state":true,"step":9,"digest":"d","comm_generation":-1})")
+            .find("comm_generation") != std::string::npos);
+}

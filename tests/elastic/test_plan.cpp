@@ -69,3 +69,48 @@ TEST_CASE("shrink keeps the survivors' order; extra reporters beyond W stay out"
   CHECK(cap.plan->fresh_start);
   CHECK_FALSE(cap.plan->ranks[0].source_rank);
 }
+
+// decide_shrink_from: every rank of the plan shrinks generation g's communicator only when
+// the plan is g's members with some removed, in g's order, each still holding g's.
+namespace {
+Plan plan_of(const std::vector<std::pair<WorkerId, uint64_t>>& ranks) {  // (worker, comm_generation)
+  Plan p;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    StateReport r{true, 9, "a"};
+    r.comm_generation = ranks[i].second;
+    p.ranks.push_back({static_cast<int>(i), ranks[i].first, r, std::nullopt});
+  }
+  return p;
+}
+}  // namespace
+
+TEST_CASE("shrink_from: a rank left, the others hold g's communicator in g's order: shrink g") {
+  const std::vector<WorkerId> g4 = {{0, 0}, {1, 0}, {2, 0}};
+  CHECK(decide_shrink_from(4, g4, plan_of({{{0, 0}, 4}, {{2, 0}, 4}})) == 4u);
+  CHECK(decide_shrink_from(4, g4, plan_of({{{1, 0}, 4}, {{2, 0}, 4}})) == 4u);
+  CHECK(decide_shrink_from(4, g4, plan_of({{{2, 0}, 4}})) == 4u);
+  // ranks listed in any order: rank decides the position
+  Plan p = plan_of({{{2, 0}, 4}, {{0, 0}, 4}});
+  p.ranks[0].rank = 1, p.ranks[1].rank = 0;
+  CHECK(decide_shrink_from(4, g4, p) == 4u);
+}
+
+TEST_CASE("shrink_from: a replacement, the same members, a rank without g's communicator, a new order: fresh") {
+  const std::vector<WorkerId> g4 = {{0, 0}, {1, 0}, {2, 0}};
+  // a replacement joins: slot 1 restarted is a new member (same slot, new incarnation)
+  CHECK(decide_shrink_from(4, g4, plan_of({{{0, 0}, 4}, {{1, 1}, 0}, {{2, 0}, 4}})) == 0u);
+  CHECK(decide_shrink_from(4, g4, plan_of({{{0, 0}, 4}, {{1, 1}, 4}})) == 0u);  // even if it said 4
+  // a spare fills the hole
+  CHECK(decide_shrink_from(4, g4, plan_of({{{0, 0}, 4}, {{3, 0}, 0}, {{2, 0}, 4}})) == 0u);
+  // the same members again (a planned change, a failed recovery's next round)
+  CHECK(decide_shrink_from(4, g4, plan_of({{{0, 0}, 4}, {{1, 0}, 4}, {{2, 0}, 4}})) == 0u);
+  // one survivor reports 0 (its communicator was aborted, or it holds none), or another g
+  CHECK(decide_shrink_from(4, g4, plan_of({{{0, 0}, 4}, {{2, 0}, 0}})) == 0u);
+  CHECK(decide_shrink_from(4, g4, plan_of({{{0, 0}, 5}, {{2, 0}, 5}})) == 0u);
+  // the order changed
+  CHECK(decide_shrink_from(4, g4, plan_of({{{2, 0}, 4}, {{0, 0}, 4}})) == 0u);
+  // a whole-job fresh start, or a first round: no generation ran
+  CHECK(decide_shrink_from(0, {}, plan_of({{{0, 0}, 0}, {{1, 0}, 0}})) == 0u);
+  CHECK(decide_shrink_from(0, g4, plan_of({{{0, 0}, 0}})) == 0u);
+  CHECK(decide_shrink_from(4, g4, Plan{}) == 0u);
+}
