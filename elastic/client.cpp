@@ -361,8 +361,9 @@ bool Client::kv_cas(uint64_t g, const std::string& key, const std::optional<std:
   return call(req, opt_.call_timeout).value("swapped", false);
 }
 
-Answer Client::failure_report(uint64_t g, int64_t step, std::optional<int> peer, const std::string& cause) {
-  json req = {{"type", "failure"}, {"generation", g}, {"step", step}, {"cause", cause}};
+Answer Client::failure_report(uint64_t g, int64_t step, std::optional<int> peer, const std::string& cause,
+                              FailureKind kind) {
+  json req = {{"type", "failure"}, {"generation", g}, {"step", step}, {"cause", cause}, {"kind", to_string(kind)}};
   req["peer_slot"] = peer ? json(*peer) : json(nullptr);
   return parse_answer(call(req, opt_.call_timeout));
 }

@@ -129,7 +129,10 @@ class Client {
   bool kv_cas(uint64_t generation, const std::string& key, const std::optional<std::string>& expected,
               const std::string& desired);
 
-  Answer failure_report(uint64_t generation, int64_t step, std::optional<int> peer_slot, const std::string& cause);
+  // kind gpu_stuck: this worker's own GPU never reached an operation of `generation`
+  // (comm's CommErrorInfo::device_stuck): the coordinator evicts this worker.
+  Answer failure_report(uint64_t generation, int64_t step, std::optional<int> peer_slot, const std::string& cause,
+                        FailureKind kind = FailureKind::comm);
   // The trainer's timings of recovery phases connect/transfer/verify, for the summary.
   void phase_timing(uint64_t generation, const std::string& phase, double ms);
   // This worker cannot run for a reason every worker and every restart would meet again

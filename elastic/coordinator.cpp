@@ -384,7 +384,7 @@ struct Coordinator::Impl {
             send(c, {{"type", "kv_cas_reply"}, {"swapped", res.first},
                      {"value", res.second ? json(*res.second) : json(nullptr)}});
           } else if constexpr (std::is_same_v<T, FailureReport>) {
-            Answer a = membership.failure_report(c.worker, r.generation, r.step, r.peer_slot, r.cause, now);
+            Answer a = membership.failure_report(c.worker, r.generation, r.step, r.peer_slot, r.cause, now, r.kind);
             send(c, answer_json("failure_reply", a));
           } else if constexpr (std::is_same_v<T, PhaseTiming>) {
             membership.phase_timing(c.worker, r.generation, r.phase, r.ms);

@@ -40,13 +40,14 @@ const char* to_string(Cause c) {
     case Cause::MemberLeftGeneration: return "member_left_generation";
     case Cause::Reconfigure: return "reconfigure";
     case Cause::LeaderChanged: return "leader_changed";
+    case Cause::GpuStuck: return "gpu_stuck";
   }
   return "?";
 }
 
 bool evicts(Cause c) {
   return c == Cause::LeaseExpired || c == Cause::Hung || c == Cause::Wedged || c == Cause::ReportTimeout ||
-         c == Cause::ReadyTimeout;
+         c == Cause::ReadyTimeout || c == Cause::GpuStuck;
 }
 
 const char* to_string(StopCause c) {
@@ -347,31 +348,6 @@ ReadyQuery Membership::ready_state(WorkerId w, uint64_t generation) const {
   return q;
 }
 
-Answer Membership::failure_report(WorkerId reporter, uint64_t generation, int64_t step, std::optional<int> peer_slot,
-                                  const std::string& cause, TimePoint now) {
-  Answer a;
-  a.generation = generation_;
-  if (phase_ == Phase::Stopped || phase_ == Phase::Done) return a.kind = Answer::Stopped, a;
-  if (!live_worker(reporter)) return a.kind = Answer::Fenced, a;
-  const std::string detail = rf::str("reported by slot ", reporter.slot, ": ", cause);
-  if (generation != generation_) {
-    // A failure of an older generation is already handled; acting on it would revoke
-    // the new generation for nothing.
-    a.kind = Answer::Stale;
-    a.reason = rf::str("failure report for generation ", generation, ", current is ", generation_);
-    log({"stale", "failure_report", reporter, generation, step, now, std::nullopt, detail});
-    return a;
-  }
-  WorkerId who = reporter;
-  if (peer_slot) {
-    auto it = workers_.find(*peer_slot);
-    who = it != workers_.end() ? it->second.id : WorkerId{*peer_slot, -1};
-  }
-  if (phase_ == Phase::Running || in_round(reporter.slot) || (peer_slot && in_round(*peer_slot)))
-    revoke(Cause::FailureReport, who, step, now, now, false, detail);
-  return a;
-}
-
 void Membership::connection_lost(WorkerId w, TimePoint now) {
   Worker* wk = live_worker(w);
   if (!wk) return;
@@ -493,26 +469,6 @@ void Membership::judge_stuck_members(TimePoint now) {
     fail(w, v.kind == LivenessVerdict::Hung ? Cause::Hung : Cause::Wedged, now, v.first_seen, v.detail);
     if (phase_ == Phase::Stopped || phase_ == Phase::Done) return;
   }
-}
-
-// ---------------------------------------------------------------------------------------
-
-void Membership::fail(Worker& w, Cause cause, TimePoint now, TimePoint first_seen, const std::string& detail) {
-  w.live = false;
-  w.report.reset();
-  w.report_round.reset();
-  if (evicts(cause)) evictions_.push_back(w.id);
-  log({evicts(cause) ? "evict" : "fail", to_string(cause), w.id, generation_, w.step, now, first_seen, detail});
-  if (phase_ == Phase::Stopped || phase_ == Phase::Done) return;
-  const bool member = is_member(w.id);
-  if (phase_ == Phase::Running) {
-    if (member) revoke(cause, w.id, w.step, now, first_seen, false, detail);
-    else check_done(now);
-    return;
-  }
-  // FORMING / RECOVERING: a participant of the round failing revokes it (g+1 -> g+2);
-  // a joiner that was not yet placed just drops out.
-  if (in_round(w.id.slot)) revoke(cause, w.id, w.step, now, first_seen, false, detail);
 }
 
 }  // namespace rf::elastic

@@ -37,9 +37,14 @@ class Membership {
   PlanQuery plan_for(WorkerId w, uint64_t round) const;
   Answer ready(WorkerId w, uint64_t generation, TimePoint now);
   ReadyQuery ready_state(WorkerId w, uint64_t generation) const;
-  // A worker saw a peer fail (transport error, D3 stall). Stale generations are ignored.
+  // A worker saw a peer fail (transport error, D3 stall): kind comm. Stale generations are
+  // ignored. Kind gpu_stuck: the reporter's own GPU never reached an operation of
+  // `generation`; the reporter is the culprit (peer_slot is not read), evicted with
+  // Cause::GpuStuck in one round whichever report comes first: for the current generation
+  // it fails and revokes as any eviction; for an older one, while the reporter is expected
+  // in the open round and no plan places it, it leaves that round without revoking it.
   Answer failure_report(WorkerId reporter, uint64_t generation, int64_t step, std::optional<int> peer_slot,
-                        const std::string& cause, TimePoint now);
+                        const std::string& cause, TimePoint now, FailureKind kind = FailureKind::comm);
   void connection_lost(WorkerId w, TimePoint now);                                  // D1
   // What the coordinator knew of a process the launcher saw exit (D1): whether it ever
   // joined (its hello was answered), and whether it had left the job gracefully (finished
@@ -129,6 +134,8 @@ class Membership {
   void fail(Worker& w, Cause cause, TimePoint now, TimePoint first_seen, const std::string& detail);
   void revoke(Cause cause, WorkerId who, int64_t step, TimePoint now, TimePoint first_seen, bool planned,
               const std::string& detail);
+  // A gpu_stuck report of an older generation (see failure_report): whether it applied.
+  bool evict_stuck_from_round(Worker& w, TimePoint now, const std::string& detail);
   void judge_stuck_members(TimePoint now);
   void try_close_round(TimePoint now);
   void become_running(TimePoint now);

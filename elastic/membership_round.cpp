@@ -1,11 +1,90 @@
-// Membership's rounds (elastic/membership.h): revoking a generation into the next round,
-// closing a round into a plan, the plan becoming RUNNING, and the job's ends.
+// Membership's rounds (elastic/membership.h): failures (a worker gone, a failure report)
+// revoking a generation into the next round, closing a round into a plan, the plan
+// becoming RUNNING, and the job's ends.
 #include "elastic/membership.h"
 
 #include "base/str.h"
 #include "elastic/round_decision.h"
 
 namespace rf::elastic {
+
+Answer Membership::failure_report(WorkerId reporter, uint64_t generation, int64_t step, std::optional<int> peer_slot,
+                                  const std::string& cause, TimePoint now, FailureKind kind) {
+  Answer a;
+  a.generation = generation_;
+  if (phase_ == Phase::Stopped || phase_ == Phase::Done) return a.kind = Answer::Stopped, a;
+  Worker* wk = live_worker(reporter);
+  if (!wk) return a.kind = Answer::Fenced, a;
+  const bool stuck = kind == FailureKind::gpu_stuck;
+  const std::string detail = stuck ? rf::str("slot ", reporter.slot, " says its GPU is stuck: ", cause)
+                                   : rf::str("reported by slot ", reporter.slot, ": ", cause);
+  // The peers' reports (naming nobody) may have opened this round before the stuck
+  // member's own report of the generation they all failed in.
+  if (stuck && generation < generation_ && evict_stuck_from_round(*wk, now, detail)) return a;
+  if (generation != generation_) {
+    // A failure of an older generation is already handled; acting on it would revoke
+    // the new generation for nothing.
+    a.kind = Answer::Stale;
+    a.reason = rf::str("failure report for generation ", generation, ", current is ", generation_);
+    log({"stale", "failure_report", reporter, generation, step, now, std::nullopt, detail});
+    return a;
+  }
+  if (stuck && (phase_ == Phase::Running ? is_member(reporter) && !wk->left : in_round(reporter.slot))) {
+    fail(*wk, Cause::GpuStuck, now, now, detail);  // evicted, and what it belongs to revoked
+    return a;
+  }
+  WorkerId who = reporter;
+  if (peer_slot) {
+    auto it = workers_.find(*peer_slot);
+    who = it != workers_.end() ? it->second.id : WorkerId{*peer_slot, -1};
+  }
+  if (phase_ == Phase::Running || in_round(reporter.slot) || (peer_slot && in_round(*peer_slot)))
+    revoke(Cause::FailureReport, who, step, now, now, false, detail);
+  return a;
+}
+
+bool Membership::evict_stuck_from_round(Worker& w, TimePoint now, const std::string& detail) {
+  if (phase_ == Phase::Running || !round_.expected.count(w.id.slot)) return false;
+  const PlanRank* placed = round_plan_ ? round_plan_->find(w.id.slot) : nullptr;
+  if (placed && placed->worker == w.id) {
+    fail(w, Cause::GpuStuck, now, now, detail);  // the plan counts on it: revoked again
+    return true;
+  }
+  // Nothing of the round refers to it yet (no plan places it): it leaves the round's
+  // expected set, evicted, and the round goes on (it may close now) without a revocation.
+  w.live = false;
+  w.report.reset();
+  w.report_round.reset();
+  evictions_.push_back(w.id);
+  log({"evict", to_string(Cause::GpuStuck), w.id, generation_, w.step, now, now, detail});
+  round_.expected.erase(w.id.slot);
+  // The round was opened by reports naming nobody (a stuck GPU looks like a peer waiting in
+  // a collective): this recovery's cause and culprit are the stuck member.
+  if (in_episode_ && recoveries_.back().cause == Cause::FailureReport) {
+    recoveries_.back().cause = Cause::GpuStuck;
+    recoveries_.back().worker = w.id;
+  }
+  try_close_round(now);
+  return true;
+}
+
+void Membership::fail(Worker& w, Cause cause, TimePoint now, TimePoint first_seen, const std::string& detail) {
+  w.live = false;
+  w.report.reset();
+  w.report_round.reset();
+  if (evicts(cause)) evictions_.push_back(w.id);
+  log({evicts(cause) ? "evict" : "fail", to_string(cause), w.id, generation_, w.step, now, first_seen, detail});
+  if (phase_ == Phase::Stopped || phase_ == Phase::Done) return;
+  const bool member = is_member(w.id);
+  if (phase_ == Phase::Running) {
+    if (member) revoke(cause, w.id, w.step, now, first_seen, false, detail);
+    else check_done(now);
+    return;
+  }
+  // FORMING / RECOVERING: a participant of the round failing revokes it (g+1 -> g+2);
+  // a joiner that was not yet placed just drops out.
+  if (in_round(w.id.slot)) revoke(cause, w.id, w.step, now, first_seen, false, detail);
+}
 
 void Membership::revoke(Cause cause, WorkerId who, int64_t step, TimePoint now, TimePoint first_seen, bool planned,
                         const std::string& detail) {

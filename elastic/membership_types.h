@@ -35,11 +35,32 @@ enum class Cause {
   MemberLeftGeneration,  // a member reported for the next round on its own
   Reconfigure,           // planned: joiners wait for a round (R5)
   LeaderChanged,         // a coordinator replica took over from the leader (several replicas)
+  GpuStuck,              // the worker said its own GPU never reached an operation (FailureKind::gpu_stuck)
 };
 const char* to_string(Cause c);
 // The coordinator decided the worker is gone while its process may still run (hung,
 // silent): the launcher SIGKILLs it before its slot is restarted (Membership::take_evictions).
 bool evicts(Cause c);
+
+// What a worker's failure report says (the `failure` request's `kind`): comm, a
+// communication failure (a peer failed, a stall, a bad image: the peer it names, if any,
+// is the culprit); gpu_stuck, the reporter's own GPU never reached an operation of its
+// generation (comm's CommErrorInfo::device_stuck): the reporter is the culprit, evicted.
+// (Inline: the request decoder, elastic/messages.cpp, stands alone in the fuzz target.)
+enum class FailureKind : uint8_t { comm, gpu_stuck };
+inline const char* to_string(FailureKind k) {  // comm, gpu_stuck
+  switch (k) {
+    case FailureKind::comm: return "comm";
+    case FailureKind::gpu_stuck: return "gpu_stuck";
+  }
+  return "?";
+}
+// The kind named `text`; nullopt when it is none.
+inline std::optional<FailureKind> parse_failure_kind(const std::string& text) {
+  for (FailureKind k : {FailureKind::comm, FailureKind::gpu_stuck})
+    if (text == to_string(k)) return k;
+  return std::nullopt;
+}
 
 // Why the coordinator stopped the job (the event log's `stop` line).
 enum class StopCause { BelowMinWorld, DigestMismatch, WorkerFatal };

@@ -88,6 +88,11 @@ Request decode(const json& m, const std::string& type) {
     f.step = get_int(m, "step", -1, kMaxStep);
     if (auto p = get_opt_int(m, "peer_slot", 0, kMaxSlot)) f.peer_slot = static_cast<int>(*p);
     f.cause = get_str(m, "cause", kMaxTextBytes);
+    if (auto k = get_opt_str(m, "kind", 16)) {
+      const auto kind = parse_failure_kind(*k);
+      if (!kind) throw ProtocolError(rf::str("field 'kind' = '", *k, "' is not comm or gpu_stuck"));
+      f.kind = *kind;
+    }
     return f;
   }
   if (type == "phase") {

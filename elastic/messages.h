@@ -52,7 +52,14 @@ struct KvSet { uint64_t generation = 0; std::string key, value; };
 struct KvGet { uint64_t generation = 0; std::string key; };
 struct KvWait { uint64_t generation = 0; std::string key; int64_t timeout_ms = 0; };
 struct KvCas { uint64_t generation = 0; std::string key; std::optional<std::string> expected; std::string desired; };
-struct FailureReport { uint64_t generation = 0; int64_t step = -1; std::optional<int> peer_slot; std::string cause; };
+// kind (optional: absent = comm; a word that names no FailureKind is a protocol error).
+struct FailureReport {
+  uint64_t generation = 0;
+  int64_t step = -1;
+  std::optional<int> peer_slot;
+  std::string cause;
+  FailureKind kind = FailureKind::comm;
+};
 struct PhaseTiming { uint64_t generation = 0; std::string phase; double ms = 0; };
 struct Leave { std::optional<int64_t> step; };  // the last step it applied (absent: unknown)
 // The worker cannot run for a reason every worker and every restart would meet again (its

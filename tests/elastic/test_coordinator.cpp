@@ -205,6 +205,43 @@ TEST_CASE("two workers form, run, exchange addresses, and one failure revokes th
   CHECK_THROWS_AS(late.join(), JobFinished);
 }
 
+// A worker whose GPU is stuck reports itself (kind gpu_stuck): the coordinator evicts it (the
+// other member hears the revocation, cause gpu_stuck; it is fenced), and the survivor, which
+// kept generation 1's communicator, gets a plan that shrinks it (Plan::shrink_from, over the wire).
+TEST_CASE("a gpu_stuck report evicts its sender; the survivor's plan shrinks the old communicator") {
+  const std::string token = random_token();
+  Coordinator coord(opts(2, token));
+  coord.start();
+  Client a(copts(coord, token, 0)), b(copts(coord, token, 1));
+  Signal revoked, fenced;
+  a.on_revoked([&](const Revocation& r) { revoked.fire(r.cause + "/" + std::to_string(r.generation)); });
+  b.on_fenced([&](const std::string& why) { fenced.fire(why); });
+  a.join();
+  b.join();
+  auto fb = std::async(std::launch::async, [&] { return b.next_plan([] { return at(-1); }, 5s); });
+  CHECK(a.next_plan([] { return at(-1); }, 5s).shrink_from == 0u);  // forming: afresh
+  fb.get();
+  auto rb = std::async(std::launch::async, [&] { return b.ready(1, 5s); });
+  REQUIRE(a.ready(1, 5s).kind == ReadyQuery::Running);
+  REQUIRE(rb.get().kind == ReadyQuery::Running);
+  CHECK(b.failure_report(1, 3, 1, "its start event never completed", FailureKind::gpu_stuck).ok());
+  REQUIRE(revoked.wait(5s));
+  CHECK(revoked.text == "gpu_stuck/2");
+  REQUIRE(fenced.wait(5s));
+  StateReport kept = at(3);
+  kept.comm_generation = 1;
+  const Plan p2 = a.next_plan([&] { return kept; }, 5s);
+  CHECK(p2.generation == 2u);
+  CHECK(p2.world() == 1);
+  CHECK(p2.shrink_from == 1u);
+  CHECK(a.ready(2, 5s).kind == ReadyQuery::Running);
+  AdminClient admin("127.0.0.1", coord.port(), token);
+  auto sum = admin.summary();
+  REQUIRE(sum["recoveries"].size() == 1);
+  CHECK(sum["recoveries"][0]["cause"] == "gpu_stuck");
+  CHECK(sum["recoveries"][0]["rounds"] == 1);
+}
+
 TEST_CASE("wrong token is refused with an error reply") {
   const std::string token = random_token();
   Coordinator coord(opts(1, token));

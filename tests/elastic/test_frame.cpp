@@ -130,6 +130,27 @@ TEST_CASE("every field is typed and bounded") {
   CHECK(what_of(R"({"v":1,"type":"ready","generation":1})").rfind("request 'ready'", 0) == 0);
 }
 
+TEST_CASE("a failure report's kind: absent is comm, gpu_stuck typed, an unknown word refused") {
+  auto failure = [](const std::string& extra) {
+    return std::get<FailureReport>(decode_request(
+        parse_message(R"({"v":1,"type":"failure","generation":4,"step":9,"peer_slot":1,"cause":"x")" + extra + "}")));
+  };
+  CHECK(failure("").kind == FailureKind::comm);  // an older worker's encoding
+  CHECK(failure(R"(,"kind":"comm")").kind == FailureKind::comm);
+  const FailureReport f = failure(R"(,"kind":"gpu_stuck")");
+  CHECK(f.kind == FailureKind::gpu_stuck);
+  CHECK(f.peer_slot == 1);
+  CHECK(what_of(R"({"v":1,"type":"failure","generation":4,"step":9,"cause":"x","kind":"gpu"})")
+            .find("field 'kind' = 'gpu' is not comm or gpu_stuck") != std::string::npos);
+  CHECK(what_of(R"({"v":1,"type":"failure","generation":4,"step":9,"cause":"x","kind":3})").find("'kind'") !=
+        std::string::npos);
+  // What Client::failure_report sends reads back as what it said.
+  for (FailureKind k : {FailureKind::comm, FailureKind::gpu_stuck}) {
+    const json sent = {{"type", "failure"}, {"generation", 4}, {"step", 9}, {"cause", "x"}, {"kind", to_string(k)}};
+    CHECK(std::get<FailureReport>(decode_request(parse_message(encode_frame(sent).substr(4)))).kind == k);
+  }
+}
+
 TEST_CASE("a report's comm_generation: absent is 0") {
   auto report = [](const std::string& extra) {
     return std::get<Report>(decode_request(parse_message(

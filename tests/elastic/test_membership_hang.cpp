@@ -2,6 +2,8 @@
 // users meet as "NCCL timeout" — at DEFAULT settings, on a simulated clock: the coordinator
 // evicts it from its heartbeats' activity within its stall bound (D3, elastic/liveness.h),
 // the round goes on without it, and every deadline counts from its own round's start.
+// And a member whose GPU is stuck (a kernel on its stream never ends): its own report of
+// kind gpu_stuck names it, and it is evicted in the same round whichever report comes first.
 #include <doctest/doctest.h>
 
 #include "elastic/membership.h"
@@ -168,4 +170,124 @@ TEST_CASE("no false eviction: slow compute within the bound, waits up to two bou
   }
   CHECK(s.count("evict", "wedged") == 1);
   CHECK(s.last("evict").worker == WorkerId{1, 0});
+}
+
+// --- a stuck GPU (FailureKind::gpu_stuck) ------------------------------------------------
+
+namespace {
+StateReport holding(int64_t step, uint64_t comm_generation) {
+  StateReport r{true, step, "d"};
+  r.comm_generation = comm_generation;
+  return r;
+}
+// The only recovery: one round, finished, for a stuck GPU named `culprit`.
+void check_one_round(const Sim& s, WorkerId culprit) {
+  REQUIRE(s.m.recoveries().size() == 1);
+  const RecoveryRecord& rec = s.m.recoveries()[0];
+  CHECK(rec.rounds == 1);
+  CHECK(rec.finished);
+  CHECK(rec.cause == Cause::GpuStuck);
+  CHECK(rec.worker == culprit);
+}
+}  // namespace
+
+TEST_CASE("gpu_stuck first: the reporter is evicted, the round excludes it, one round") {
+  Sim s(2);
+  s.form(2);
+  auto a = s.m.failure_report({1, 0}, 1, 5, 1, "start event never completed", s.now, FailureKind::gpu_stuck);
+  s.drain();
+  CHECK(a.ok());
+  s.check_evicted_once("gpu_stuck", WorkerId{1, 0});  // the launcher SIGKILLs it
+  CHECK(s.last("evict").generation == 1);
+  CHECK(s.last("revoke").cause == "gpu_stuck");
+  CHECK(s.last("revoke").worker == WorkerId{1, 0});
+  CHECK(s.m.generation() == 2);
+  // The peer's own report (it waited in the collective, naming nobody) comes late: stale.
+  CHECK(s.m.failure_report({0, 0}, 1, 5, std::nullopt, "stall", s.now).kind == Answer::Stale);
+  CHECK(s.m.generation() == 2);
+  // The round expects only the peer; the replacement fills the hole at once (W reached).
+  REQUIRE(s.m.report({0, 0}, 2, holding(5, 1), s.now).ok());
+  CHECK_FALSE(s.m.plan());
+  s.join_new({1, 1});
+  REQUIRE(s.m.plan());
+  CHECK(slots_of(*s.m.plan()) == std::vector<int>{0, 1});
+  CHECK(s.m.plan()->ranks[1].worker == WorkerId{1, 1});
+  CHECK(s.m.plan()->shrink_from == 0u);  // a replacement joins: afresh
+  s.ready_all();
+  CHECK(s.m.phase() == Phase::Running);
+  check_one_round(s, {1, 0});
+}
+
+TEST_CASE("the peers' reports first: the stuck member's late gpu_stuck evicts it without a second round") {
+  Sim s(3);
+  s.form(3);
+  // Both peers waited in the collective: their reports name nobody and open round 2, which
+  // expects the stuck member too.
+  REQUIRE(s.m.failure_report({0, 0}, 1, 5, std::nullopt, "stall", s.now).ok());
+  REQUIRE(s.m.failure_report({2, 0}, 1, 5, std::nullopt, "stall", s.now).kind == Answer::Stale);  // already
+  s.drain();
+  REQUIRE(s.m.generation() == 2);
+  REQUIRE(s.count("revoke") == 1);
+  REQUIRE(s.m.report({0, 0}, 2, holding(5, 1), s.now).ok());
+  REQUIRE(s.m.report({2, 0}, 2, holding(5, 1), s.now).ok());
+  s.run_for(2100ms, {{0, 0}, {1, 0}, {2, 0}}, 5);  // past the window: waits for slot 1 only
+  REQUIRE_FALSE(s.m.plan());
+  // The stuck member's report of generation 1 (stale before gpu_stuck existed).
+  auto a = s.m.failure_report({1, 0}, 1, 5, 1, "aborted; start event never completed", s.now,
+                              FailureKind::gpu_stuck);
+  s.drain();
+  CHECK(a.ok());
+  s.check_evicted_once("gpu_stuck", WorkerId{1, 0});
+  CHECK(s.last("evict").generation == 2);
+  CHECK(s.count("revoke") == 1);  // not revoked again
+  CHECK(s.count("stale") == 1);   // only the second peer's
+  CHECK(s.m.generation() == 2);
+  // Nothing else held the round: it closes now, the survivors in their order, shrinking 1.
+  REQUIRE(s.m.plan());
+  CHECK(slots_of(*s.m.plan()) == std::vector<int>{0, 2});
+  CHECK(s.m.plan()->generation == 2u);
+  CHECK(s.m.plan()->shrink_from == 1u);
+  CHECK(s.last("plan").detail.find("shrinks generation 1") != std::string::npos);
+  s.ready_all();
+  CHECK(s.m.phase() == Phase::Running);
+  CHECK(s.m.members() == std::vector<WorkerId>{{0, 0}, {2, 0}});
+  check_one_round(s, {1, 0});
+}
+
+TEST_CASE("the peers' report first, the window still open: the round goes on and takes the replacement") {
+  Sim s(2);
+  s.form(2);
+  REQUIRE(s.m.failure_report({0, 0}, 1, 5, std::nullopt, "stall", s.now).ok());
+  REQUIRE(s.m.report({0, 0}, 2, holding(5, 1), s.now).ok());
+  REQUIRE(s.m.failure_report({1, 0}, 1, 5, 1, "stuck", s.now, FailureKind::gpu_stuck).ok());
+  s.drain();
+  s.check_evicted_once("gpu_stuck", WorkerId{1, 0});
+  CHECK_FALSE(s.m.plan());  // one of W reported, the window is open
+  s.join_new({1, 1});
+  REQUIRE(s.m.plan());
+  CHECK(s.m.plan()->ranks[1].worker == WorkerId{1, 1});
+  CHECK(s.m.plan()->shrink_from == 0u);
+  s.ready_all();
+  CHECK(s.m.generation() == 2);
+  check_one_round(s, {1, 0});
+}
+
+TEST_CASE("gpu_stuck of an older generation from a member the round's plan places: revoked again") {
+  Sim s(2);
+  s.form(2);
+  REQUIRE(s.m.failure_report({0, 0}, 1, 5, std::nullopt, "stall", s.now).ok());
+  REQUIRE(s.m.report({0, 0}, 2, holding(5, 1), s.now).ok());
+  REQUIRE(s.m.report({1, 0}, 2, holding(5, 1), s.now).ok());
+  REQUIRE(s.m.plan());
+  REQUIRE(s.m.failure_report({1, 0}, 1, 5, 1, "stuck", s.now, FailureKind::gpu_stuck).ok());
+  s.drain();
+  s.check_evicted_once("gpu_stuck", WorkerId{1, 0});
+  CHECK(s.m.generation() == 3);
+  CHECK(s.last("revoke").cause == "gpu_stuck");
+  REQUIRE(s.m.recoveries().size() == 1);
+  CHECK(s.m.recoveries()[0].rounds == 2);
+  // A gpu_stuck report from a worker nobody counts on (not expected, not placed) is stale.
+  s.join_new({5, 0});
+  CHECK(s.m.failure_report({5, 0}, 2, -1, 5, "stuck", s.now, FailureKind::gpu_stuck).kind == Answer::Stale);
+  CHECK(s.count("evict", "gpu_stuck") == 1);
 }
