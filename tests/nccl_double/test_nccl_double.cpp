@@ -203,7 +203,7 @@ TEST_CASE("double: ranks that disagree on the operation get ncclInternalError") 
 TEST_CASE("double: a peer that goes away is ncclRemoteError naming it; revoke, then shrink to the survivors") {
   const int W = 3;
   const ncclUniqueId id = new_id();
-  std::atomic<bool> gone{false};
+  std::atomic<bool> gone{false}, checked{false};
   ranks(W, [&](int r) {
     ncclComm_t c = init(W, id, r);
     cudaStream_t s;
@@ -230,8 +230,9 @@ TEST_CASE("double: a peer that goes away is ncclRemoteError naming it; revoke, t
       CHECK(settle(c) == ncclSuccess);
       CHECK(x[0] == static_cast<float>(r + 1));
       // The shrink: the child handle stays NULL until the child is connected, and the
-      // PARENT reads ncclInProgress meanwhile. Rank 1 comes late.
-      if (r == 1) std::this_thread::sleep_for(200ms);
+      // PARENT reads ncclInProgress meanwhile. Rank 1 comes once rank 0 has seen that.
+      if (r == 1)
+        while (!checked) std::this_thread::sleep_for(1ms);
       int excluded[] = {W - 1};
       ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
       cfg.blocking = 0;
@@ -244,6 +245,7 @@ TEST_CASE("double: a peer that goes away is ncclRemoteError naming it; revoke, t
         CHECK(ncclCommGetAsyncError(c, &st) == ncclSuccess);
         CHECK(st == ncclInProgress);
         CHECK(__atomic_load_n(&child, __ATOMIC_ACQUIRE) == nullptr);
+        checked = true;
       }
       CHECK(settle(c) == ncclSuccess);
       ncclComm_t made = __atomic_load_n(&child, __ATOMIC_ACQUIRE);
@@ -455,4 +457,33 @@ TEST_CASE("double: contexts, memory, streams and events") {
     cudaFree(p);
     CHECK(rf_fake_cuda_contexts() == 3u);
   }).join();
+}
+
+TEST_CASE("double: abort cancels an init whose peers never come; finalize and destroy") {
+  cudaSetDevice(0);
+  const int comms = rf_fake_nccl_live_comms();
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.blocking = 0;
+  ncclComm_t c = nullptr;
+  CHECK(ncclCommInitRankConfig(&c, 3, new_id(), 1, &cfg) == ncclInProgress);  // ranks 0 and 2 never come
+  std::this_thread::sleep_for(50ms);
+  ncclResult_t st = ncclSuccess;
+  CHECK((ncclCommGetAsyncError(c, &st) == ncclSuccess && st == ncclInProgress));
+  float* x = nullptr;
+  cudaMalloc(reinterpret_cast<void**>(&x), sizeof(float));
+  CHECK(ncclAllReduce(x, x, 1, ncclFloat32, ncclSum, c, nullptr) == ncclInvalidUsage);  // not ready yet
+  auto aborted = std::async(std::launch::async, [c] { return ncclCommAbort(c); });
+  REQUIRE(aborted.wait_for(2s) == std::future_status::ready);
+  CHECK(aborted.get() == ncclSuccess);
+  CHECK(ncclCommGetAsyncError(c, &st) == ncclInvalidArgument);  // gone
+
+  c = init(1, new_id(), 0);
+  *x = 2;
+  CHECK(ncclAllReduce(x, x, 1, ncclFloat32, ncclSum, c, nullptr) == ncclSuccess);
+  CHECK(ncclCommFinalize(c) == ncclInProgress);
+  CHECK(settle(c) == ncclSuccess);
+  CHECK(*x == 2.0f);
+  CHECK(ncclCommDestroy(c) == ncclSuccess);
+  CHECK(rf_fake_nccl_live_comms() == comms);
+  cudaFree(x);
 }
