@@ -133,6 +133,15 @@ std::vector<std::string> plan_members(const elastic::Plan& plan) {
   return members;
 }
 
+comm::CommRegroup plan_regroup(const elastic::Plan& plan) {
+  if (plan.shrink_from == 0) return {};
+  return {comm::CommRegroup::Kind::shrink, plan.shrink_from};
+}
+
+uint64_t regroup_generation(const comm::Communicator* previous) {
+  return previous && previous->can_regroup() ? previous->generation() : 0;
+}
+
 bool Recovery::generation_over() const {
   return client_ && (client_->fenced() || client_->seen_generation() > m_.plan.generation);
 }
@@ -141,6 +150,19 @@ bool Recovery::generation_over() const {
 void Recovery::failure(const comm::CommError& e) {
   if (!client_) throw;  // fault tolerance off: nothing to recover with
   enter(RecoveryPhase::Abort);
+  if (e.info().device_stuck) {
+    // Our own GPU never reached the operation: the peers can only say they waited (naming
+    // nobody), so this worker names itself, even when the coordinator revoked g first.
+    std::fprintf(stderr, "ringfence worker slot %d: generation %llu: this worker's GPU is stuck (%s); reporting it\n",
+                 copt_.slot, static_cast<unsigned long long>(m_.plan.generation), e.what());
+    if (client_->fenced()) return;
+    try {
+      client_->failure_report(m_.plan.generation, state_.step(), copt_.slot, e.what(), elastic::FailureKind::gpu_stuck);
+    } catch (const Error& re) {
+      std::fprintf(stderr, "ringfence worker slot %d: failure report: %s\n", copt_.slot, re.what());
+    }
+    return;
+  }
   if (generation_over()) return;
   // Aborted, ours or relayed by a peer's farewell, means the coordinator revoked g (step
   // 1): it knows, and a report naming no peer would name this live worker as the failed one.
@@ -160,12 +182,18 @@ elastic::StateReport Recovery::state_report() const {
   // A worker that never applied a step holds nothing worth sending: it reports no
   // state, and when nobody holds any the plan says fresh_start (everyone starts from
   // the identical initial state their program built from the seed).
-  if (state_.step() < 0) return {};
-  return {true, state_.step(), state_.current_digest()};
+  elastic::StateReport r;
+  r.comm_generation = regroup_generation(previous_.get());  // dropped into previous_ (report())
+  if (state_.step() < 0) return r;
+  r.has_state = true;
+  r.step = state_.step();
+  r.digest = state_.current_digest();
+  return r;
 }
 
 Recovery::Round Recovery::report() {
   enter(RecoveryPhase::Report);
+  drop_comm();  // kept in previous_ (NCCL): what state_report() says it can regroup from
   try {
     m_.plan = client_->next_plan([this] { return state_report(); }, cfg_.plan_timeout);
   } catch (const elastic::JobFinished&) {
@@ -264,6 +292,7 @@ bool Recovery::connect() {
   co.flight_recorder_path = cfg_.flight_recorder;
   place_comm(co, reducer_.device());
   co.members = plan_members(plan);
+  co.regroup = plan_regroup(plan);  // the coordinator's word, the same for every rank
   if (!copt_.token.empty()) {  // the data plane admits only the job's members (comm/tag.h)
     const auto k = elastic::data_plane_key(copt_.token, plan.job_id, plan.generation);
     co.tag_key = comm::TagKey{.enabled = true, .key = {k[0], k[1]}};

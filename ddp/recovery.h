@@ -59,6 +59,13 @@ void place_comm(comm::CommOptions& options, Device device);
 // restarted worker is a new member.
 std::vector<std::string> plan_members(const elastic::Plan& plan);
 
+// How the plan's generation forms its communicator (CommOptions::regroup), as the plan
+// says for every rank: shrink_from g -> shrink generation g's, 0 -> afresh.
+comm::CommRegroup plan_regroup(const elastic::Plan& plan);
+// What a worker reports as StateReport::comm_generation: the generation of the communicator
+// it kept (drop_comm) when that one can be regrouped from, else 0.
+uint64_t regroup_generation(const comm::Communicator* previous);
+
 class Recovery {
  public:
   struct Parts {
@@ -91,6 +98,8 @@ class Recovery {
   void abort(const std::string& why, bool as_failed = false);
   // The training thread, inside the catch of `e`: tells the coordinator who failed, unless it
   // already moved on. Rethrows `e` when there is no coordinator (fault tolerance off).
+  // e.info().device_stuck: this worker's own GPU is stuck; it reports itself (gpu_stuck),
+  // also on Aborted and after a revocation, so the coordinator evicts it in this round.
   void failure(const comm::CommError& e);
   // Fault injection's drop: the communicator's endpoints fail now.
   void inject_drop();
@@ -105,8 +114,9 @@ class Recovery {
 
   // --- steps 2-4 -----------------------------------------------------------------------
   enum class Round { Planned, Again, Finished };
-  // Planned: member.plan is the new plan. Again: fenced meanwhile (join again). Finished:
-  // the job finished before this worker got a plan.
+  // Drops the communicator first (drop_comm), so the report says which one it kept
+  // (StateReport::comm_generation). Planned: member.plan is the new plan. Again: fenced
+  // meanwhile (join again). Finished: the job finished before this worker got a plan.
   Round report();
 
   // --- plan, steps 5-7 -----------------------------------------------------------------

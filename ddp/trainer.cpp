@@ -326,7 +326,6 @@ struct Trainer::Impl {
         break;
       }
       if (round == Recovery::Round::Again) continue;
-      recovery.drop_comm();
       const bool formed = recovery.form();  // plan, steps 5-7
       watch.idle();  // ready() waits on the coordinator
       if (!formed) {

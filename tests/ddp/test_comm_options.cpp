@@ -30,3 +30,48 @@ TEST_CASE("the plan's members in rank order, slot and incarnation") {
   CHECK(plan_members(plan) == std::vector<std::string>{"slot3.inc0", "slot1.inc2", "slot0.inc1"});
   CHECK(plan_members(elastic::Plan{}).empty());
 }
+
+TEST_CASE("the regroup is the plan's: shrink_from g shrinks generation g's, 0 forms afresh") {
+  elastic::Plan plan;
+  plan.generation = 6;
+  CHECK(plan_regroup(plan).kind == comm::CommRegroup::Kind::fresh);
+  plan.shrink_from = 5;
+  const comm::CommRegroup r = plan_regroup(plan);
+  CHECK(r.kind == comm::CommRegroup::Kind::shrink);
+  CHECK(r.from_generation == 5u);
+}
+
+namespace {
+// A communicator of generation `g` that can (or cannot) be regrouped from; nothing else works.
+class KeptComm : public comm::Communicator {
+ public:
+  KeptComm(uint64_t g, bool regroup) : g_(g), regroup_(regroup) {}
+  int rank() const override { return 0; }
+  int world_size() const override { return 1; }
+  uint64_t generation() const override { return g_; }
+  comm::WorkPtr allreduce_start(comm::Buffer, comm::OpId, comm::Stream) override { return nullptr; }
+  comm::WorkPtr broadcast_start(comm::Buffer, int, comm::OpId, comm::Stream) override { return nullptr; }
+  comm::WorkPtr allgather_start(comm::Buffer, comm::Buffer, comm::OpId, comm::Stream) override { return nullptr; }
+  comm::WorkPtr barrier_start(comm::OpId) override { return nullptr; }
+  comm::WorkPtr send_start(int, const void*, size_t, comm::OpId) override { return nullptr; }
+  comm::WorkPtr recv_start(int, void*, size_t, comm::OpId) override { return nullptr; }
+  void abort(const std::string&) override {}
+  void abort_failed(const std::string&) override {}
+  bool aborted() const override { return false; }
+  void inject_drop() override {}
+  void set_stall_timeout(Duration) override {}
+  Duration stall_timeout() const override { return {}; }
+  bool can_regroup() const override { return regroup_; }
+
+ private:
+  uint64_t g_;
+  bool regroup_;
+};
+}  // namespace
+
+TEST_CASE("the report's comm_generation: the kept communicator's generation when it can regroup, else 0") {
+  CHECK(regroup_generation(nullptr) == 0u);  // none kept (UCX, or the first round)
+  const KeptComm revoked(4, true), aborted(4, false);
+  CHECK(regroup_generation(&revoked) == 4u);
+  CHECK(regroup_generation(&aborted) == 0u);
+}
