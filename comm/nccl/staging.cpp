@@ -15,9 +15,11 @@ namespace {
 
 std::mutex pool_mu;
 // Free slots per GPU. A few per process (one per host operation in flight at once).
+// Never destroyed: a teardown's host function (~NcclCommunicator) may give slots back on a
+// stream thread while the process exits.
 std::map<int, std::vector<StagingSlot>>& free_slots() {
-  static std::map<int, std::vector<StagingSlot>> slots;
-  return slots;
+  static auto* slots = new std::map<int, std::vector<StagingSlot>>;
+  return *slots;
 }
 
 [[noreturn]] void alloc_failed(const char* what, int device, size_t bytes, cudaError_t e) {

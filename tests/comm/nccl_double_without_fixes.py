@@ -1,0 +1,58 @@
+#!/usr/bin/env python3
+"""Each NCCL fix of issue 24, reverted one at a time: applies the revert to the source,
+rebuilds nccl_double_mp_test in BUILD, runs the scenario that catches it, and restores the
+source (always). Every run must say FAILED: the double's scenarios fail without their
+fix. Not part of CI (it edits the tree); tied to the code as committed with it.
+  python3 tests/comm/nccl_double_without_fixes.py BUILD [NAME...]   (default: all)
+"""
+import os, subprocess, sys
+R = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..') + '/'
+def rep(path, old, new):
+    p=R+path; s=open(p).read()
+    assert old in s, (path, old[:60]); return (p, s, s.replace(old, new, 1))
+reverts = {
+ 'fix1_shrink_polls_parent': ([('comm/nccl/nccl_form.cpp','if (r == ncclInProgress || r == ncclSuccess) r = settle(parent, until, false);','if (r == ncclInProgress || r == ncclSuccess) r = settle(*child, until, false);')], ['shrink_w3']),
+ 'fix2_done_after_launch': ([('comm/nccl/nccl_collectives.cpp','''  if (r == ncclInProgress) {
+    op.launch = NcclOp::Launch::launching;
+    return true;
+  }''','''  if (r == ncclInProgress) return complete_launch(op, failed);'''),
+   ('comm/nccl/wait_loop.cpp','if (o.launched && o.event == EventState::done) {','if (o.event == EventState::done) {')], ['inprogress_w3']),
+ 'fix3_overlap': ([('comm/nccl/nccl_collectives.cpp','      if (ok) ok = advance_launches(failed);','      if (ok) ok = advance_launches(failed);\n      if (ok && device && op->done) cudaStreamWaitEvent(static_cast<cudaStream_t>(caller), op->done, 0);')], ['overlap_w2']),
+ 'fix4_stuck_names_self': ([('comm/nccl/wait_loop.cpp','    if (!o.started) {','    if (false) {')], ['stuck_w2']),
+ 'fix4b_stuck_on_abort': ([('comm/nccl/nccl_communicator.cpp','if (head.started != nullptr && judge_device_stuck(','if (false && judge_device_stuck(')], ['stuck_aborted_w2']),
+ 'fix5_plan_decides': ([('comm/nccl/nccl_form.cpp','  if (o.regroup.kind == CommRegroup::Kind::shrink) {\n    if (previous == nullptr)','''  CommOptions local = o;  // the old local decision
+  if (previous && !o.members.empty() && previous->shrinkable() &&
+      plan_regroup(previous->members(), o.members, true).kind == RegroupPlan::Kind::shrink)
+    local.regroup = CommRegroup{CommRegroup::Kind::shrink, previous->generation()};
+  if (local.regroup.kind == CommRegroup::Kind::shrink) {
+    form_shrink(local, cfg, *previous);
+    return;
+  }
+  if (o.regroup.kind == CommRegroup::Kind::shrink) {
+    if (previous == nullptr)''')], ['disagree_w3']),
+ 'fix6_own_gpu_only': ([('comm/nccl/nccl_communicator.cpp','  if (pending_.empty()) return out;\n  bind_device(device_);','''  if (pending_.empty()) return out;
+  struct OldGuard { int old = 0; explicit OldGuard(int d) { cudaGetDevice(&old); if (old != d) cudaSetDevice(d); } ~OldGuard() { cudaSetDevice(old); } } g(device_);'''),
+   ('comm/nccl/nccl_impl.h','''      bind_device(device_);
+      watchdog_main();''','''      watchdog_main();''')], ['allreduce_w2']),
+ 'fix7_bounded_teardown': ([('comm/nccl/nccl_form.cpp','if (st->cv.wait_for(lk, kTeardownBound, [&] { return st->done; })) return;','st->cv.wait(lk, [&] { return st->done; }); return;')], ['stuck_w2']),
+ 'fix8_slots_return': ([('comm/nccl/nccl_form.cpp','  auto slots = std::make_unique<std::vector<StagingSlot>>(std::move(revoked_slots_));','  auto slots = std::make_unique<std::vector<StagingSlot>>();')], ['generations_w2']),
+}
+def run(name, build):
+  edits, tests = reverts[name]
+  saved=[]
+  try:
+      for path, old, new in edits:
+          p, orig, mod = rep(path, old, new); saved.append((p, orig)); open(p,'w').write(mod)
+      b = subprocess.run(f'cd {build} && cmake --build . -j2 --target nccl_double_mp_test 2>&1 | grep -E "error" | head -5', shell=True, capture_output=True, text=True)
+      print(b.stdout)
+      r = subprocess.run(['ctest','-R','|'.join('nccl_double_'+t+'$' for t in tests),'--timeout','90'], cwd=build, capture_output=True, text=True)
+      print(name, 'WITHOUT FIX:', [l for l in r.stdout.splitlines() if 'Test #' in l or 'tests passed' in l])
+  finally:
+      for p, orig in saved: open(p,'w').write(orig)
+
+if __name__ == '__main__':
+    if len(sys.argv) < 2:
+        sys.exit(__doc__)
+    build = os.path.abspath(sys.argv[1])
+    for name in sys.argv[2:] or list(reverts):
+        run(name, build)
