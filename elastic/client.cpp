@@ -199,6 +199,7 @@ void Client::heartbeat_loop() {
                             {"runnable_us", us(a.runnable)}, {"bound_us", us(a.bound)}, {"where", a.where}};
       }
     }
+    add_checkpoint_failures(beat);
     json reply;
     try {
       // D4: a renewal that cannot complete within one lease of the last one fences us.
@@ -379,6 +380,22 @@ void Client::fatal(const std::string& error) {
   call({{"type", "fatal"}, {"error", error.substr(0, n)}}, opt_.call_timeout);
 }
 
+void Client::set_checkpoint_failures(int64_t failed, const std::string& last_error) {
+  // The protocol bounds text fields; cut at a UTF-8 character boundary.
+  size_t n = std::min(last_error.size(), kMaxTextBytes);
+  while (n < last_error.size() && n > 0 && (static_cast<unsigned char>(last_error[n]) & 0xC0) == 0x80) --n;
+  std::lock_guard<std::mutex> l(cb_mu_);
+  ckpt_failed_ = failed;
+  ckpt_error_ = last_error.substr(0, n);
+}
+
+void Client::add_checkpoint_failures(json& m) const {
+  std::lock_guard<std::mutex> l(cb_mu_);
+  if (ckpt_failed_ == 0) return;
+  m["ckpt_failed"] = ckpt_failed_;
+  m["ckpt_error"] = ckpt_error_;
+}
+
 void Client::injected(uint64_t g, int64_t step, const std::string& spec) {
   // One lease at most: the fault waits on this call (for after_chunks, inside comm's hook),
   // and a coordinator that does not answer must not hold it longer than a failure takes to
@@ -389,7 +406,9 @@ void Client::injected(uint64_t g, int64_t step, const std::string& spec) {
 void Client::leave() {
   // The step goes with it: heartbeats carry it up to one heartbeat late, and the job's
   // last step (the launcher's report of --inject specs that never fired) must be exact.
-  call({{"type", "leave"}, {"step", step_.load()}}, opt_.call_timeout);
+  json req = {{"type", "leave"}, {"step", step_.load()}};
+  add_checkpoint_failures(req);
+  call(req, opt_.call_timeout);
   close();
 }
 

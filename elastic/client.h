@@ -97,6 +97,10 @@ class Client {
     loss_.store(loss);
     samples_per_s_.store(samples_per_s);
   }
+  // A checkpoint writer's disk checkpoints that could not be written so far and the last
+  // error: sent with every heartbeat once non-zero, and with the leave (the count at the
+  // end, however short the job), for the launcher's live line, summary and event log.
+  void set_checkpoint_failures(int64_t failed, const std::string& last_error);
   uint64_t generation() const { return active_.load(); }  // the generation this worker works in
   uint64_t seen_generation() const { return seen_.load(); }
   bool reconfigure_requested() const { return reconfigure_.load(); }
@@ -156,6 +160,7 @@ class Client {
   void connect_once(TimePoint deadline, nlohmann::json& welcome);
   nlohmann::json base(const char* type) const;
   void heartbeat_loop();
+  void add_checkpoint_failures(nlohmann::json& message) const;
   void fence(const std::string& why);
   void stop_heartbeats();
 
@@ -178,6 +183,8 @@ class Client {
   std::function<void(const std::string&)> on_fenced_;
   std::function<void()> on_stopped_;
   std::function<Activity()> activity_;
+  int64_t ckpt_failed_ = 0;  // set_checkpoint_failures, under cb_mu_
+  std::string ckpt_error_;
 };
 
 }  // namespace rf::elastic

@@ -24,6 +24,7 @@
 #include "elastic/membership.h"
 #include "elastic/messages.h"
 #include "elastic/auth.h"
+#include "elastic/checkpoint_health.h"
 #include "elastic/control_state.h"
 #include "elastic/coordinator_replies.h"
 #include "elastic/leadership.h"
@@ -91,6 +92,7 @@ struct Coordinator::Impl {
   EventLog log;
   std::list<Conn> conns;
   std::map<int, Progress> progress;  // the live line's figures, by slot (coordinator_replies.h)
+  CheckpointHealth ckpt_health;      // disk checkpoints the writers could not write (heartbeats, leaves)
   int64_t wall_offset_us;
   uint64_t last_generation = 0;
   std::vector<json> evictions;  // history, for launchers
@@ -321,6 +323,13 @@ struct Coordinator::Impl {
     // while the loop is iterating over them.
   }
 
+  // A writer's count of failed disk checkpoints (a heartbeat's or a leave's): logged when it grew.
+  void note_checkpoints(WorkerId w, uint64_t g, int64_t s, std::optional<int64_t> failed, const std::string& error) {
+    if (!failed || !ckpt_health.observe(w, *failed, error)) return;
+    log.write({{"ts_us", rf::wall_us()}, {"event", "checkpoint_failed"}, {"cause", "storage"}, {"worker", worker_json(w)},
+               {"g", g}, {"s", s}, {"detail", rf::str(ckpt_health.total(), " in the job")}, {"error", error}});
+  }
+
   // --- requests ------------------------------------------------------------------------
   void handle(Conn& c, const Request& req, TimePoint now) {
     if (const auto* h = std::get_if<Hello>(&req)) return challenge(c, *h);
@@ -345,6 +354,7 @@ struct Coordinator::Impl {
           if constexpr (std::is_same_v<T, Heartbeat>) {
             HeartbeatResult h = membership.heartbeat(c.worker, r.generation, r.step, now, r.activity);
             if (!h.fenced) progress[c.worker.slot] = {c.worker.incarnation, r.step, r.loss, r.samples_per_s};
+            if (!h.fenced) note_checkpoints(c.worker, r.generation, r.step, r.ckpt_failed, r.ckpt_error);
             send(c, {{"type", "heartbeat_reply"}, {"fenced", h.fenced}, {"generation", h.generation},
                      {"phase", to_string(h.phase)}, {"reconfigure", h.reconfigure}, {"stop", h.stop},
                      {"planned", h.planned}, {"cause", h.cause ? to_string(*h.cause) : ""}});
@@ -390,11 +400,15 @@ struct Coordinator::Impl {
             membership.phase_timing(c.worker, r.generation, r.phase, r.ms);
             send(c, {{"type", "phase_reply"}});
           } else if constexpr (std::is_same_v<T, Leave>) {
+            note_checkpoints(c.worker, membership.generation(), r.step.value_or(-1), r.ckpt_failed, r.ckpt_error);
             Answer a = membership.leave(c.worker, now, r.step);
             send(c, answer_json("leave_reply", a));
           } else if constexpr (std::is_same_v<T, Status>) {
-            send(c, status_reply(membership, opt.membership.target_world, progress, evictions,
-                                 opt.leadership ? opt.leadership->id() : std::string(), leaders));
+            json st = status_reply(membership, opt.membership.target_world, progress, evictions,
+                                   opt.leadership ? opt.leadership->id() : std::string(), leaders);
+            st["checkpoints_failed"] = ckpt_health.total();
+            st["checkpoint_error"] = ckpt_health.last_error();
+            send(c, st);
           } else if constexpr (std::is_same_v<T, Exited>) {
             const TimePoint exited_at = now - std::chrono::microseconds(std::max<int64_t>(0, rf::wall_us() - r.exited_wall_us));
             const Membership::ExitedInfo info = membership.process_exited({r.slot, r.incarnation}, r.status, exited_at, now);

@@ -47,6 +47,8 @@ Request decode(const json& m, const std::string& type) {
         throw ProtocolError(rf::str("field '", key, "' is not a number in [0, 1e30]"));
       (std::string(key) == "loss" ? h.loss : h.samples_per_s) = v.get<double>();
     }
+    if ((h.ckpt_failed = get_opt_int(m, "ckpt_failed", 0, int64_t{1} << 53)) && m.contains("ckpt_error"))
+      h.ckpt_error = get_str(m, "ckpt_error", kMaxTextBytes);
     if (m.contains("activity")) {
       const auto& a = m["activity"];
       if (!a.is_object()) throw ProtocolError("field 'activity' is not an object");
@@ -107,7 +109,11 @@ Request decode(const json& m, const std::string& type) {
     if (!(p.ms >= 0 && p.ms < 1e9)) throw ProtocolError("field 'ms' is outside [0, 1e9)");
     return p;
   }
-  if (type == "leave") return Leave{get_opt_int(m, "step", -1, kMaxStep)};
+  if (type == "leave") {
+    Leave l{get_opt_int(m, "step", -1, kMaxStep), get_opt_int(m, "ckpt_failed", 0, int64_t{1} << 53), ""};
+    if (l.ckpt_failed && m.contains("ckpt_error")) l.ckpt_error = get_str(m, "ckpt_error", kMaxTextBytes);
+    return l;
+  }
   if (type == "status") return Status{};
   if (type == "exited")
     return Exited{static_cast<int>(get_int(m, "slot", 0, kMaxSlot)), get_int(m, "incarnation", 0, kMaxGen),

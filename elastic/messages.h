@@ -32,11 +32,15 @@ struct Auth { std::string mac; };  // HMAC-SHA256 over the challenge (elastic/au
 // `activity` (optional on the wire: absent = idle) says what the training thread does,
 // for the coordinator's judgement of stuck members (elastic/liveness.h).
 // loss and samples_per_s (optional): the live line's figures (elastic/client.h set_progress).
+// ckpt_failed (optional, with ckpt_error; in a leave too): a checkpoint writer's disk
+// checkpoints that could not be written so far, and the last error (checkpoint_health.h).
 struct Heartbeat {
   uint64_t generation = 0;
   int64_t step = -1;
   Activity activity;
   std::optional<double> loss, samples_per_s;
+  std::optional<int64_t> ckpt_failed;
+  std::string ckpt_error;
 };
 // comm_generation (optional: absent = 0): StateReport::comm_generation.
 struct Report {
@@ -61,7 +65,11 @@ struct FailureReport {
   FailureKind kind = FailureKind::comm;
 };
 struct PhaseTiming { uint64_t generation = 0; std::string phase; double ms = 0; };
-struct Leave { std::optional<int64_t> step; };  // the last step it applied (absent: unknown)
+struct Leave {
+  std::optional<int64_t> step;  // the last step it applied (absent: unknown)
+  std::optional<int64_t> ckpt_failed;  // as in Heartbeat: the count at the end
+  std::string ckpt_error;
+};
 // The worker cannot run for a reason every worker and every restart would meet again (its
 // configuration, e.g. a --ckpt-dir holding another run's checkpoints): STOP the job with it.
 struct Fatal { std::string error; };

@@ -1,8 +1,14 @@
 // The job's failed checkpoints as the coordinator counts them from heartbeats
-// (elastic/checkpoint_health.h).
+// (elastic/checkpoint_health.h), and the heartbeat's fields that carry them.
 #include <doctest/doctest.h>
 
+#include <variant>
+
+#include <nlohmann/json.hpp>
+
 #include "elastic/checkpoint_health.h"
+#include "elastic/errors.h"
+#include "elastic/messages.h"
 
 using namespace rf::elastic;
 
@@ -20,4 +26,28 @@ TEST_CASE("checkpoint health: the sum of every writer's last count; only growth 
   CHECK(h.observe({1, 0}, 1, "EIO at 599"));   // another writer (rank 0 moved)
   CHECK(h.total() == 5);
   CHECK(h.last_error() == "EIO at 599");
+}
+
+TEST_CASE("a heartbeat carries a writer's failed checkpoints and the last error; without them, none") {
+  auto beat = [](nlohmann::json extra) {
+    nlohmann::json m = {{"type", "heartbeat"}, {"generation", 2}, {"step", 199}};
+    m.update(extra);
+    return std::get<Heartbeat>(decode_request(m));
+  };
+  const Heartbeat quiet = beat(nlohmann::json::object());
+  CHECK_FALSE(quiet.ckpt_failed.has_value());
+  const Heartbeat h = beat({{"ckpt_failed", 2}, {"ckpt_error", "/c/.ckpt-000000199.safetensors.tmp: write failed: x"}});
+  CHECK(h.ckpt_failed == 2);
+  CHECK(h.ckpt_error == "/c/.ckpt-000000199.safetensors.tmp: write failed: x");
+  CHECK_THROWS_AS(beat({{"ckpt_failed", -1}}), ProtocolError);
+  CHECK_THROWS_AS(beat({{"ckpt_failed", 1}, {"ckpt_error", 7}}), ProtocolError);
+}
+
+TEST_CASE("a leave carries the count at the end, however short the job") {
+  const auto leave = std::get<Leave>(
+      decode_request({{"type", "leave"}, {"step", 39}, {"ckpt_failed", 1}, {"ckpt_error", "fsync failed"}}));
+  CHECK(leave.step == 39);
+  CHECK(leave.ckpt_failed == 1);
+  CHECK(leave.ckpt_error == "fsync failed");
+  CHECK_FALSE(std::get<Leave>(decode_request({{"type", "leave"}, {"step", 39}})).ckpt_failed.has_value());
 }
