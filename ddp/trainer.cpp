@@ -37,7 +37,8 @@ namespace {
 enum class Leave { Recover, Finished, Stopped };
 
 CheckpointingOptions checkpointing_options(const TrainerConfig& c) {
-  return {.dir = c.ckpt_dir, .every = c.ckpt_every, .keep = c.ckpt_keep, .resume = c.resume, .model_name = c.model_name};
+  return {.dir = c.ckpt_dir, .every = c.ckpt_every, .keep = c.ckpt_keep, .resume = c.resume, .model_name = c.model_name,
+          .optimizer_hparams = c.ckpt_optimizer_hparams, .data_order = c.ckpt_data_order};
 }
 
 std::string trace_path(const TrainerConfig& c) {
@@ -82,6 +83,13 @@ struct Trainer::Impl {
 
   CheckpointOrigin origin() const {
     return {member.rank, member.world, member.plan.generation, member.plan.job_id};
+  }
+
+  // A checkpoint that could not be written is a warning; the heartbeats (and the leave)
+  // carry the count to the launcher.
+  void report_checkpoint_failures() {
+    if (recovery.client() && checkpointing.failures() > 0)
+      recovery.client()->set_checkpoint_failures(checkpointing.failures(), checkpointing.last_error());
   }
 
   // The step's bucket all-reduces, one lane each (they overlap backward and each other).
@@ -217,6 +225,7 @@ struct Trainer::Impl {
         }
       }
       checkpointing.after_step(origin(), sums.checkpoint > 0 || sums.stop > 0);
+      report_checkpoint_failures();
       if (sums.stop > 0) return Leave::Stopped;          // R5: everyone stops after s
       if (sums.reconfigure > 0) return Leave::Recover;   // R5: everyone leaves g after s
     }
@@ -280,6 +289,7 @@ struct Trainer::Impl {
     inj->set_drop([this] { recovery.inject_drop(); });
     audit_ = std::make_unique<AuditLog>(cfg.audit_log, copt.slot, copt.incarnation);
     checkpointing.attach(slot, audit_.get());
+    checkpointing.set_storage_faults([this](int64_t s) { return inj->storage_fault(s); });  // --inject disk:...
     inj->set_before_fire([this](const elastic::FaultSpec& f, int64_t s) {
       // The launcher's report of specs that never fired hears it from the coordinator. Best
       // effort: a coordinator out of reach must not stop the fault from firing.
@@ -346,7 +356,17 @@ struct Trainer::Impl {
         recovery.drop_comm();
         continue;
       }
-      checkpointing.final_save(origin());  // the final state (or the stop's) is on disk before we leave
+      try {
+        checkpointing.final_save(origin());  // the final state (or the stop's) is on disk before we leave
+      } catch (const ckpt::CheckpointWriteFailed& e) {
+        // Every restart would end the same way: stop the job with it (best effort).
+        try {
+          client.fatal(e.what());
+        } catch (const Error&) {
+        }
+        throw;
+      }
+      report_checkpoint_failures();  // what the final flush found, with the leave
       inj->at(FaultPhase::Leave, state.step());
       try {
         client.leave();

@@ -81,6 +81,11 @@ struct TrainerConfig {
   int64_t ckpt_every = 0;
   int64_t ckpt_keep = 3;
   bool resume = false;
+  // Recorded in every checkpoint as the single-process programs record them
+  // (models/train_setup.h checkpoint_meta): the optimizer's hyper-parameters, a JSON
+  // object, and the data order ("": none).
+  std::string ckpt_optimizer_hparams = "{}";
+  std::string ckpt_data_order = "";
   std::string flight_recorder;  // comm's flight recorder dumps here on failure ("" = stderr)
   // Spans of every step and recovery phase in Chrome trace format (base/trace.h,
   // docs/trace.md). "" = RINGFENCE_TRACE, which `ringfence run --trace` sets; unset: none.

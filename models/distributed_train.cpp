@@ -135,6 +135,9 @@ TrainResult train_distributed(const TrainOptions& opt, std::ostream& log) {
   cfg.ckpt_every = opt.ckpt_every;
   cfg.ckpt_keep = opt.ckpt_keep;
   cfg.resume = opt.resume;
+  const ckpt::SnapshotMeta meta = checkpoint_meta(opt, train_set.n);  // as one process records it
+  cfg.ckpt_optimizer_hparams = meta.optimizer_hparams;
+  cfg.ckpt_data_order = meta.data_order;
   int64_t applied_samples = 0;  // by this process (a replacement counts from its join)
   cfg.on_step = [&](int64_t s, double loss) {
     // The last batch of an epoch may be short (the sampler keeps it).
