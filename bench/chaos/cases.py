@@ -7,7 +7,11 @@ A case is a model, a step count and its faults:
     recovery (phase=transfer or recovery at the first one's step: the recovery redoes it);
   * "external": signals sent by PID from outside (chaos.py): SIGSTOP then SIGCONT after 1-4 s;
     two workers SIGKILLed at once; a SIGKILL, then a second one once the coordinator revoked
-    the generation (during the recovery from the first).
+    the generation (during the recovery from the first);
+  * "disk": the job checkpoints every CKPT_EVERY steps and its checkpoint writer (rank 0)
+    meets a storage fault (--inject disk:...): ENOSPC, EIO, EROFS or EDQUOT on one or two
+    checkpoints, or a slow disk; half of them with a second, failing fault elsewhere. A
+    failed checkpoint is a warning, so the job must still end DONE with the reference digest.
 """
 import random
 
@@ -18,7 +22,11 @@ PHASES = ("forward", "backward", "allreduce", "allreduce-chunks", "optimizer")
 # without the failed rank's gradient), so the recovery redoes s and a phase=transfer or
 # recovery spec of step s fires in it. (In the optimizer, the others may have applied s.)
 BEFORE_APPLY = ("forward", "backward", "allreduce", "allreduce-chunks")
-SHAPES = {"one": 3, "two": 2, "during_recovery": 3, "sigstop": 1, "kill_two": 1, "kill_during_recovery": 1}
+SHAPES = {"one": 3, "two": 2, "during_recovery": 3, "sigstop": 1, "kill_two": 1, "kill_during_recovery": 1, "disk": 2}
+DISK_ERRORS = ("ENOSPC", "EIO", "EROFS", "EDQUOT")
+# Every 10 steps: a disk fault at a step <= steps - LAST_MARGIN strikes at most two
+# checkpoints, both before the final one (whose failure would end the job, by design).
+CKPT_EVERY = 10
 STEPS = {"mlp": 300, "cnn": 150}  # seconds per failure-free job on 2 cores at W = 4
 FIRST_STEP, LAST_MARGIN = 10, 40  # faults at steps 10 .. steps - 40: time to recover and go on
 
@@ -42,7 +50,7 @@ def make_case(seed, index, models, world):
     step = rng.randint(FIRST_STEP, steps - LAST_MARGIN)
     shape = rng.choices(list(SHAPES), weights=list(SHAPES.values()))[0]
     case = {"seed": seed, "index": index, "model": model, "steps": steps, "world": world, "shape": shape,
-            "inject": [], "external": []}
+            "inject": [], "external": [], "ckpt_every": 0}
     ranks = list(range(world))
     if shape == "one":
         case["inject"] = [spec(rng, rng.choice(KINDS), rng.choice(ranks), step, rng.choice(PHASES))]
@@ -66,6 +74,13 @@ def make_case(seed, index, models, world):
                              "cont_after_s": round(rng.uniform(1.0, 4.0), 1)}]
     elif shape == "kill_two":
         case["external"] = [{"action": "kill_two", "slots": sorted(rng.sample(ranks, 2)), "step": step}]
+    elif shape == "disk":
+        case["ckpt_every"] = CKPT_EVERY
+        what = (f"error={rng.choice(DISK_ERRORS)}" if rng.random() < 0.75 else f"delay={rng.choice((1, 3))}")
+        case["inject"] = [f"disk:rank=0:step={step}:{what}:writes={rng.choice((1, 2))}"]
+        if rng.random() < 0.5:
+            step2 = rng.randint(FIRST_STEP, steps - LAST_MARGIN)
+            case["inject"].append(spec(rng, rng.choice(FAILING), rng.choice(ranks), step2, rng.choice(PHASES)))
     else:
         a, b = rng.sample(ranks, 2)
         case["external"] = [{"action": "kill_during_recovery", "slots": [a, b], "step": step}]
@@ -86,5 +101,14 @@ def describe(case):
 
 
 def only_slow(case):
-    """A case whose only faults are slow ranks: it must need no recovery at all."""
-    return not case["external"] and all(s.startswith("slow:") for s in case["inject"])
+    """A case whose only faults are slow ranks or a failing disk: it must need no recovery at all."""
+    return not case["external"] and all(s.startswith(("slow:", "disk:")) for s in case["inject"])
+
+
+def disk_errors(case):
+    """The checkpoint writes the case's disk faults fail (a slow disk fails none)."""
+    n = 0
+    for s in case["inject"]:
+        if s.startswith("disk:") and ":error=" in s:
+            n += int(s.rsplit(":writes=", 1)[1]) if ":writes=" in s else 1
+    return n

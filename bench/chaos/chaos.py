@@ -32,7 +32,7 @@ import sys
 import tempfile
 import time
 
-from cases import STEPS, describe, make_case, only_slow
+from cases import STEPS, describe, disk_errors, make_case, only_slow
 from chaoslib import Job, signal_each, stop_on_sigterm, tail
 from auditlog import exactly_once_problems, step_digests  # (chaoslib put tests/ddp on the path)
 
@@ -77,7 +77,29 @@ def judge(job, case, ref):
         if wrong:
             problems.append(f"{len(wrong)} step(s) differ from the failure-free run's, the first {wrong[0]}")
     if case and only_slow(case) and summ.get("recoveries"):
-        problems.append(f"false recovery: {len(summ['recoveries'])} recovery(ies) with only slow ranks")
+        problems.append(f"false recovery: {len(summ['recoveries'])} recovery(ies) with only slow ranks or disks")
+    if case and case.get("ckpt_every"):
+        problems += disk_problems(job, case, summ)
+    return problems
+
+
+def disk_problems(job, case, summ):
+    """A storage case: the failed checkpoints are counted (never more than the faults failed
+    writes) and were warnings, the final checkpoint is on disk, no temp file is left."""
+    problems = []
+    fired = [x["spec"] for x in summ.get("injected", []) if x.get("spec", "").startswith("disk:")]
+    failed = summ.get("checkpoints_failed", 0)
+    if failed > disk_errors(case):
+        problems.append(f"{failed} checkpoint(s) failed, the disk faults failed at most {disk_errors(case)}")
+    if fired and disk_errors(case) and failed < 1:
+        problems.append(f"the disk fault fired ({fired[0]}) but the summary counts no failed checkpoint")
+    ck = job.ckpt_dir
+    names = sorted(os.listdir(ck)) if os.path.isdir(ck) else []
+    final = f"ckpt-{job.steps - 1:09d}.safetensors"
+    if job.rc == 0 and final not in names:
+        problems.append(f"the final checkpoint {final} is not on disk: {names}")
+    if any(n.endswith(".tmp") for n in names):
+        problems.append(f"a temp file was left: {names}")
     return problems
 
 
@@ -150,8 +172,15 @@ def shown_first_step(times):
 
 def run_case(args, case, ref):
     work = tempfile.mkdtemp(prefix=f"chaos-s{case['seed']}-c{case['index']}-")
-    job = Job(args.build, work, args.world, case["model"], case["steps"], case["inject"],
+    # A storage case's checkpoints go to /dev/shm where there is one: a fast disk, so the
+    # writer (which defers a periodic checkpoint while it writes) is free when the fault's
+    # step comes, and the fault strikes a periodic checkpoint, not the final one.
+    ck = (tempfile.mkdtemp(prefix="chaos-ckpt-", dir="/dev/shm" if os.path.isdir("/dev/shm") else work)
+          if case.get("ckpt_every") else None)
+    flags = ["--ckpt-dir", ck, "--ckpt-every", str(case["ckpt_every"])] if ck else []
+    job = Job(args.build, work, args.world, case["model"], case["steps"], case["inject"], worker_flags=flags,
               deadline_s=args.deadline).start()
+    job.ckpt_dir = ck
     log = []
     try:
         for x in case["external"]:
@@ -159,8 +188,12 @@ def run_case(args, case, ref):
         job.wait()
     finally:
         job.stop()  # also on an error or ^C here: nothing of the job outlives the case
-    summ = job.summary() or {}
-    problems = judge(job, case, ref)
+    try:
+        summ = job.summary() or {}
+        problems = judge(job, case, ref)
+    finally:
+        if ck:
+            shutil.rmtree(ck, ignore_errors=True)
     row = {**case, "faults": describe(case), "passed": not problems, "problems": problems,
            "wall_s": round(job.wall_s, 2), "recoveries": len(summ["recoveries"]) if "recoveries" in summ else None,
            "to_first_step": to_first_step(job, log), "external_log": log,
