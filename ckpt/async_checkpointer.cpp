@@ -166,8 +166,9 @@ void AsyncCheckpointer::run() {
       ++failures_;
       failed_step_ = step;
       last_error_ = error;
-      note += rf::str("ckpt: warning: step ", step, " not checkpointed: ", error, "; ", where_valid(),
-                      "; training goes on, the next checkpoint tries again\n");
+      // (Whether training goes on is the caller's: a periodic one's failure is a warning,
+      // the final one's an error that flush() reports.)
+      note += rf::str("ckpt: warning: step ", step, " not checkpointed: ", error, "; ", where_valid(), "\n");
     }
     notes_ += note;
     pending_ = false;

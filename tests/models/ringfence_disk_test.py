@@ -115,7 +115,7 @@ def main():
             digests = {d for s, d in finals.values()}
             check(len(finals) == w and digests == {ref[w]}, f"{name}: finals {finals}, reference {ref[w]}")
             warn = re.search(r"ckpt: warning: step (\d+) not checkpointed: .*" + re.escape(text) +
-                             r".*; the newest valid checkpoint is (\S+) \(step (\d+)\); training goes on", out)
+                             r".*; the newest valid checkpoint is (\S+) \(step (\d+)\)\n", out)
             check(warn is not None and int(warn[1]) >= 15, f"{name}: no warning naming the error: {out[-1500:]}")
             if warn:
                 # The newest valid one was written before, and stayed until a newer one was durable.
