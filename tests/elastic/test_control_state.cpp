@@ -50,7 +50,7 @@ TEST_CASE("a plan's shrink_from goes wherever the plan goes: the plan reply and 
   Plan p;
   p.generation = 5;
   p.target_step = 9;
-  p.job_id = "j";
+  p.job_id = std::string("job-j");
   p.shrink_from = 4;
   p.ranks.push_back({0, {0, 0}, StateReport{true, 9, "x3:aa"}, std::nullopt});
   p.ranks.push_back({1, {2, 1}, StateReport{}, 0});
