@@ -1,6 +1,6 @@
 #pragma once
 // The job's disk checkpoints that could not be written, as the coordinator learns them from
-// heartbeats (issue 25): a writer (rank 0) counts its own failures and sends the count and
+// heartbeats: a writer (rank 0) counts its own failures and sends the count and
 // the last error with every heartbeat; the job's total is the sum of the last count of
 // every worker process that ever sent one (rank 0 may change, and a replacement counts
 // from zero). A count that grew is news: the coordinator logs a `checkpoint_failed` event

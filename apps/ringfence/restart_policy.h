@@ -4,8 +4,8 @@
 //
 // A worker that fails with the same error after each of two restarts will fail so again:
 // restarting it until --max-restarts is spent only ends, --min-world-timeout later, in a
-// job stopped for want of members, its cause nowhere in the launcher's output (issue 25: a
-// full disk lost 369 steps of work so). The job then stops at once with that error, or,
+// job stopped for want of members, its cause nowhere in the launcher's output (a full disk
+// lost all work after the newest checkpoint so). The job then stops at once with that error, or,
 // where --min-world allows, goes on without the slot and says so. Each exit's error is the
 // one the worker wrote to RINGFENCE_ERROR_FILE (elastic/error_file.h); an exit without one
 // (a signal, a worker that said nothing) never counts as the same error.

@@ -1,4 +1,4 @@
-// A full, failing or read-only disk (issue 25): a checkpoint that cannot be written is a
+// A full, failing or read-only disk: a checkpoint that cannot be written is a
 // warning, never a crash; its partial file goes, the newest valid checkpoint stays, the
 // next save tries again; only flush() of a state that is not on disk is an error. Resume
 // past files that cannot be read, never starting fresh over them.

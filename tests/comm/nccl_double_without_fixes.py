@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Each NCCL fix of issue 24, reverted one at a time: applies the revert to the source,
+"""Each fix of the NCCL backend that nccl_double_mp_test guards, reverted one at a time: applies the revert to the source,
 rebuilds nccl_double_mp_test in BUILD, runs the scenario that catches it, and restores the
 source (always). Every run must say FAILED: the double's scenarios fail without their
 fix. Not part of CI (it edits the tree); tied to the code as committed with it.

@@ -203,7 +203,7 @@ TEST_CASE("run: --max-restarts 0: a worker that exits with an error before it re
 // Slot 1's first incarnation exits at step 20 (--inject); each replacement joins and fails
 // with the same error (a number in it differs, as a step in a path would). After two
 // restarts failing the same way the slot is not restarted into --min-world-timeout (30 s),
-// the job stopping for want of members with the cause nowhere (issue 25); the job stops at
+// the job stopping for want of members with the cause nowhere; the job stops at
 // once with that error. At default timing.
 TEST_CASE("run: a worker failing with the same error after each of two restarts stops the job, naming the error") {
   Launch l("same-error");

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Checkpoints on a real full disk: a small tmpfs (issue 25).
+"""Checkpoints on a real full disk: a small tmpfs.
 
     disk_full_tmpfs_test.py RINGFENCE TRAIN_MLP
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A checkpoint that cannot be written never costs the training (issue 25).
+"""A checkpoint that cannot be written never costs the training.
 
     ringfence_disk_test.py RINGFENCE TRAIN_MLP
 
