@@ -49,8 +49,8 @@ def run(name, build):
       print(name, 'WITHOUT FIX:', [l for l in r.stdout.splitlines() if 'Test #' in l or 'tests passed' in l])
   finally:
       for p, orig in saved: open(p,'w').write(orig)
-    # The build holds the reverted code until rebuilt: rebuild it from the restored tree.
-    subprocess.run(f'cd {build} && cmake --build . -j2 --target nccl_double_mp_test > /dev/null', shell=True)
+      # The build holds the reverted code until rebuilt: rebuild it from the restored tree.
+      subprocess.run(f'cd {build} && cmake --build . -j2 --target nccl_double_mp_test > /dev/null', shell=True)
 
 if __name__ == '__main__':
     if len(sys.argv) < 2:
