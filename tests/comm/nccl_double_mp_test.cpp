@@ -319,11 +319,14 @@ void generations(Rank& me) {
     signal_key(me, rf::str("g", g, "r", me.rank));
     for (int r = 0; r < me.world; ++r) wait_key(me, rf::str("g", g, "r", r));
     c->abort("revoked for the next generation");
-    if (w) {
+    if (w) {  // fails: Aborted, or PeerFailed when the peer tore its communicator down first
+      bool failed = false;
       try {
         w->wait(Clock::now() + 5s);
-      } catch (const Aborted&) {
+      } catch (const CommError&) {
+        failed = true;
       }
+      EXPECT(failed, "an all-reduce the peer never joined completed in generation ", g);
     }
     previous = std::move(c);
     if (g == 1) first = rf_fake_cuda_live_bytes(me.rank);
