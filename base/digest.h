@@ -1,6 +1,6 @@
 #pragma once
 // StateDigest — a fast 128-bit non-cryptographic digest of a byte stream, used to prove
-// that replicas hold identical state (PROTOCOL.md R4, recovery steps 4, 6 and 7) and to
+// that replicas hold identical state (docs/protocol.md R4, recovery steps 4, 6 and 7) and to
 // compare runs bit for bit (`state_digest` in --metrics). It detects accidental
 // divergence and corruption; it is not a defence against an adversary.
 //

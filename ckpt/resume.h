@@ -1,5 +1,5 @@
 #pragma once
-// Resuming from disk (PROTOCOL.md "Whole-job failure"): the newest VALID checkpoint in a
+// Resuming from disk (docs/protocol.md "Whole-job failure"): the newest VALID checkpoint in a
 // directory. Each candidate, newest first, goes through restore_state (which validates
 // all of it before touching the state, R6); one that is missing, truncated, corrupted
 // (bad CRC) or named for another step than it holds is skipped with a warning naming the

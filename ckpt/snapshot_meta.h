@@ -6,7 +6,7 @@
 //   format          "ringfence-snapshot"
 //   format_version  "1"
 //   model           e.g. "mlp"
-//   step            last applied step (PROTOCOL.md: -1 before the first)
+//   step            last applied step (docs/protocol.md: -1 before the first)
 //   generation      membership epoch the state was taken in
 //   world_size      W at that generation
 //   optimizer       e.g. "sgd"

@@ -1,5 +1,5 @@
 #pragma once
-// The state S of a worker (PROTOCOL.md: parameters + optimizer buffers + step) as ONE
+// The state S of a worker (docs/protocol.md: parameters + optimizer buffers + step) as ONE
 // safetensors byte image: what goes to disk and what a peer sends in recovery step 6.
 //
 // Tensor names in the image:

@@ -20,7 +20,7 @@
 //   buffer takes no stream (null).
 // * Failures are typed (comm/errors.h). After one failure the communicator is poisoned:
 //   every pending and future operation fails with that error (or Aborted after abort()).
-// * all-reduce delivers bitwise identical results on every rank (PROTOCOL.md R4).
+// * all-reduce delivers bitwise identical results on every rank (docs/protocol.md R4).
 // * Registered memory is an argument: a Buffer names the RegisteredMemory it lies in
 //   (Buffer::registered, from allocate_registered below) and a backend uses what it knows
 //   of that memory (the UCX backend: zero-copy through the peers' mappings of a

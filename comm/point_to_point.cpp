@@ -1,4 +1,4 @@
-// Point-to-point byte blobs (state transfer, PROTOCOL.md recovery step 6): one message
+// Point-to-point byte blobs (state transfer, docs/protocol.md recovery step 6): one message
 // each, however large (UCX switches to zero-copy rendezvous by itself). The tag's chunk
 // field holds the sender's rank, so blobs from two senders with the same (step, op) never
 // mix; the receiver names the exact size and a different size is an error.

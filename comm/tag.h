@@ -1,5 +1,5 @@
 #pragma once
-// StepTag — the 64-bit UCX tag of every message of a collective (PROTOCOL.md "tag").
+// StepTag — the 64-bit UCX tag of every message of a collective (docs/protocol.md "tag").
 //
 //   bit 63            48 47                      24 23     16  15  14           0
 //       [ generation 16 ][        step 24          ][ op  8  ][ r ][  chunk 15   ]

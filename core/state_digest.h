@@ -2,7 +2,7 @@
 // state_digest(model, optimizer) — 32 hex characters over every parameter and optimizer
 // buffer and counter, names included, in a fixed order (parameters in registration order,
 // then buffers, then counters). Two replicas or two runs have the same digest iff their
-// states are bitwise equal (up to hash collisions); see PROTOCOL.md recovery 4 and 7.
+// states are bitwise equal (up to hash collisions); see docs/protocol.md recovery 4 and 7.
 #include <cstddef>
 #include <cstdint>
 #include <span>

@@ -1,6 +1,6 @@
 #pragma once
 // ActivityBoard — what the training thread is doing, as the heartbeat thread reads it for
-// the coordinator's judgement of stuck members (elastic/liveness.h, PROTOCOL.md D3).
+// the coordinator's judgement of stuck members (elastic/liveness.h, docs/protocol.md D3).
 //
 // The training thread marks each change with a few relaxed atomic stores (no lock, no
 // allocation: it happens several times a step): computing in a step or a recovery phase,

@@ -1,5 +1,5 @@
 #pragma once
-// AuditLog — one JSON line per state change of this worker, so tests can check PROTOCOL.md's
+// AuditLog — one JSON line per state change of this worker, so tests can check docs/protocol.md's
 // "each step applied exactly once on every lineage" and "every replica bitwise identical":
 //   {"event":"apply","ts_us":1796…,"g":2,"s":41,"digest":"…","rank":1,"world":3,"slot":1,"inc":0,"loss":0.51}
 //   {"event":"transfer","g":2,"s":40,"digest":"…","source":0,…}   state received (R6)

@@ -122,7 +122,7 @@ bool Checkpointing::restore_newest(const std::string& job_id, uint64_t generatio
   return true;
 }
 
-// PROTOCOL.md "Whole-job failure" without `resume`: the plan is a fresh start, but a
+// docs/protocol.md "Whole-job failure" without `resume`: the plan is a fresh start, but a
 // generation of this job ran before, so every worker that held state is gone and the only
 // committed state left is on disk: the newest valid checkpoint of *this job* (the job id
 // every checkpoint records; a file of another job is refused, as at the first fresh start).

@@ -1,5 +1,5 @@
 #pragma once
-// Checkpointing — the trainer's disk checkpoints (PROTOCOL.md "Whole-job failure"): when
+// Checkpointing — the trainer's disk checkpoints (docs/protocol.md "Whole-job failure"): when
 // rank 0 writes one (checkpoint_policy.h: periodic ones deferred while the writer is busy,
 // forced ones at once, a step never twice), the refusal of another run's checkpoints at a
 // fresh start, and the restores from disk (`resume`, and a whole-job restart's own newest).

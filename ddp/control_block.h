@@ -1,5 +1,5 @@
 #pragma once
-// ControlBlock — the few numbers every rank must agree on at the same step (PROTOCOL.md
+// ControlBlock — the few numbers every rank must agree on at the same step (docs/protocol.md
 // R3, R5), carried as the tail of the last gradient bucket so they cost no extra round
 // trip. Its sum over ranks is bitwise the same on every rank (R4), so every rank divides
 // by the same global sample count and acts on the same flags after the same step.

@@ -1,7 +1,7 @@
 #pragma once
 // ElasticStore — the coordinator's key-value store (elastic::Client) seen as comm's
 // BootstrapStore, so a generation's communicator finds its peers' addresses through the
-// coordinator (PROTOCOL.md recovery step 5). Keys are scoped by the generation: the
+// coordinator (docs/protocol.md recovery step 5). Keys are scoped by the generation: the
 // coordinator drops scopes older than the previous generation, so an address published
 // for g-2 can never be read while forming g (comm's keys also name g, a second fence).
 #include <cstdint>

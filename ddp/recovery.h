@@ -1,5 +1,5 @@
 #pragma once
-// Recovery — the worker's half of PROTOCOL.md's recovery from generation g to g+1, one
+// Recovery — the worker's half of docs/protocol.md's recovery from generation g to g+1, one
 // function per step (and per RecoveryPhase, recovery_phase.h):
 //
 //   abort     step 1    on revocation (the heartbeat thread) or self-fencing (D4) the

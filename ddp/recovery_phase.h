@@ -1,5 +1,5 @@
 #pragma once
-// RecoveryPhase — which part of PROTOCOL.md's recovery a worker is in, as its audit lines
+// RecoveryPhase — which part of docs/protocol.md's recovery a worker is in, as its audit lines
 // ("phase") and comm's flight recorder (comm::set_phase_label) record it. One value per
 // function of ddp/recovery.h: Abort (step 1), Report (steps 2-4), Plan (adopting the plan),
 // Connect (step 5), Transfer (step 6), Verify (step 7), Resume (step 8).

@@ -1,6 +1,6 @@
 #pragma once
 // StallBound — how long a worker may go without progress before it is taken as stuck
-// (PROTOCOL.md D3), learned from its own recent step times instead of one fixed timeout.
+// (docs/protocol.md D3), learned from its own recent step times instead of one fixed timeout.
 // Pure: observe() durations, read bounds; unit-tested without a clock.
 //
 // In training, the bound is `step_factor` x the median of the last `window` step times,

@@ -1,5 +1,5 @@
 #pragma once
-// StepWatch — the worker's half of hang detection (PROTOCOL.md D3): which stall bound
+// StepWatch — the worker's half of hang detection (docs/protocol.md D3): which stall bound
 // applies to what the training thread does now, published on the ActivityBoard for the
 // heartbeats (the coordinator judges it, elastic/liveness.h), and the communicator stall
 // timeout that bound implies (StallBound::comm_stall: 1.5 bounds).

@@ -1,5 +1,5 @@
 #pragma once
-// TrainState — the state S of PROTOCOL.md (parameters + optimizer buffers + step) as the
+// TrainState — the state S of docs/protocol.md (parameters + optimizer buffers + step) as the
 // trainer handles it: its digest, and its image for peer transfer (recovery step 6),
 // which is ckpt/state.h's snapshot image — the very bytes a disk checkpoint holds.
 //

@@ -217,7 +217,7 @@ struct Trainer::Impl {
         } catch (const DivergenceError& e) {
           // Never continue, and never let a restart paper over it: revoke g so that every
           // rank reports its (s, digest); the coordinator's plan finds the holders of T
-          // disagreeing and stops the whole job naming them (PROTOCOL.md step 4).
+          // disagreeing and stops the whole job naming them (docs/protocol.md step 4).
           std::fprintf(stderr, "ringfence worker slot %d: %s\n", slot, e.what());
           if (!client) throw;
           if (!recovery.generation_over()) client->failure_report(member.plan.generation, s, std::nullopt, e.what());

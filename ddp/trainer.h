@@ -2,7 +2,7 @@
 // Trainer — the resilient data-parallel training loop: a library API that takes
 // a model, a loss, a dataset, an optimizer and a config, joins the job through the
 // elastic client (environment from `ringfence run`), trains, and survives failures by
-// PROTOCOL.md's recovery, one function per step in ddp/recovery.h (Recovery: abort,
+// docs/protocol.md's recovery, one function per step in ddp/recovery.h (Recovery: abort,
 // report, plan, connect, transfer, verify, resume). Disk checkpoints are
 // ddp/checkpointing.h's, the stall bounds the heartbeats carry ddp/step_watch.h's.
 //
@@ -66,7 +66,7 @@ struct TrainerConfig {
   // Called on the training thread after every applied step (step, global mean loss):
   // metrics, progress, or a test that corrupts a replica to prove --verify-every works.
   std::function<void(int64_t step, double loss)> on_step;
-  // Disk checkpoints (PROTOCOL.md "Whole-job failure"): rank 0 of the generation writes
+  // Disk checkpoints (docs/protocol.md "Whole-job failure"): rank 0 of the generation writes
   // ckpt_dir/ckpt-<step>.safetensors in the background every ckpt_every steps, when the
   // control block asks for one (R5), at a graceful stop and at the end; each records the
   // coordinator's job id. When every worker died and the launcher restarted them, the plan

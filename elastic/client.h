@@ -10,7 +10,7 @@
 // what the training thread is doing (set_activity_source; the coordinator evicts a member
 // stuck past its stall bound, elastic/liveness.h).
 // When a reply shows a generation newer than the one this worker works in, it calls
-// on_revoked once for that generation (the communicator's abort; PROTOCOL.md step 1).
+// on_revoked once for that generation (the communicator's abort; docs/protocol.md step 1).
 // When it cannot renew for one `lease`, or the coordinator says this worker was evicted,
 // it self-fences (D4): calls on_fenced, stops heartbeating, and the worker must stop
 // applying steps and join() again (it comes back as a new member).
@@ -112,7 +112,7 @@ class Client {
   // check the fence against this instead of their own clock.
   TimePoint last_renewal() const { return TimePoint(Duration(last_renewal_.load())); }
 
-  // --- recovery, PROTOCOL.md steps 2-4 and 7 --------------------------------------------
+  // --- recovery, docs/protocol.md steps 2-4 and 7 --------------------------------------------
   Answer report(uint64_t round, const StateReport& state);
   PlanQuery wait_plan(uint64_t round, Duration timeout);
   // Reports `state()` for the round this worker must join (the open one, or g+1 after

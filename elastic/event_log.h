@@ -3,7 +3,7 @@
 // tool can read it while the job runs. Every line has "ts_us" (wall clock, µs since the
 // epoch) and "event"; transitions add cause, worker {slot, incarnation}, tag {g, s} and,
 // for failures, "since_failure_ms": how long after the failure could first have been seen
-// the coordinator acted (PROTOCOL.md "Detection").
+// the coordinator acted (docs/protocol.md "Detection").
 #include <cstdio>
 #include <mutex>
 #include <string>

@@ -1,6 +1,6 @@
 #pragma once
 // The coordinator's key-value store, used to exchange transport addresses
-// (PROTOCOL.md step 5). Keys are scoped by generation: (g, key). Generation 0 is job-wide
+// (docs/protocol.md step 5). Keys are scoped by generation: (g, key). Generation 0 is job-wide
 // and never dropped; scopes of generations older than the previous one are dropped as
 // the job moves on, so a worker of g can never read an address published for g-2.
 // Pure data structure; waiting with a deadline is the server's job (it retries get()).

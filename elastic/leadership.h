@@ -1,6 +1,6 @@
 #pragma once
 // Leadership — which `ringfence coord --etcd` replica leads a job, decided through etcd
-// (PROTOCOL.md "Control plane", docs/control-plane.md).
+// (docs/protocol.md "Control plane", docs/control-plane.md).
 //
 // Keys, under control_prefix(job) = "/ringfence/<job>/":
 //   leader         {"id","addr"} on the leader's etcd lease. Created only when absent, so

@@ -1,6 +1,6 @@
 #pragma once
 // The coordinator's judgement of a member that is alive (its lease is renewed) but may be
-// stuck: PROTOCOL.md D3 seen from the coordinator. Pure: a function of (now, what the last
+// stuck: docs/protocol.md D3 seen from the coordinator. Pure: a function of (now, what the last
 // heartbeat said, when it came, options), unit-tested on a simulated clock.
 //
 // A worker's heartbeat thread says what its training thread is doing (Activity): idle

@@ -1,5 +1,5 @@
 #pragma once
-// Membership — the generation state machine of PROTOCOL.md, as a pure class: no sockets,
+// Membership — the generation state machine of docs/protocol.md, as a pure class: no sockets,
 // no threads, no clock of its own (every method takes `now`). The coordinator's server
 // feeds it events (join, heartbeat, report, ready, failure, connection lost, process
 // exited, leave, a worker's fatal error) and timer ticks, and turns its answers into

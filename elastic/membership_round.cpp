@@ -160,7 +160,7 @@ void Membership::try_close_round(TimePoint now) {
   round_plan_ = std::move(out.plan);
   round_plan_->job_id = opt_.job_id;
   // Nobody holds state although a generation already ran (running_plan_ is set): every
-  // worker that held state is gone (PROTOCOL.md "Whole-job failure").
+  // worker that held state is gone (docs/protocol.md "Whole-job failure").
   round_plan_->whole_job_restart = round_plan_->fresh_start && running_plan_.has_value();
   // Shrink or afresh, for every rank alike: members_ and running_plan_ are still those of
   // the last generation that ran (a new leader's first round knows no such generation).

@@ -103,7 +103,7 @@ struct MembershipOptions {
   std::string job_id;  // at most kMaxJobIdBytes
   // The generation the first round forms. 1 for a new job; a coordinator that takes over
   // from another continues after the newest generation that one committed (a generation
-  // number is never reused, PROTOCOL.md "Control plane").
+  // number is never reused, docs/protocol.md "Control plane").
   uint64_t first_generation = 1;
   // The members of the generation that ran under the previous leader, in rank order. Not
   // empty: the first round is a recovery (cause leader_changed) that expects them and keeps

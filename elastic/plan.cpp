@@ -55,7 +55,7 @@ PlanOutcome make_plan(uint64_t generation, const std::vector<int>& prev_slots,
       if (holds_t(r)) by_digest[r.report.digest].push_back(&r);
     if (by_digest.size() > 1) {
       std::string msg = rf::str("digest mismatch at step ", plan.target_step, " in the round for generation ",
-                                generation, ": replicas diverged, the job stops (PROTOCOL.md step 4):");
+                                generation, ": replicas diverged, the job stops (docs/protocol.md step 4):");
       for (const auto& [digest, rs] : by_digest)
         for (const Reporter* r : rs)
           msg += rf::str(" slot ", r->worker.slot, " incarnation ", r->worker.incarnation, " digest '",

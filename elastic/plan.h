@@ -1,5 +1,5 @@
 #pragma once
-// The plan of a recovery round (PROTOCOL.md step 4) as a pure function of the reports:
+// The plan of a recovery round (docs/protocol.md step 4) as a pure function of the reports:
 // T = the largest reported step; every worker that reported T must agree on the digest
 // (else the job stops with an error naming workers and digests — never continue on
 // diverged replicas; so does a round whose digests are of two versions, never compared);
@@ -44,7 +44,7 @@ struct Plan {
   std::string target_digest;  // the digest every holder of T agreed on ("" when fresh)
   bool fresh_start = false;   // nobody holds state: initialise (or restore from disk)
   // A fresh start after a generation of this job already ran: every worker that held
-  // state is gone (PROTOCOL.md "Whole-job failure"). Each worker restores this job's
+  // state is gone (docs/protocol.md "Whole-job failure"). Each worker restores this job's
   // newest valid checkpoint, if it finds one, and reports it in a new round.
   bool whole_job_restart = false;
   std::string job_id;  // the coordinator's, one per job; checkpoints record it

@@ -1,5 +1,5 @@
 #pragma once
-// When a round closes (PROTOCOL.md step 3), as a pure function of (now, what the round has
+// When a round closes (docs/protocol.md step 3), as a pure function of (now, what the round has
 // seen, options): Membership feeds it on every event and tick; unit tests feed it a
 // simulated clock (STYLE.md, torchft's quorum_compute).
 //

@@ -1,7 +1,7 @@
 #pragma once
 // The single-process training loop of the reference models (train_mlp / train_cnn run by
 // hand; under `ringfence run` they use distributed_train.h instead): the global batch of step s
-// comes from the sampler (a pure function of (seed, s), PROTOCOL.md R3), loss =
+// comes from the sampler (a pure function of (seed, s), docs/protocol.md R3), loss =
 // cross-entropy averaged over the batch, SGD with momentum. It prints step, loss and
 // samples/s every log interval and the test accuracy at the end. With checkpoints, a
 // resumed run continues at the checkpoint's step + 1 with the same batches (R3) and ends

@@ -50,7 +50,7 @@ ckpt::SnapshotMeta checkpoint_meta(const TrainOptions& opt, int64_t train_sample
 
 // Cross-entropy over the logits. The single-process loop takes the mean over the batch;
 // the data-parallel one the SUM over the local samples (the reducer divides the reduced
-// gradient by the global count, PROTOCOL.md R3), which gives the same update.
+// gradient by the global count, docs/protocol.md R3), which gives the same update.
 Tensor classification_loss(const Tensor& logits, std::span<const int32_t> labels, Reduction reduction);
 
 // The end of a run: evaluates `model` on `test`, fills r.test_accuracy / r.test_loss,

@@ -1,6 +1,6 @@
 #pragma once
 // UcxTransport — the Transport contract on one UCP worker and one endpoint per peer, for
-// ONE generation (PROTOCOL.md "tag": a new worker per generation fences old messages
+// ONE generation (docs/protocol.md "tag": a new worker per generation fences old messages
 // out). Endpoints use error-handling mode PEER, so a dead peer completes our requests
 // with an error instead of hanging; the error callback only records (first failure wins).
 //

@@ -2,7 +2,7 @@
 // SplitMix64 — a tiny, fast, well-mixed 64-bit generator (Steele, Lea, Flood 2014). We use
 // our own generator and our own range reduction because std::shuffle and the std
 // distributions are implementation-defined: the batches of step s must be the same on
-// every platform and every standard library (PROTOCOL.md R3).
+// every platform and every standard library (docs/protocol.md R3).
 #include <cstdint>
 
 namespace rf::data {

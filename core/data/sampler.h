@@ -1,7 +1,7 @@
 #pragma once
 // Sampler — which samples make up each step, and which rank computes which of them.
 //
-// PROTOCOL.md R3: the global batch of step s is a pure function of (seed, s), and its split
+// docs/protocol.md R3: the global batch of step s is a pure function of (seed, s), and its split
 // over ranks a pure function of (rank, W). Recovery re-partitions a failed step over the
 // new membership without changing its samples. Concretely:
 //   epoch = s / steps_per_epoch, position = s % steps_per_epoch;

@@ -1,6 +1,6 @@
 #pragma once
 // Optimizer — updates parameters from their gradients; the ONLY writer of parameters
-// (PROTOCOL.md R1: the update of step s is where S changes).
+// (docs/protocol.md R1: the update of step s is where S changes).
 //
 // Its state is reachable by name so snapshots can save and restore it and the state
 // digest can cover it: tensors ("<param>.momentum_buffer", "<param>.exp_avg", ...) and

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """SIGKILL a training run, mid-training and in the middle of a checkpoint write, then
---resume: the final state digest equals the uninterrupted run's (PROTOCOL.md "Whole-job
+--resume: the final state digest equals the uninterrupted run's (docs/protocol.md "Whole-job
 failure", R3). Also: a damaged newest checkpoint is skipped with a warning naming it, a
 second writer on a directory in use is refused, the final checkpoint opens in Python's
 safetensors, and SIGTERM is a graceful stop that checkpoints and resumes exactly.

@@ -22,7 +22,7 @@ def read_audits(aud, files="audit-*.jsonl"):
 
 
 def exactly_once_problems(audits):
-    """What breaks "each step applied exactly once on every lineage" (PROTOCOL.md) in
+    """What breaks "each step applied exactly once on every lineage" (docs/protocol.md) in
     {file: records}: within one worker, applied steps follow its last state (start -1,
     transfer T, resume from disk, apply s) by exactly one; and every application (or
     transfer, or restore) of a step s anywhere has the same digest. Returns the problems,

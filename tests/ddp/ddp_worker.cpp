@@ -107,7 +107,7 @@ int main(int argc, char** argv) {
   };
   try {
     // A replacement that comes after the join window: the group shrinks first and grows
-    // back at a step boundary (PROTOCOL.md "Planned changes").
+    // back at a step boundary (docs/protocol.md "Planned changes").
     if (wait_world > 0 && inc && std::string(inc) != "0") {
       if (event_log.empty()) throw InvalidInput("--replacement-waits-for-world needs --event-log");
       const std::string want = str("world ", wait_world);

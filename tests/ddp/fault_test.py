@@ -4,7 +4,7 @@
     fault_test.py RINGFENCE DDP_WORKER SCENARIO
 
 Each scenario first runs the same job without faults (the reference), then with its
-faults, and checks what PROTOCOL.md promises:
+faults, and checks what docs/protocol.md promises:
   * the job finishes (exit 0, phase DONE) with every worker at the last step;
   * every replica ends bitwise identical (same state digest);
   * replace mode (same W): the final digest equals the failure-free run's;
@@ -162,7 +162,7 @@ SCENARIOS = {
                              {"recoveries": 1, "min_rounds": 2}),
     "exit_during_transfer": (["--inject", KILL_MID, "--inject", "exit:rank=0:step=20:phase=transfer"], [],
                              {"recoveries": 1, "min_rounds": 2}),
-    # Graceful stop (PROTOCOL.md "Planned changes"): the launcher gets SIGINT / SIGTERM once
+    # Graceful stop (docs/protocol.md "Planned changes"): the launcher gets SIGINT / SIGTERM once
     # step 15 is applied (every rank holds there until the stop flag has reached it, so the
     # flag rides in step 16's control block on every rank): exit 0, every replica at step
     # 16 with one digest, a checkpoint of step 16; then --resume runs to the end, bitwise

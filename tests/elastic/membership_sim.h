@@ -95,7 +95,7 @@ struct Sim {
     m.connection_lost(w, now);
     drain();
   }
-  // A restarted or new worker joins and reports with no state (PROTOCOL.md step 2).
+  // A restarted or new worker joins and reports with no state (docs/protocol.md step 2).
   void join_new(WorkerId w) {
     join(w);
     report_new(w);

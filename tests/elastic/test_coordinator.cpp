@@ -192,7 +192,7 @@ TEST_CASE("two workers form, run, exchange addresses, and one failure revokes th
   REQUIRE(sum["recoveries"].size() == 1);
   CHECK(sum["recoveries"][0]["cause"] == "connection_closed");
   CHECK(sum["recoveries"][0]["total_ms"].is_number());
-  // D1 (PROTOCOL.md): revoked within 100 ms of the failure being visible (the close).
+  // D1 (docs/protocol.md): revoked within 100 ms of the failure being visible (the close).
   CHECK(sum["recoveries"][0]["detect_ms"].get<double>() >= 0.0);
   CHECK(sum["recoveries"][0]["detect_ms"].get<double>() < 100.0);
   a.leave();

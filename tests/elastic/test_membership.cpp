@@ -1,5 +1,5 @@
 // The generation state machine, driven with an injected clock: every transition of
-// PROTOCOL.md (forming, D1, D2, rounds, join window, minimum world size, digest mismatch,
+// docs/protocol.md (forming, D1, D2, rounds, join window, minimum world size, digest mismatch,
 // g+1 revoked into g+2, stale messages, planned grow and stop).
 #include <doctest/doctest.h>
 

@@ -1,4 +1,4 @@
-// make_plan (PROTOCOL.md step 4) on its own: T, digest agreement, ranks and sources.
+// make_plan (docs/protocol.md step 4) on its own: T, digest agreement, ranks and sources.
 #include <doctest/doctest.h>
 
 #include "elastic/plan.h"

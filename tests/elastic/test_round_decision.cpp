@@ -1,4 +1,4 @@
-// decide_round (PROTOCOL.md step 3) as a pure function on a simulated clock: when a round
+// decide_round (docs/protocol.md step 3) as a pure function on a simulated clock: when a round
 // waits, closes or stops the job, with a typed reason; every deadline counts from the
 // round's own start.
 #include <doctest/doctest.h>

@@ -74,11 +74,11 @@ int main(int argc, char** argv) {
       return opt.slot == bad_digest_slot ? d.substr(0, 3) + "bad" + d.substr(6) : d;
     };
     while (true) {
-      // Recovery: report, plan, "transfer", ready (PROTOCOL.md steps 2-7).
+      // Recovery: report, plan, "transfer", ready (docs/protocol.md steps 2-7).
       Plan plan;
       try {
         // Before its first step a worker has no state worth sending: a new or restarted
-        // worker reports "no state" (PROTOCOL.md step 2); if nobody has state, the plan
+        // worker reports "no state" (docs/protocol.md step 2); if nobody has state, the plan
         // says fresh_start and everyone initialises the same way.
         plan = client.next_plan(
             [&] {
