@@ -2,8 +2,10 @@
 # ddp, models) so `ctest -L comm` runs one layer; unit tests also carry `unit`, which is
 # the set scripts/test runs a second time under ASan + UBSan.
 #
-#   rf_unit_test(NAME <name> LAYER <layer> SOURCES <files...> [LIBS <targets...>] [TIMEOUT s])
-#     A doctest executable; built into build/bin/tests/.
+#   rf_unit_test(NAME <name> LAYER <layer> SOURCES <files...> [LIBS <targets...>] [TIMEOUT s]
+#                [SKIPPABLE <ctest name>=<doctest -tc filter>...])
+#     A doctest executable; built into build/bin/tests/. SKIPPABLE cases run as their own
+#     entries, reported skipped (exit 77) where they cannot run (tests/skip.h).
 #   rf_integration_test(NAME <name> LAYER <layer> COMMAND <cmd...> [TIMEOUT s])
 #     Any command (multi-process tests, scripts); labelled `integration`.
 # `rf_unit_tests` builds every unit-test executable and nothing else: the sanitizer pass
@@ -13,7 +15,7 @@ if(NOT TARGET rf_unit_tests)
 endif()
 
 function(rf_unit_test)
-  cmake_parse_arguments(T "" "NAME;LAYER;TIMEOUT" "SOURCES;LIBS" ${ARGN})
+  cmake_parse_arguments(T "" "NAME;LAYER;TIMEOUT" "SOURCES;LIBS;SKIPPABLE" ${ARGN})
   if(NOT T_TIMEOUT)
     set(T_TIMEOUT 120)
   endif()
@@ -21,7 +23,25 @@ function(rf_unit_test)
   target_link_libraries(${T_NAME} PRIVATE doctest::doctest rf_test_main ${T_LIBS} rf_flags)
   set_target_properties(${T_NAME} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin/tests)
   add_dependencies(rf_unit_tests ${T_NAME})
-  add_test(NAME ${T_NAME} COMMAND ${T_NAME})
+  # SKIPPABLE <ctest name>=<doctest -tc filter>...: cases that may call rf::test::skip
+  # (tests/skip.h) each run as their own entry, skipped (exit 77) where they cannot run;
+  # the executable's main entry leaves them out.
+  set(filters "")
+  foreach(c ${T_SKIPPABLE})
+    string(REPLACE "=" ";" pair "${c}")
+    list(GET pair 0 test_name)
+    list(GET pair 1 filter)
+    add_test(NAME ${test_name} COMMAND ${T_NAME} --test-case=${filter})
+    set_tests_properties(${test_name} PROPERTIES LABELS "${T_LAYER};unit" TIMEOUT ${T_TIMEOUT}
+                         SKIP_RETURN_CODE 77)
+    list(APPEND filters "${filter}")
+  endforeach()
+  if(filters)
+    list(JOIN filters "," excluded)
+    add_test(NAME ${T_NAME} COMMAND ${T_NAME} --test-case-exclude=${excluded})
+  else()
+    add_test(NAME ${T_NAME} COMMAND ${T_NAME})
+  endif()
   set_tests_properties(${T_NAME} PROPERTIES LABELS "${T_LAYER};unit" TIMEOUT ${T_TIMEOUT})
 endfunction()
 
@@ -39,6 +59,7 @@ endfunction()
 
 add_library(rf_test_main STATIC ${PROJECT_SOURCE_DIR}/tests/doctest_main.cpp)
 target_link_libraries(rf_test_main PUBLIC doctest::doctest rf_flags)
+target_include_directories(rf_test_main PUBLIC ${PROJECT_SOURCE_DIR})
 
 # rf_gpu_test(NAME <name> LAYER <layer> SOURCES <files...> [LIBS <targets...>]
 #             CASES <ctest name>=<doctest -tc filter>... [TIMEOUT s])

@@ -13,6 +13,7 @@
 #include "ddp/activity.h"
 #include "ddp/checkpoint_policy.h"
 #include "ddp/stall_bound.h"
+#include "tests/skip.h"
 
 using namespace rf::ddp;
 using namespace std::chrono_literals;
@@ -107,10 +108,8 @@ TEST_CASE("checkpoint policy: a periodic checkpoint waits for a busy writer by d
 
 TEST_CASE("activity board: the training thread's time waiting for a CPU is reported, from the activity's start") {
   using rf::elastic::Activity;
-  if (!rf::ThreadCpuClock(rf::current_tid()).available()) {
-    MESSAGE("skipped: this kernel has no /proc/self/task/TID/schedstat");
-    return;
-  }
+  if (!rf::ThreadCpuClock(rf::current_tid()).available())
+    return rf::test::skip("this kernel has no /proc/self/task/TID/schedstat");
   // This thread and two busy ones share one CPU: this one is runnable but waiting about
   // two thirds of the time, like a rank next to a CPU hog.
   cpu_set_t one;

@@ -14,10 +14,19 @@
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_small.h"
+#include "tests/skip.h"
 
 using namespace rf::kernels::cpu;
 
+namespace {
+// The AVX-512 kernels are compiled only with -mavx512f (RINGFENCE_NATIVE on such a CPU);
+// elsewhere every *_fits() is false and there is nothing to compare.
+const char* const kNotBuilt = "the AVX-512 kernels are not built here (no -mavx512f): nothing to compare";
+bool avx512_built() { return gemm_small_fits(false, 1, 1, 1); }
+}  // namespace
+
 TEST_CASE("conv_direct equals im2col + gemm") {
+  if (!avx512_built()) return rf::test::skip(kNotBuilt);
   struct Case { int64_t C, H, W, K, pad, M; };
   const Case cases[] = {
       {1, 28, 28, 5, 2, 16},  // the CNN's first conv: two vectors per output row
@@ -32,10 +41,7 @@ TEST_CASE("conv_direct equals im2col + gemm") {
     CAPTURE(c.W);
     CAPTURE(c.M);
     const ConvGeometry g{c.C, c.H, c.W, c.K, c.K, 1, c.pad};
-    if (!conv_direct_fits(g)) {
-      MESSAGE("conv_direct not built here (no AVX-512): nothing to compare");
-      return;
-    }
+    REQUIRE(conv_direct_fits(g));
     const int64_t P = g.col_cols(), CKK = g.col_rows();
     std::vector<float> x(c.C * c.H * c.W), w(c.M * CKK), col(CKK * P), pad(g.padded_size());
     for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(1.3f * i + 0.2f);
@@ -62,6 +68,7 @@ TEST_CASE("conv_direct equals im2col + gemm") {
 }
 
 TEST_CASE("conv_direct_weight_grad equals G col^T, transposed") {
+  if (!avx512_built()) return rf::test::skip(kNotBuilt);
   struct Case { int64_t C, H, W, K, pad, M; };
   const Case cases[] = {
       {1, 28, 28, 5, 2, 16},  // the CNN's first conv: 25 taps (8 + 8 + 8 + 1), one vector
@@ -73,10 +80,7 @@ TEST_CASE("conv_direct_weight_grad equals G col^T, transposed") {
     CAPTURE(c.C);
     CAPTURE(c.M);
     const ConvGeometry g{c.C, c.H, c.W, c.K, c.K, 1, c.pad};
-    if (!conv_direct_weight_grad_fits(g, c.M)) {
-      MESSAGE("conv_direct_weight_grad not built here (no AVX-512): nothing to compare");
-      return;
-    }
+    REQUIRE(conv_direct_weight_grad_fits(g, c.M));
     const int64_t P = g.col_cols(), CKK = g.col_rows();
     std::vector<float> x(c.C * c.H * c.W), G(c.M * P), gt(P * c.M), col(CKK * P), pad(g.padded_size());
     for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.9f * i + 0.1f);
@@ -126,16 +130,14 @@ TEST_CASE("conv_direct refuses what it does not handle") {
 }
 
 TEST_CASE("gemm_small equals the naive product across tiles, ragged edges and strides") {
+  if (!avx512_built()) return rf::test::skip(kNotBuilt);
   struct Case { bool ta; int64_t M, N, K; };
   for (Case c : {Case{false, 19, 45, 13}, Case{true, 19, 45, 13}, Case{false, 8, 32, 1},
                  Case{true, 17, 16, 40}, Case{false, 3, 70, 7}}) {
     CAPTURE(c.ta);
     CAPTURE(c.M);
     CAPTURE(c.N);
-    if (!gemm_small_fits(false, c.M, c.N, c.K)) {
-      MESSAGE("gemm_small not built here (no AVX-512): nothing to compare");
-      return;
-    }
+    REQUIRE(gemm_small_fits(false, c.M, c.N, c.K));
     const int64_t ar = c.ta ? c.K : c.M, ac = c.ta ? c.M : c.K;
     const int64_t lda = ac + 3, ldb = c.N + 5, ldc = c.N + 2;
     std::vector<float> A(ar * lda), B(c.K * ldb), C(c.M * ldc);

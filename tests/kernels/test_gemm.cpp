@@ -9,6 +9,7 @@
 
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_packed.h"
+#include "tests/skip.h"
 
 using rf::kernels::cpu::gemm;
 
@@ -117,7 +118,8 @@ std::vector<float> check_packed(const Case& c, int threads = 1) {
 }  // namespace
 
 TEST_CASE("gemm_packed: every transpose case with alpha, beta 0 over NaN, beta 1 and 0.5") {
-  if (!rf::kernels::cpu::gemm_packed_available()) return;  // no AVX-512: gemm() never uses it
+  if (!rf::kernels::cpu::gemm_packed_available())
+    return rf::test::skip("gemm_packed is not built here (no AVX-512): gemm() never uses it");
   for (int ta = 0; ta < 2; ++ta)
     for (int tb = 0; tb < 2; ++tb)
       for (float beta : {0.0f, 1.0f, 0.5f})
@@ -125,7 +127,8 @@ TEST_CASE("gemm_packed: every transpose case with alpha, beta 0 over NaN, beta 1
 }
 
 TEST_CASE("gemm_packed: ragged sizes around every blocking boundary") {
-  if (!rf::kernels::cpu::gemm_packed_available()) return;
+  if (!rf::kernels::cpu::gemm_packed_available())
+    return rf::test::skip("gemm_packed is not built here (no AVX-512): gemm() never uses it");
   // MR = 12, NR = 32, the 16-wide transposes, MC = 144, KC = 384, NC = 512.
   for (int64_t M : {1, 11, 12, 13, 143, 144, 145})
     for (int tb = 0; tb < 2; ++tb) {
@@ -143,7 +146,8 @@ TEST_CASE("gemm_packed: ragged sizes around every blocking boundary") {
 }
 
 TEST_CASE("gemm_packed: the MLP and CNN shapes") {
-  if (!rf::kernels::cpu::gemm_packed_available()) return;
+  if (!rf::kernels::cpu::gemm_packed_available())
+    return rf::test::skip("gemm_packed is not built here (no AVX-512): gemm() never uses it");
   const Case shapes[] = {
       {false, true, 128, 512, 784, 1, 0},  {false, true, 128, 512, 512, 1, 0},
       {false, true, 128, 10, 512, 1, 0},   {false, false, 128, 784, 512, 1, 0},
@@ -157,7 +161,8 @@ TEST_CASE("gemm_packed: the MLP and CNN shapes") {
 }
 
 TEST_CASE("gemm_packed: bitwise the same on a repeat and for 1, 2 and 3 threads") {
-  if (!rf::kernels::cpu::gemm_packed_available()) return;
+  if (!rf::kernels::cpu::gemm_packed_available())
+    return rf::test::skip("gemm_packed is not built here (no AVX-512): gemm() never uses it");
   for (const Case& c : {Case{false, true, 128, 517, 785, 1, 0}, Case{true, false, 61, 300, 128, 1, 1},
                         Case{false, false, 50, 97, 400, -2, 0.5f}}) {
     const std::vector<float> one = check_packed(c, 1);
