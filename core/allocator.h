@@ -4,7 +4,7 @@
 // Why: on these machines a first touch of a 4 KiB page costs ~13 us, so a training step
 // that mallocs and frees its activations, gradients and im2col buffers each time spends
 // most of its time in page faults. Freed blocks go back to a free list keyed by their
-// (rounded) size; the next request of that size reuses one. After the first step every
+// (rounded) size; the next request of that size reuses one (core/free_lists.h). After the first step every
 // step's requests are met from the cache and nothing is faulted again. Memory others
 // malloc (Eigen's GEMM packing buffers) is covered by rf::tune_malloc_for_training()
 // (core/malloc_tuning.h), an explicit opt-in the allocator never calls itself.
@@ -20,11 +20,9 @@
 // during static destruction still have somewhere to go. It is the CPU runtime's
 // DeviceAllocator (core/device_runtime.h): tensors, gradients and op-table scratch.
 #include <cstddef>
-#include <map>
-#include <mutex>
-#include <vector>
 
 #include "core/device_runtime.h"
+#include "core/free_lists.h"
 
 namespace rf {
 
@@ -47,10 +45,7 @@ class CachingAllocator : public DeviceAllocator {
   static constexpr size_t kPopulateMinBytes = size_t{1} << 20;
 
  private:
-  static size_t round(size_t bytes);
-  mutable std::mutex mu_;
-  std::map<size_t, std::vector<void*>> free_;
-  Stats stats_;
+  FreeLists lists_;
 };
 
 }  // namespace rf

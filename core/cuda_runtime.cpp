@@ -1,6 +1,7 @@
 // The CUDA DeviceRuntime and its provider (core/cuda_runtime.h). Compiled into
 // rf_core_cuda only when the build has CUDA; core/cuda_runtime_none.cpp stands in otherwise.
 #include "core/cuda_runtime.h"
+#include "core/free_lists.h"
 
 #include <cuda_runtime.h>
 
@@ -54,7 +55,7 @@ void make_current(int index) {
   if (now != index) RF_CUDA_CHECK(cudaSetDevice(index));
 }
 
-// ---- cached blocks: the free-list idea of core/allocator.h over a system allocator ----
+// ---- cached blocks: FreeLists (core/free_lists.h) over a CUDA allocator ----
 
 class BlockCache {
  public:
@@ -63,19 +64,8 @@ class BlockCache {
   BlockCache(std::string name, Alloc a, Free f) : name_(std::move(name)), alloc_(a), free_fn_(f) {}
 
   void* allocate(size_t bytes) {
-    const size_t n = round(bytes);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      auto it = free_.find(n);
-      if (it != free_.end() && !it->second.empty()) {
-        void* p = it->second.back();
-        it->second.pop_back();
-        ++stats_.reused_blocks;
-        stats_.cached_bytes -= n;
-        stats_.live_bytes += n;
-        return p;
-      }
-    }
+    const size_t n = FreeLists::round(bytes);
+    if (void* p = lists_.take(n)) return p;
     void* p = nullptr;
     cudaError_t e = alloc_(&p, n);
     if (e == cudaErrorMemoryAllocation) {  // give the cache back to the system, try once more
@@ -85,48 +75,26 @@ class BlockCache {
     }
     if (e == cudaErrorMemoryAllocation) {
       (void)cudaGetLastError();
-      const DeviceAllocator::Stats s = stats();
-      throw Error(str(name_, ": out of memory allocating ", n, " bytes (", s.live_bytes, " bytes live)"));
+      throw Error(str(name_, ": out of memory allocating ", n, " bytes (", lists_.stats().live_bytes, " bytes live)"));
     }
     RF_CUDA_CHECK(e);
-    std::lock_guard<std::mutex> lock(mu_);
-    ++stats_.fresh_blocks;
-    stats_.live_bytes += n;
+    lists_.note_fresh(n);
     return p;
   }
   void release(void* p, size_t bytes) {
-    if (!p) return;
-    const size_t n = round(bytes);
-    std::lock_guard<std::mutex> lock(mu_);
-    free_[n].push_back(p);
-    stats_.cached_bytes += n;
-    stats_.live_bytes -= n;
+    if (p) lists_.put(p, FreeLists::round(bytes));
   }
-  DeviceAllocator::Stats stats() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return stats_;
-  }
+  DeviceAllocator::Stats stats() const { return lists_.stats(); }
   // Frees every cached block (cudaFree waits for the device: never on the step path).
   void empty() {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (auto& [n, blocks] : free_)
-      for (void* p : blocks) RF_CUDA_CHECK(free_fn_(p));
-    free_.clear();
-    stats_.cached_bytes = 0;
+    lists_.drain([this](void* p) { RF_CUDA_CHECK(free_fn_(p)); });
   }
 
  private:
-  // As core/allocator.cpp: 64-byte granularity below 64 KiB, 4 KiB above.
-  static size_t round(size_t bytes) {
-    const size_t g = bytes < (64u << 10) ? 64 : 4096;
-    return bytes == 0 ? g : (bytes + g - 1) / g * g;
-  }
   std::string name_;
   Alloc alloc_;
   Free free_fn_;
-  mutable std::mutex mu_;
-  std::map<size_t, std::vector<void*>> free_;
-  DeviceAllocator::Stats stats_;
+  FreeLists lists_;
 };
 
 cudaError_t device_malloc(void** p, size_t n) { return cudaMalloc(p, n); }
