@@ -21,55 +21,12 @@
 #include "core/nn/sequential.h"
 #include "core/optim/sgd.h"
 #include "core/random.h"
+#include "tests/ckpt/disk_test_support.h"
 
 namespace fs = std::filesystem;
+using namespace rf::ckpt::testing;
 
 namespace {
-
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char tmpl[] = "/tmp/rf_ckpt_test_XXXXXX";
-    REQUIRE(::mkdtemp(tmpl) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string operator/(const std::string& name) const { return (fs::path(path) / name).string(); }
-};
-
-std::shared_ptr<rf::nn::Sequential> tiny_model(uint64_t seed, int64_t hidden = 6) {
-  rf::Generator g(seed);
-  auto m = std::make_shared<rf::nn::Sequential>();
-  m->emplace<rf::nn::Linear>(4, hidden, g).emplace<rf::nn::ReLU>().emplace<rf::nn::Linear>(hidden, 3, g);
-  return m;
-}
-
-// A model + optimizer whose state depends on `v` (so each checkpoint is distinguishable).
-struct Trainee {
-  std::shared_ptr<rf::nn::Sequential> model;
-  std::unique_ptr<rf::optim::SGD> sgd;
-  explicit Trainee(uint64_t seed, int64_t hidden = 6)
-      : model(tiny_model(seed, hidden)),
-        sgd(std::make_unique<rf::optim::SGD>(model->named_parameters(), rf::optim::SgdOptions{.lr = 0.1f, .momentum = 0.9f})) {}
-  void set(float v) {
-    for (auto& [n, t] : model->named_parameters())
-      for (auto& x : t.values()) x = v;
-  }
-  std::string digest() const { return rf::ckpt::state_digest_of(*model, *sgd); }
-};
-
-rf::ckpt::SnapshotMeta meta_at(int64_t step) {
-  return {.model = "tiny", .step = step, .optimizer = "sgd", .optimizer_hparams = R"({"lr":0.1})"};
-}
-
-std::vector<int64_t> steps_in(const std::string& dir) {
-  std::vector<int64_t> out;
-  for (auto& f : rf::ckpt::list_checkpoints(dir)) out.push_back(f.step);
-  return out;
-}
 
 void write_state(const std::string& dir, Trainee& t, int64_t step) {
   std::vector<std::byte> image;

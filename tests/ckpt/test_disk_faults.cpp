@@ -28,60 +28,16 @@
 #include "core/nn/sequential.h"
 #include "core/optim/sgd.h"
 #include "core/random.h"
+#include "tests/ckpt/disk_test_support.h"
 
 namespace fs = std::filesystem;
 using rf::ckpt::CheckpointFile;
 using rf::ckpt::StorageError;
 using rf::ckpt::StorageFault;
 using rf::ckpt::StorageOp;
+using namespace rf::ckpt::testing;
 
 namespace {
-
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char tmpl[] = "/tmp/rf_ckpt_fault_XXXXXX";
-    REQUIRE(::mkdtemp(tmpl) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string operator/(const std::string& name) const { return (fs::path(path) / name).string(); }
-};
-
-struct Trainee {
-  std::shared_ptr<rf::nn::Sequential> model = std::make_shared<rf::nn::Sequential>();
-  std::unique_ptr<rf::optim::SGD> sgd;
-  Trainee() {
-    rf::Generator g(3);
-    model->emplace<rf::nn::Linear>(4, 6, g).emplace<rf::nn::ReLU>().emplace<rf::nn::Linear>(6, 3, g);
-    sgd = std::make_unique<rf::optim::SGD>(model->named_parameters(), rf::optim::SgdOptions{.lr = 0.1f, .momentum = 0.9f});
-  }
-  void set(float v) {
-    for (auto& [n, t] : model->named_parameters())
-      for (auto& x : t.values()) x = v;
-  }
-  std::string digest() const { return rf::ckpt::state_digest_of(*model, *sgd); }
-};
-
-rf::ckpt::SnapshotMeta meta_at(int64_t step) {
-  return {.model = "tiny", .step = step, .optimizer = "sgd", .optimizer_hparams = R"({"lr":0.1})"};
-}
-
-std::vector<int64_t> steps_in(const std::string& dir) {
-  std::vector<int64_t> out;
-  for (auto& f : rf::ckpt::list_checkpoints(dir)) out.push_back(f.step);
-  return out;
-}
-
-std::vector<std::string> names_in(const std::string& dir) {
-  std::vector<std::string> out;
-  for (auto& e : fs::directory_iterator(dir)) out.push_back(e.path().filename().string());
-  std::sort(out.begin(), out.end());
-  return out;
-}
 
 std::string bytes_of(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
