@@ -3,7 +3,7 @@
 
   python3 tests/docs/check_protocol_refs.py [REPO_ROOT]
 
-Scans the repository's code, tests, scripts and docs (build*/ and hidden folders left out)
+Scans the repository's code, tests, scripts and docs (the files git tracks or would track)
 and fails, naming file:line, when
   * a rule label (R<n>, D<n>) is not a heading of docs/protocol.md;
   * a step cited next to protocol.md ("docs/protocol.md step 4", "steps 2-7", "recovery 4
@@ -16,6 +16,7 @@ Exit 0 when everything resolves, 1 otherwise. Standard library only.
 """
 import os
 import re
+import subprocess
 import sys
 
 PAGE = os.path.join("docs", "protocol.md")
@@ -104,23 +105,37 @@ def citation_window(lines, i, start):
     return text
 
 
+def candidate_files(root):
+    """Relative paths: the files git tracks or would track (so build outputs, logs and
+    anything .gitignore names are left out); without git, a walk that skips build*/ and
+    hidden folders."""
+    try:
+        out = subprocess.run(["git", "-C", root, "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                             capture_output=True, check=True).stdout
+        return sorted(set(p for p in out.decode("utf-8", "replace").split("\0") if p))
+    except (OSError, subprocess.CalledProcessError):
+        found = []
+        for dirpath, dirnames, filenames in os.walk(root):
+            dirnames[:] = [d for d in dirnames if not d.startswith(".") and not d.startswith("build")]
+            found += [os.path.relpath(os.path.join(dirpath, n), root) for n in filenames]
+        return sorted(found)
+
+
 def scanned_files(root):
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and not d.startswith("build"))
-        for name in sorted(filenames):
-            path = os.path.join(dirpath, name)
-            rel = os.path.relpath(path, root)
-            if rel == SELF:
-                continue
-            if name == "CMakeLists.txt" or name.endswith(TEXT_SUFFIXES):
-                yield rel, path
-            elif "." not in name and os.path.isfile(path):
-                try:
-                    with open(path, "rb") as f:
-                        if f.read(2) == b"#!":
-                            yield rel, path
-                except OSError:
-                    pass
+    for rel in candidate_files(root):
+        path = os.path.join(root, rel)
+        name = os.path.basename(rel)
+        if rel == SELF or not os.path.isfile(path):
+            continue
+        if name == "CMakeLists.txt" or name.endswith(TEXT_SUFFIXES):
+            yield rel, path
+        elif "." not in name:
+            try:
+                with open(path, "rb") as f:
+                    if f.read(2) == b"#!":
+                        yield rel, path
+            except OSError:
+                pass
 
 
 def check(root):
