@@ -62,7 +62,8 @@ void Checkpointing::final_save(const CheckpointOrigin& at) {
 // earlier generation keeps its writer (report and flush still drain it).
 void Checkpointing::save_if_due(const CheckpointOrigin& at, bool forced) {
   if (opt_.dir.empty() || at.rank != 0 || state_.step() < 0 || state_.step() == saved_step_) return;
-  const CheckpointAction act = checkpoint_action(state_.step(), opt_.every, forced, deferred_, writer_ && writer_->writing());
+  const CheckpointAction act = checkpoint_action({.step = state_.step(), .every = opt_.every, .forced = forced,
+                                                  .deferred = deferred_, .writer_busy = writer_ && writer_->writing()});
   deferred_ = act == CheckpointAction::Defer;
   if (act != CheckpointAction::Save) return;
   if (!writer_) {
