@@ -384,8 +384,8 @@ bool Recovery::transfer() {
                             str("state image from rank ", *me->source_rank, " (generation ", plan.generation, ")"));
     const double restore_ms = ms_since(tp);
     audit_->record("transfer", plan.generation, state_.step(), state_.current_digest(), rank, world,
-                   str("\"source\":", *me->source_rank, ",\"staging_wait_ms\":", staging_wait_ms,
-                       ",\"size_wait_ms\":", size_ms, ",\"image_ms\":", image_ms, ",\"restore_ms\":", restore_ms));
+                   {{"source", *me->source_rank}, {"staging_wait_ms", staging_wait_ms}, {"size_wait_ms", size_ms},
+                    {"image_ms", image_ms}, {"restore_ms", restore_ms}});
     return true;
   } catch (const comm::CommError& e) {
     std::fprintf(stderr, "ringfence worker slot %d: generation %llu: transfer failed: %s\n", copt_.slot,

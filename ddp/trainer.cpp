@@ -193,7 +193,7 @@ struct Trainer::Impl {
       result.final_loss = reducer.global_loss();
       if (audit_->enabled())
         audit_->record("apply", member.plan.generation, s, state.current_digest(), rank, world,
-                       str("\"loss\":", reducer.global_loss()));
+                       {{"loss", reducer.global_loss()}});
       if (cfg.on_step) {
         cfg.on_step(s, reducer.global_loss());
         state.state_changed();  // user code may have written S (a test corrupts a replica)
@@ -302,7 +302,7 @@ struct Trainer::Impl {
       // Last, just before the fault: bench/recovery measures recovery from this record, so
       // the call above must not be inside what it measures.
       audit_->record("inject", member.plan.generation, s, "", member.rank, member.world,
-                     str("\"spec\":\"", f.to_string(), "\""));
+                     {{"spec", f.to_string()}});
       // Written out now: a kill leaves the trace complete up to here.
       tracer.instant_any("inject", f.to_string(),
                          {.step = s, .generation = static_cast<int64_t>(member.plan.generation), .rank = member.rank});
