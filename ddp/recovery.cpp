@@ -40,7 +40,7 @@ std::string words_digest(const uint64_t* w) {
 }  // namespace
 
 Recovery::Recovery(Parts p)
-    : cfg_(p.cfg), m_(p.member), state_(p.state), reducer_(p.reducer), watch_(p.watch), ckpt_(p.checkpointing),
+    : cfg_(p.cfg), cur_(p.current), state_(p.state), reducer_(p.reducer), watch_(p.watch), ckpt_(p.checkpointing),
       tracer_(p.tracer) {}
 
 Recovery::~Recovery() {
@@ -80,7 +80,7 @@ void Recovery::enter(std::optional<RecoveryPhase> phase) {
     const TimePoint now = Clock::now();
     if (traced_)
       tracer_->span(recovery_phase_name(*traced_), Tracer::kTrain, traced_since_, now,
-                    {.step = state_.step(), .generation = static_cast<int64_t>(m_.plan.generation), .rank = m_.rank});
+                    {.step = state_.step(), .generation = static_cast<int64_t>(cur_.plan.generation), .rank = cur_.rank});
     traced_ = phase;
     traced_since_ = now;
   }
@@ -94,21 +94,21 @@ void Recovery::enter(std::optional<RecoveryPhase> phase) {
 // self-fencing (D4) aborts as failed: the coordinator has not revoked anything yet, so
 // peers must fail naming this rank and report it (comm::Communicator::abort_failed).
 void Recovery::abort(const std::string& why, bool as_failed) {
-  std::lock_guard<std::mutex> lk(m_.comm_mu);
-  if (m_.comm && as_failed) m_.comm->abort_failed(why);
-  else if (m_.comm) m_.comm->abort(why);
+  std::lock_guard<std::mutex> lk(cur_.comm_mu);
+  if (cur_.comm && as_failed) cur_.comm->abort_failed(why);
+  else if (cur_.comm) cur_.comm->abort(why);
 }
 
 void Recovery::inject_drop() {
-  std::lock_guard<std::mutex> lk(m_.comm_mu);
-  if (m_.comm) m_.comm->inject_drop();
+  std::lock_guard<std::mutex> lk(cur_.comm_mu);
+  if (cur_.comm) cur_.comm->inject_drop();
 }
 
 void Recovery::drop_comm() {
   std::shared_ptr<comm::Communicator> old;
   {
-    std::lock_guard<std::mutex> lk(m_.comm_mu);
-    old.swap(m_.comm);
+    std::lock_guard<std::mutex> lk(cur_.comm_mu);
+    old.swap(cur_.comm);
   }
   reducer_.abandon();
   // NCCL forms the next generation from this one when ranks only left (comm/nccl/regroup.h):
@@ -143,7 +143,7 @@ uint64_t regroup_generation(const comm::Communicator* previous) {
 }
 
 bool Recovery::generation_over() const {
-  return client_ && (client_->fenced() || client_->seen_generation() > m_.plan.generation);
+  return client_ && (client_->fenced() || client_->seen_generation() > cur_.plan.generation);
 }
 
 // A transport error, stall or abort seen by the training thread (step 1 from our side).
@@ -154,10 +154,10 @@ void Recovery::failure(const comm::CommError& e) {
     // Our own GPU never reached the operation: the peers can only say they waited (naming
     // nobody), so this worker names itself, even when the coordinator revoked g first.
     std::fprintf(stderr, "ringfence worker slot %d: generation %llu: this worker's GPU is stuck (%s); reporting it\n",
-                 copt_.slot, static_cast<unsigned long long>(m_.plan.generation), e.what());
+                 copt_.slot, static_cast<unsigned long long>(cur_.plan.generation), e.what());
     if (client_->fenced()) return;
     try {
-      client_->failure_report(m_.plan.generation, state_.step(), copt_.slot, e.what(), elastic::FailureKind::gpu_stuck);
+      client_->failure_report(cur_.plan.generation, state_.step(), copt_.slot, e.what(), elastic::FailureKind::gpu_stuck);
     } catch (const Error& re) {
       std::fprintf(stderr, "ringfence worker slot %d: failure report: %s\n", copt_.slot, re.what());
     }
@@ -168,9 +168,9 @@ void Recovery::failure(const comm::CommError& e) {
   // 1): it knows, and a report naming no peer would name this live worker as the failed one.
   if (dynamic_cast<const comm::Aborted*>(&e)) return;
   std::optional<int> peer_slot;
-  if (e.peer() >= 0 && e.peer() < m_.world) peer_slot = m_.plan.ranks[e.peer()].worker.slot;
+  if (e.peer() >= 0 && e.peer() < cur_.world) peer_slot = cur_.plan.ranks[e.peer()].worker.slot;
   try {
-    client_->failure_report(m_.plan.generation, state_.step(), peer_slot, e.what());
+    client_->failure_report(cur_.plan.generation, state_.step(), peer_slot, e.what());
   } catch (const Error& re) {
     std::fprintf(stderr, "ringfence worker slot %d: failure report: %s\n", copt_.slot, re.what());
   }
@@ -195,7 +195,7 @@ Recovery::Round Recovery::report() {
   enter(RecoveryPhase::Report);
   drop_comm();  // kept in previous_ (NCCL): what state_report() says it can regroup from
   try {
-    m_.plan = client_->next_plan([this] { return state_report(); }, cfg_.plan_timeout);
+    cur_.plan = client_->next_plan([this] { return state_report(); }, cfg_.plan_timeout);
   } catch (const elastic::JobFinished&) {
     return Round::Finished;
   } catch (const elastic::Refused&) {
@@ -232,28 +232,28 @@ bool Recovery::form_steps() {
   enter(RecoveryPhase::Verify);
   t0 = Clock::now();
   try {
-    verify(static_cast<uint64_t>(m_.plan.target_step + 1), "recovery");
+    verify(static_cast<uint64_t>(cur_.plan.target_step + 1), "recovery");
   } catch (const comm::CommError& e) {
     failure(e);
     return false;
   }
   const double verify_ms = ms_since(t0);
   client_->set_step(state_.step());
-  client_->phase_timing(m_.plan.generation, "connect", connect_ms);
-  client_->phase_timing(m_.plan.generation, "transfer", transfer_ms);
-  client_->phase_timing(m_.plan.generation, "verify", verify_ms);
+  client_->phase_timing(cur_.plan.generation, "connect", connect_ms);
+  client_->phase_timing(cur_.plan.generation, "transfer", transfer_ms);
+  client_->phase_timing(cur_.plan.generation, "verify", verify_ms);
   return true;
 }
 
 bool Recovery::plan() {
   enter(RecoveryPhase::Plan);
-  const elastic::Plan& plan = m_.plan;
+  const elastic::Plan& plan = cur_.plan;
   comm_stall_ = watch_.begin_recovery(plan.generation, state_.image_size());
   const elastic::PlanRank* me = plan.find(copt_.slot);
   if (!me) throw Error(str("plan of generation ", plan.generation, " does not include slot ", copt_.slot));
-  m_.rank = me->rank;
-  m_.world = plan.world();
-  inj_->set_rank(m_.rank);
+  cur_.rank = me->rank;
+  cur_.world = plan.world();
+  inj_->set_rank(cur_.rank);
   if (plan.fresh_start) {
     try {
       if (!plan.whole_job_restart) {
@@ -282,10 +282,10 @@ bool Recovery::plan() {
 // Step 5: the only place a communicator of a recovered generation is made.
 bool Recovery::connect() {
   enter(RecoveryPhase::Connect);
-  const elastic::Plan& plan = m_.plan;
+  const elastic::Plan& plan = cur_.plan;
   comm::CommOptions co;
-  co.rank = m_.rank;
-  co.world = m_.world;
+  co.rank = cur_.rank;
+  co.world = cur_.world;
   co.generation = plan.generation;
   co.stall_timeout = comm_stall_;
   co.connect_timeout = cfg_.connect_timeout;
@@ -309,8 +309,8 @@ bool Recovery::connect() {
     co.store = &store;
     auto c = comm::make_communicator(cfg_.backend, co);
     watch_.continue_recovery();
-    std::lock_guard<std::mutex> lk(m_.comm_mu);
-    m_.comm = std::move(c);
+    std::lock_guard<std::mutex> lk(cur_.comm_mu);
+    cur_.comm = std::move(c);
   } catch (const comm::CommError& e) {
     std::fprintf(stderr, "ringfence worker slot %d: generation %llu: connect failed: %s\n", copt_.slot,
                  static_cast<unsigned long long>(plan.generation), e.what());
@@ -322,9 +322,9 @@ bool Recovery::connect() {
 // Step 6: S_T to every rank behind T (R6 on the receiving side).
 bool Recovery::transfer() {
   enter(RecoveryPhase::Transfer);
-  const elastic::Plan& plan = m_.plan;
+  const elastic::Plan& plan = cur_.plan;
   const elastic::PlanRank* me = plan.find(copt_.slot);
-  const int rank = m_.rank, world = m_.world;
+  const int rank = cur_.rank, world = cur_.world;
   const int64_t redo = plan.target_step + 1;
   TimePoint t0 = Clock::now();
   await_staging();
@@ -350,8 +350,8 @@ bool Recovery::transfer() {
         state_.write_image(plan.generation, world, staging_);
         staging_size_ = staging_.size();
       }
-      sends.push_back(m_.comm->send_start(pr.rank, &staging_size_, sizeof staging_size_, size_op));
-      sends.push_back(m_.comm->send_start(pr.rank, staging_.data(), staging_.size(), image_op));
+      sends.push_back(cur_.comm->send_start(pr.rank, &staging_size_, sizeof staging_size_, size_op));
+      sends.push_back(cur_.comm->send_start(pr.rank, staging_.data(), staging_.size(), image_op));
     }
     {
       ActivityBoard::WaitScope waiting(watch_.board());
@@ -366,7 +366,7 @@ bool Recovery::transfer() {
     uint64_t size = 0;
     {
       ActivityBoard::WaitScope waiting(watch_.board());
-      m_.comm->recv(*me->source_rank, &size, sizeof size, size_op);
+      cur_.comm->recv(*me->source_rank, &size, sizeof size, size_op);
     }
     if (size > (uint64_t{1} << 40)) throw InvalidInput(str("state image of ", size, " bytes announced"));
     const double size_ms = ms_since(tp);
@@ -376,7 +376,7 @@ bool Recovery::transfer() {
     tp = Clock::now();
     {
       ActivityBoard::WaitScope waiting(watch_.board());
-      m_.comm->recv(*me->source_rank, staging_.data(), size, image_op);
+      cur_.comm->recv(*me->source_rank, staging_.data(), size, image_op);
     }
     const double image_ms = ms_since(tp);
     tp = Clock::now();
@@ -412,14 +412,14 @@ bool Recovery::transfer() {
 void Recovery::verify(uint64_t tag_step, const char* when) {
   // (step, digest) of every rank: 1 + kDigestWords words each.
   constexpr size_t kWords = 1 + kDigestWords;
-  const int world = m_.world;
+  const int world = cur_.world;
   const std::string mine = state_.current_digest();
   std::vector<uint64_t> in(kWords), out(kWords * static_cast<size_t>(world));
   in[0] = static_cast<uint64_t>(state_.step());
   digest_words(mine, in.data() + 1);
   {
     ActivityBoard::WaitScope waiting(watch_.board());
-    m_.comm->allgather({in.data(), in.size(), comm::DType::u64}, {out.data(), out.size(), comm::DType::u64},
+    cur_.comm->allgather({in.data(), in.size(), comm::DType::u64}, {out.data(), out.size(), comm::DType::u64},
                        OpPlan::verify(tag_step));
   }
   std::string bad;
@@ -428,7 +428,7 @@ void Recovery::verify(uint64_t tag_step, const char* when) {
     const std::string d = words_digest(w + 1);
     bool same = false;
     try {
-      same = same_digest(d, mine, str(when, ", generation ", m_.plan.generation, ": rank ", r, " against ", m_.rank));
+      same = same_digest(d, mine, str(when, ", generation ", cur_.plan.generation, ": rank ", r, " against ", cur_.rank));
     } catch (const DigestVersionError& e) {
       tell_fatal(e.what());
       throw;
@@ -436,7 +436,7 @@ void Recovery::verify(uint64_t tag_step, const char* when) {
     if (!same || w[0] != in[0]) bad += str(" rank ", r, " has step ", static_cast<int64_t>(w[0]), " digest ", d, ";");
   }
   if (!bad.empty())
-    throw DivergenceError(str("replicas diverged (", when, ", generation ", m_.plan.generation, "): rank ", m_.rank,
+    throw DivergenceError(str("replicas diverged (", when, ", generation ", cur_.plan.generation, "): rank ", cur_.rank,
                               " has step ", state_.step(), " digest ", mine, ";", bad));
 }
 
@@ -455,7 +455,7 @@ Recovery::Resumed Recovery::resume() {
   enter(RecoveryPhase::Resume);
   elastic::ReadyQuery rq;
   try {
-    rq = client_->ready(m_.plan.generation, cfg_.ready_timeout);
+    rq = client_->ready(cur_.plan.generation, cfg_.ready_timeout);
   } catch (const elastic::Refused&) {
     if (client_->fenced()) return Resumed::Again;  // the leader was lost (see form())
     throw;

@@ -16,8 +16,8 @@
 //   resume    step 8    ready(g+1); the step loop continues at T+1 (R3 recomputes its batch)
 //
 // A failure anywhere in plan..verify returns false: the trainer goes back to report with the
-// next generation (recovery is idempotent). The step loop and recovery share a Membership;
-// the trainer owns it, the checkpointing unit, the watch and this object.
+// next generation (recovery is idempotent). The step loop and recovery share a
+// CurrentGeneration; the trainer owns it, the checkpointing unit, the watch and this object.
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -41,8 +41,9 @@
 
 namespace rf::ddp {
 
-// The generation this worker works in, as the step loop and recovery see it.
-struct Membership {
+// The generation this worker works in, as the step loop and recovery see it: the plan, this
+// worker's rank and world in it, and its communicator.
+struct CurrentGeneration {
   elastic::Plan plan;
   int rank = 0, world = 1;
   // The heartbeat thread aborts it on revocation (step 1); the training thread swaps it
@@ -70,7 +71,7 @@ class Recovery {
  public:
   struct Parts {
     const TrainerConfig& cfg;
-    Membership& member;
+    CurrentGeneration& current;
     TrainState& state;
     Reducer& reducer;
     StepWatch& watch;
@@ -115,12 +116,12 @@ class Recovery {
   // --- steps 2-4 -----------------------------------------------------------------------
   enum class Round { Planned, Again, Finished };
   // Drops the communicator first (drop_comm), so the report says which one it kept
-  // (StateReport::comm_generation). Planned: member.plan is the new plan. Again: fenced
+  // (StateReport::comm_generation). Planned: current.plan is the new plan. Again: fenced
   // meanwhile (join again). Finished: the job finished before this worker got a plan.
   Round report();
 
   // --- plan, steps 5-7 -----------------------------------------------------------------
-  // The whole formation of member.plan's generation: plan, connect, transfer, verify, then
+  // The whole formation of current.plan's generation: plan, connect, transfer, verify, then
   // the phase times to the coordinator. False when it must start again at report.
   bool form();
   bool plan();
@@ -152,7 +153,7 @@ class Recovery {
   void tell_fatal(const std::string& error);
 
   const TrainerConfig& cfg_;
-  Membership& m_;
+  CurrentGeneration& cur_;
   TrainState& state_;
   Reducer& reducer_;
   StepWatch& watch_;
@@ -162,7 +163,7 @@ class Recovery {
   AuditLog* audit_ = nullptr;
   std::unique_ptr<elastic::Client> client_;
   // NCCL only: the last communicator dropped, for the next generation's shrink. Only the
-  // training thread touches it (drop_comm, connect); the heartbeat thread aborts m_.comm.
+  // training thread touches it (drop_comm, connect); the heartbeat thread aborts cur_.comm.
   std::shared_ptr<comm::Communicator> previous_;
   std::chrono::milliseconds comm_stall_{0};  // the new generation's D3 (StepWatch::begin_recovery)
   std::vector<std::byte> staging_;           // the image buffer, reused by every transfer (R6)

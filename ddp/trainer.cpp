@@ -68,7 +68,7 @@ struct Trainer::Impl {
   // (read by the heartbeat thread for the coordinator's judgement, elastic/liveness.h).
   StepWatch watch;
   Checkpointing checkpointing;
-  Membership member;
+  CurrentGeneration current;
   // Before recovery, which records into it from the heartbeat thread too.
   Tracer tracer;
   // Last: destroyed first, it stops the heartbeat thread that calls back into it (step 1)
@@ -79,10 +79,10 @@ struct Trainer::Impl {
       : model(m), loss_fn(std::move(l)), ds(d), optimizer(o), cfg(std::move(c)),
         sampler(d.n, cfg.global_batch, cfg.seed), reducer(m.named_parameters(), cfg.reducer), state(m, o, cfg.model_name),
         watch(cfg.stall), checkpointing(checkpointing_options(cfg), m, o, state), tracer(trace_path(cfg)),
-        recovery({cfg, member, state, reducer, watch, checkpointing, &tracer}) {}
+        recovery({cfg, current, state, reducer, watch, checkpointing, &tracer}) {}
 
   CheckpointOrigin origin() const {
-    return {member.rank, member.world, member.plan.generation, member.plan.job_id};
+    return {current.rank, current.world, current.plan.generation, current.plan.job_id};
   }
 
   // A checkpoint that could not be written is a warning; the heartbeats (and the leave)
@@ -103,9 +103,9 @@ struct Trainer::Impl {
   }
 
   Leave train_generation() {
-    comm::Communicator& comm = *member.comm;
+    comm::Communicator& comm = *current.comm;
     elastic::Client* const client = recovery.client();
-    const int rank = member.rank, world = member.world;
+    const int rank = current.rank, world = current.world;
     TimePoint window_t = Clock::now();
     int64_t window_samples = 0;
     TimePoint rate_t = Clock::now();
@@ -136,7 +136,7 @@ struct Trainer::Impl {
       cb.stop = client && client->stop_requested() ? 1 : 0;
 
       ControlBlock sums;
-      const TraceArgs ta{.step = s, .generation = static_cast<int64_t>(member.plan.generation), .rank = rank};
+      const TraceArgs ta{.step = s, .generation = static_cast<int64_t>(current.plan.generation), .rank = rank};
       TimePoint t_fwd = Clock::now(), t_bwd = t_fwd, t_wait = t_fwd;
       try {
         inj->at(FaultPhase::Forward, s);
@@ -192,7 +192,7 @@ struct Trainer::Impl {
       if (client) client->set_progress(reducer.global_loss(), rate);
       result.final_loss = reducer.global_loss();
       if (audit_->enabled())
-        audit_->record("apply", member.plan.generation, s, state.current_digest(), rank, world,
+        audit_->record("apply", current.plan.generation, s, state.current_digest(), rank, world,
                        {{"loss", reducer.global_loss()}});
       if (cfg.on_step) {
         cfg.on_step(s, reducer.global_loss());
@@ -203,7 +203,7 @@ struct Trainer::Impl {
         const double dt = seconds_since(window_t);
         std::fprintf(stderr, "step %lld/%lld  g %llu  W %d  loss %.4f  %.0f samples/s\n",
                      static_cast<long long>(s + 1), static_cast<long long>(cfg.steps),
-                     static_cast<unsigned long long>(member.plan.generation), world, reducer.global_loss(),
+                     static_cast<unsigned long long>(current.plan.generation), world, reducer.global_loss(),
                      dt > 0 ? window_samples / dt : 0.0);
         window_t = Clock::now();
         window_samples = 0;
@@ -220,7 +220,7 @@ struct Trainer::Impl {
           // disagreeing and stops the whole job naming them (docs/protocol.md step 4).
           std::fprintf(stderr, "ringfence worker slot %d: %s\n", slot, e.what());
           if (!client) throw;
-          if (!recovery.generation_over()) client->failure_report(member.plan.generation, s, std::nullopt, e.what());
+          if (!recovery.generation_over()) client->failure_report(current.plan.generation, s, std::nullopt, e.what());
           return Leave::Recover;
         }
       }
@@ -236,8 +236,8 @@ struct Trainer::Impl {
     result.train_seconds = train_seconds;
     result.step = state.step();
     result.digest = state.digest();
-    result.generation = member.plan.generation;
-    result.world = member.world;
+    result.generation = current.plan.generation;
+    result.world = current.world;
     result.resumed_step = checkpointing.resumed_step();
   }
 
@@ -248,9 +248,9 @@ struct Trainer::Impl {
     if (cfg.resume) throw InvalidInput("resume needs fault tolerance (fault_tolerance = true, under ringfence run)");
     const comm::RankEnv env = comm::rank_env_from_environment();
     slot = env.rank;
-    member.rank = env.rank;
-    member.world = env.world;
-    member.plan.generation = 1;
+    current.rank = env.rank;
+    current.world = env.world;
+    current.plan.generation = 1;
     inj = std::make_unique<FaultInjector>();
     audit_ = std::make_unique<AuditLog>(cfg.audit_log, env.rank, 0);
     checkpointing.attach(slot, audit_.get());
@@ -260,14 +260,14 @@ struct Trainer::Impl {
     comm::FileStore store(env.store_dir);
     comm::CommOptions co;
     co.store = &store;
-    co.rank = member.rank;
-    co.world = member.world;
+    co.rank = current.rank;
+    co.world = current.world;
     co.generation = 1;
     co.stall_timeout = watch.fixed_comm_stall();
     co.connect_timeout = cfg.connect_timeout;
     co.flight_recorder_path = cfg.flight_recorder;
     place_comm(co, reducer.device());
-    member.comm = comm::make_communicator(cfg.backend, co);
+    current.comm = comm::make_communicator(cfg.backend, co);
     comm::set_phase_label(kTrainingPhaseLabel);  // for the flight recorder's records
     const TimePoint t0 = Clock::now();
     train_generation();
@@ -294,18 +294,18 @@ struct Trainer::Impl {
       // The launcher's report of specs that never fired hears it from the coordinator. Best
       // effort: a coordinator out of reach must not stop the fault from firing.
       try {
-        if (recovery.client()) recovery.client()->injected(member.plan.generation, s, f.to_string());
+        if (recovery.client()) recovery.client()->injected(current.plan.generation, s, f.to_string());
       } catch (const Error& e) {
         std::fprintf(stderr, "ringfence worker slot %d: could not tell the coordinator about %s: %s\n", slot,
                      f.to_string().c_str(), e.what());
       }
       // Last, just before the fault: bench/recovery measures recovery from this record, so
       // the call above must not be inside what it measures.
-      audit_->record("inject", member.plan.generation, s, "", member.rank, member.world,
+      audit_->record("inject", current.plan.generation, s, "", current.rank, current.world,
                      {{"spec", f.to_string()}});
       // Written out now: a kill leaves the trace complete up to here.
       tracer.instant_any("inject", f.to_string(),
-                         {.step = s, .generation = static_cast<int64_t>(member.plan.generation), .rank = member.rank});
+                         {.step = s, .generation = static_cast<int64_t>(current.plan.generation), .rank = current.rank});
       tracer.flush();
     });
     recovery.start(copt, *inj, *audit_);  // the transport context, the client, step 1's hooks
@@ -315,7 +315,7 @@ struct Trainer::Impl {
     if (cfg.resume) {
       if (cfg.ckpt_dir.empty()) throw InvalidInput("resume needs a checkpoint directory (ckpt_dir)");
       // (the audit line marks where this run's lineage begins, also when nothing was restored)
-      if (!checkpointing.restore_newest("", member.plan.generation))
+      if (!checkpointing.restore_newest("", current.plan.generation))
         audit_->record("resume", 0, state.step(), state.current_digest(), -1, 0);
     }
     // A worker that joins after the job finished (a spare, or a restart that started up
@@ -404,9 +404,9 @@ const StepTimeline& Trainer::last_step_timeline() const { return impl_->reducer.
 TrainerProgress Trainer::progress() const {
   const Impl& i = *impl_;
   TrainerProgress p;
-  p.generation = i.member.plan.generation;
-  p.rank = i.member.rank;
-  p.world = i.member.world;
+  p.generation = i.current.plan.generation;
+  p.rank = i.current.rank;
+  p.world = i.current.world;
   p.step = i.state.step();
   const elastic::Client* client = i.recovery.client();
   p.stop_requested = client && client->stop_requested();
