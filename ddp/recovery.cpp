@@ -148,7 +148,7 @@ bool Recovery::generation_over() const {
 
 // A transport error, stall or abort seen by the training thread (step 1 from our side).
 void Recovery::failure(const comm::CommError& e) {
-  if (!client_) throw;  // fault tolerance off: nothing to recover with
+  RF_ENFORCE(client_, "a failure to recover from without a coordinator (fault tolerance off): ", e.what());
   enter(RecoveryPhase::Abort);
   if (e.info().device_stuck) {
     // Our own GPU never reached the operation: the peers can only say they waited (naming

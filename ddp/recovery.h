@@ -97,8 +97,8 @@ class Recovery {
   // --- step 1 --------------------------------------------------------------------------
   // Any thread: aborts the communicator (as_failed: peers name this rank, D4).
   void abort(const std::string& why, bool as_failed = false);
-  // The training thread, inside the catch of `e`: tells the coordinator who failed, unless it
-  // already moved on. Rethrows `e` when there is no coordinator (fault tolerance off).
+  // The training thread, fault tolerance on (start() was called): tells the coordinator who
+  // failed, unless it already moved on. Without a coordinator the caller rethrows instead.
   // e.info().device_stuck: this worker's own GPU is stuck; it reports itself (gpu_stuck),
   // also on Aborted and after a revocation, so the coordinator evicts it in this round.
   void failure(const comm::CommError& e);

@@ -163,6 +163,7 @@ struct Trainer::Impl {
         std::fprintf(stderr, "ringfence worker slot %d rank %d: step %lld not applied: %s\n", slot, rank,
                      static_cast<long long>(s), e.what());
         reducer.abandon();
+        if (!client) throw;  // fault tolerance off: nothing to recover with
         recovery.failure(e);
         return Leave::Recover;
       }
@@ -212,6 +213,7 @@ struct Trainer::Impl {
         try {
           recovery.verify(static_cast<uint64_t>(s), "verify-every");
         } catch (const comm::CommError& e) {
+          if (!client) throw;
           recovery.failure(e);
           return Leave::Recover;
         } catch (const DivergenceError& e) {
