@@ -1,6 +1,5 @@
 #include "ddp/recovery.h"
 
-#include <cstdio>
 #include <cstring>
 #include <optional>
 
@@ -8,6 +7,7 @@
 #include "base/digest.h"
 #include "base/enforce.h"
 #include "base/error.h"
+#include "base/log.h"
 #include "base/str.h"
 #include "ckpt/format_error.h"
 #include "comm/flight_recorder.h"
@@ -153,13 +153,12 @@ void Recovery::failure(const comm::CommError& e) {
   if (e.info().device_stuck) {
     // Our own GPU never reached the operation: the peers can only say they waited (naming
     // nobody), so this worker names itself, even when the coordinator revoked g first.
-    std::fprintf(stderr, "ringfence worker slot %d: generation %llu: this worker's GPU is stuck (%s); reporting it\n",
-                 copt_.slot, static_cast<unsigned long long>(cur_.plan.generation), e.what());
+    log::warn("recovery", "this worker's GPU is stuck (", e.what(), "); reporting it");
     if (client_->fenced()) return;
     try {
       client_->failure_report(cur_.plan.generation, state_.step(), copt_.slot, e.what(), elastic::FailureKind::gpu_stuck);
     } catch (const Error& re) {
-      std::fprintf(stderr, "ringfence worker slot %d: failure report: %s\n", copt_.slot, re.what());
+      log::warn("recovery", "failure report: ", re.what());
     }
     return;
   }
@@ -172,7 +171,7 @@ void Recovery::failure(const comm::CommError& e) {
   try {
     client_->failure_report(cur_.plan.generation, state_.step(), peer_slot, e.what());
   } catch (const Error& re) {
-    std::fprintf(stderr, "ringfence worker slot %d: failure report: %s\n", copt_.slot, re.what());
+    log::warn("recovery", "failure report: ", re.what());
   }
 }
 
@@ -191,30 +190,30 @@ elastic::StateReport Recovery::state_report() const {
   return r;
 }
 
-Recovery::Round Recovery::report() {
+WorkerEvent Recovery::report() {
   enter(RecoveryPhase::Report);
   drop_comm();  // kept in previous_ (NCCL): what state_report() says it can regroup from
   try {
     cur_.plan = client_->next_plan([this] { return state_report(); }, cfg_.plan_timeout);
   } catch (const elastic::JobFinished&) {
-    return Round::Finished;
+    return {WorkerEventKind::JobFinished};
   } catch (const elastic::Refused&) {
-    if (client_->fenced()) return Round::Again;
+    if (client_->fenced()) return {WorkerEventKind::Fenced};
     throw;
   }
-  return Round::Planned;
+  return {WorkerEventKind::PlanReceived};
 }
 
 // ---- plan, steps 5-7 ------------------------------------------------------------------
 
 // A call to the coordinator that meets a lost leader (several replicas) has self-fenced the
-// client and says so (Refused): the round is over for this worker, which joins the next
-// leader as a new member.
-bool Recovery::form() {
+// client and says so (Refused): this generation will not form for this worker, which joins
+// the next leader as a new member.
+WorkerEvent Recovery::form() {
   try {
-    return form_steps();
+    return {form_steps() ? WorkerEventKind::Formed : WorkerEventKind::FormFailed};
   } catch (const elastic::Refused&) {
-    if (client_->fenced()) return false;
+    if (client_->fenced()) return {WorkerEventKind::FormFailed};
     throw;
   }
 }
@@ -254,6 +253,8 @@ bool Recovery::plan() {
   cur_.rank = me->rank;
   cur_.world = plan.world();
   inj_->set_rank(cur_.rank);
+  log::set_rank(cur_.rank);
+  log::set_generation(plan.generation);
   if (plan.fresh_start) {
     try {
       if (!plan.whole_job_restart) {
@@ -263,8 +264,7 @@ bool Recovery::plan() {
         // round plans from what everyone reports (T = the newest restored step, its holders'
         // digests must agree, step 4; a worker that found none receives S_T from a holder).
         const std::string why = str("restored step ", state_.step(), " from disk after a whole-job failure; re-planning");
-        std::fprintf(stderr, "ringfence worker slot %d: generation %llu: %s\n", copt_.slot,
-                     static_cast<unsigned long long>(plan.generation), why.c_str());
+        log::info("recovery", why);
         if (!generation_over()) client_->failure_report(plan.generation, state_.step(), std::nullopt, why);
         return false;
       }
@@ -312,8 +312,7 @@ bool Recovery::connect() {
     std::lock_guard<std::mutex> lk(cur_.comm_mu);
     cur_.comm = std::move(c);
   } catch (const comm::CommError& e) {
-    std::fprintf(stderr, "ringfence worker slot %d: generation %llu: connect failed: %s\n", copt_.slot,
-                 static_cast<unsigned long long>(plan.generation), e.what());
+    log::warn("recovery", "connect failed: ", e.what());
     return false;
   }
   return !generation_over();  // revoked before the abort hook could see comm
@@ -324,89 +323,98 @@ bool Recovery::transfer() {
   enter(RecoveryPhase::Transfer);
   const elastic::Plan& plan = cur_.plan;
   const elastic::PlanRank* me = plan.find(copt_.slot);
-  const int rank = cur_.rank, world = cur_.world;
   const int64_t redo = plan.target_step + 1;
-  TimePoint t0 = Clock::now();
+  const TimePoint t0 = Clock::now();
   await_staging();
   const double staging_wait_ms = ms_since(t0);
   try {
     if (plan.fresh_start) {
-      state_.set_step(-1);
-      audit_->record("start", plan.generation, -1, state_.current_digest(), rank, world);
+      start_fresh();
       return true;
     }
-    // The image's size travels first (comm's receives name their size), then the image
-    // itself: the same safetensors bytes a disk checkpoint holds.
-    std::vector<comm::WorkPtr> sends;
-    bool involved = me->source_rank.has_value();
-    for (const auto& pr : plan.ranks)
-      if (pr.source_rank == rank) involved = true;
-    if (involved) inj_->at(FaultPhase::Transfer, redo);
-    const comm::OpId size_op = OpPlan::transfer_size(static_cast<uint64_t>(redo));
-    const comm::OpId image_op = OpPlan::transfer_image(static_cast<uint64_t>(redo));
-    for (const auto& pr : plan.ranks) {
-      if (pr.source_rank != rank) continue;
-      if (sends.empty()) {
-        state_.write_image(plan.generation, world, staging_);
-        staging_size_ = staging_.size();
-      }
-      sends.push_back(cur_.comm->send_start(pr.rank, &staging_size_, sizeof staging_size_, size_op));
-      sends.push_back(cur_.comm->send_start(pr.rank, staging_.data(), staging_.size(), image_op));
-    }
-    {
-      ActivityBoard::WaitScope waiting(watch_.board());
-      for (auto& w : sends) w->wait();
-    }
-    if (!me->source_rank) return true;
-    // Where a receiver's step 6 goes (its audit line; recovery_bench prints them): the
-    // staging wait above, the size (sent once the source's image is written, so this wait
-    // is the source's serialisation), the image itself, then R6's validation and the copy
-    // in. restore_verified leaves the digest memo set (no pass after the swap).
-    TimePoint tp = Clock::now();
-    uint64_t size = 0;
-    {
-      ActivityBoard::WaitScope waiting(watch_.board());
-      cur_.comm->recv(*me->source_rank, &size, sizeof size, size_op);
-    }
-    if (size > (uint64_t{1} << 40)) throw InvalidInput(str("state image of ", size, " bytes announced"));
-    const double size_ms = ms_since(tp);
-    // The staging buffer of R6, pre-touched at start (start_staging_pretouch): grown only if
-    // this image is larger, never shrunk (a shrink then a grow would zero-fill again).
-    if (size > staging_.size()) staging_.resize(size);
-    tp = Clock::now();
-    {
-      ActivityBoard::WaitScope waiting(watch_.board());
-      cur_.comm->recv(*me->source_rank, staging_.data(), size, image_op);
-    }
-    const double image_ms = ms_since(tp);
-    tp = Clock::now();
-    state_.restore_verified({staging_.data(), size}, plan.target_step, plan.target_digest,
-                            str("state image from rank ", *me->source_rank, " (generation ", plan.generation, ")"));
-    const double restore_ms = ms_since(tp);
-    audit_->record("transfer", plan.generation, state_.step(), state_.current_digest(), rank, world,
-                   {{"source", *me->source_rank}, {"staging_wait_ms", staging_wait_ms}, {"size_wait_ms", size_ms},
-                    {"image_ms", image_ms}, {"restore_ms", restore_ms}});
+    send_images(redo);
+    if (me->source_rank) receive_image(*me->source_rank, redo, staging_wait_ms);
     return true;
   } catch (const comm::CommError& e) {
-    std::fprintf(stderr, "ringfence worker slot %d: generation %llu: transfer failed: %s\n", copt_.slot,
-                 static_cast<unsigned long long>(plan.generation), e.what());
+    log::warn("recovery", "transfer failed: ", e.what());
     failure(e);
     return false;
   } catch (const ckpt::DigestVersionMismatch& e) {
-    // The source's digests are of another version (another ringfence build): every round
-    // would refuse the same way, so the coordinator stops the job with this error.
-    std::fprintf(stderr, "ringfence worker slot %d: generation %llu: state transfer refused: %s\n", copt_.slot,
-                 static_cast<unsigned long long>(plan.generation), e.what());
+    // The source's digests are of another version (another ringfence build): every
+    // generation's transfer would refuse the same way, so the coordinator stops the job.
+    log::error("recovery", "state transfer refused: ", e.what());
     tell_fatal(e.what());
     throw;
   } catch (const InvalidInput& e) {
     // A damaged image (R6 kept the old state): this generation cannot start; say so and
-    // go round again (a new round picks a source again).
-    std::fprintf(stderr, "ringfence worker slot %d: generation %llu: state transfer refused: %s\n", copt_.slot,
-                 static_cast<unsigned long long>(plan.generation), e.what());
+    // report again (the next plan picks a source again).
+    log::warn("recovery", "state transfer refused: ", e.what());
     if (!generation_over()) client_->failure_report(plan.generation, state_.step(), std::nullopt, e.what());
     return false;
   }
+}
+
+// Nobody holds state: every rank starts from the initial state its program built.
+void Recovery::start_fresh() {
+  state_.set_step(-1);
+  audit_->record("start", cur_.plan.generation, -1, state_.current_digest(), cur_.rank, cur_.world);
+}
+
+// The image's size travels first (comm's receives name their size), then the image itself:
+// the same safetensors bytes a disk checkpoint holds, written once for every receiver.
+void Recovery::send_images(int64_t redo) {
+  const elastic::Plan& plan = cur_.plan;
+  const int rank = cur_.rank;
+  bool involved = plan.find(copt_.slot)->source_rank.has_value();
+  for (const auto& pr : plan.ranks)
+    if (pr.source_rank == rank) involved = true;
+  if (involved) inj_->at(FaultPhase::Transfer, redo);
+  const comm::OpId size_op = OpPlan::transfer_size(static_cast<uint64_t>(redo));
+  const comm::OpId image_op = OpPlan::transfer_image(static_cast<uint64_t>(redo));
+  std::vector<comm::WorkPtr> sends;
+  for (const auto& pr : plan.ranks) {
+    if (pr.source_rank != rank) continue;
+    if (sends.empty()) {
+      state_.write_image(plan.generation, cur_.world, staging_);
+      staging_size_ = staging_.size();
+    }
+    sends.push_back(cur_.comm->send_start(pr.rank, &staging_size_, sizeof staging_size_, size_op));
+    sends.push_back(cur_.comm->send_start(pr.rank, staging_.data(), staging_.size(), image_op));
+  }
+  ActivityBoard::WaitScope waiting(watch_.board());
+  for (auto& w : sends) w->wait();
+}
+
+// Where a receiver's step 6 goes (its audit line; recovery_bench prints them): the staging
+// wait, the size (sent once the source's image is written, so this wait is the source's
+// serialisation), the image itself, then R6's validation and the copy in. restore_verified
+// leaves the digest memo set (no pass after the swap).
+void Recovery::receive_image(int source, int64_t redo, double staging_wait_ms) {
+  const elastic::Plan& plan = cur_.plan;
+  TimePoint tp = Clock::now();
+  uint64_t size = 0;
+  {
+    ActivityBoard::WaitScope waiting(watch_.board());
+    cur_.comm->recv(source, &size, sizeof size, OpPlan::transfer_size(static_cast<uint64_t>(redo)));
+  }
+  if (size > (uint64_t{1} << 40)) throw InvalidInput(str("state image of ", size, " bytes announced"));
+  const double size_ms = ms_since(tp);
+  // The staging buffer of R6, pre-touched at start (start_staging_pretouch): grown only if
+  // this image is larger, never shrunk (a shrink then a grow would zero-fill again).
+  if (size > staging_.size()) staging_.resize(size);
+  tp = Clock::now();
+  {
+    ActivityBoard::WaitScope waiting(watch_.board());
+    cur_.comm->recv(source, staging_.data(), size, OpPlan::transfer_image(static_cast<uint64_t>(redo)));
+  }
+  const double image_ms = ms_since(tp);
+  tp = Clock::now();
+  state_.restore_verified({staging_.data(), size}, plan.target_step, plan.target_digest,
+                          str("state image from rank ", source, " (generation ", plan.generation, ")"));
+  const double restore_ms = ms_since(tp);
+  audit_->record("transfer", plan.generation, state_.step(), state_.current_digest(), cur_.rank, cur_.world,
+                 {{"source", source}, {"staging_wait_ms", staging_wait_ms}, {"size_wait_ms", size_ms},
+                  {"image_ms", image_ms}, {"restore_ms", restore_ms}});
 }
 
 void Recovery::verify(uint64_t tag_step, const char* when) {
@@ -445,26 +453,26 @@ void Recovery::tell_fatal(const std::string& error) {
   try {
     client_->fatal(error);
   } catch (const Error& fe) {
-    std::fprintf(stderr, "ringfence worker slot %d: could not tell the coordinator: %s\n", copt_.slot, fe.what());
+    log::warn("recovery", "could not tell the coordinator: ", fe.what());
   }
 }
 
 // ---- step 8 ---------------------------------------------------------------------------
 
-Recovery::Resumed Recovery::resume() {
+WorkerEvent Recovery::resume() {
   enter(RecoveryPhase::Resume);
   elastic::ReadyQuery rq;
   try {
     rq = client_->ready(cur_.plan.generation, cfg_.ready_timeout);
   } catch (const elastic::Refused&) {
-    if (client_->fenced()) return Resumed::Again;  // the leader was lost (see form())
+    if (client_->fenced()) return {WorkerEventKind::Revoked};  // the leader was lost (see form())
     throw;
   }
   if (rq.kind == elastic::ReadyQuery::Stopped) throw elastic::JobStopped(str("the coordinator stopped the job: ", rq.error));
-  if (rq.kind == elastic::ReadyQuery::Done) return Resumed::Done;
-  if (rq.kind != elastic::ReadyQuery::Running) return Resumed::Again;
+  if (rq.kind == elastic::ReadyQuery::Done) return {WorkerEventKind::JobFinished};
+  if (rq.kind != elastic::ReadyQuery::Running) return {WorkerEventKind::Revoked};
   enter(std::nullopt);  // back to training at T+1
-  return Resumed::Train;
+  return {WorkerEventKind::Running};
 }
 
 // ---- the staging buffer of step 6 ------------------------------------------------------

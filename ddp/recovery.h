@@ -15,8 +15,9 @@
 //   verify    step 7    all-gather of (step, digest): every rank holds the same (T, S)
 //   resume    step 8    ready(g+1); the step loop continues at T+1 (R3 recomputes its batch)
 //
-// A failure anywhere in plan..verify returns false: the trainer goes back to report with the
-// next generation (recovery is idempotent). The step loop and recovery share a
+// Each phase the trainer drives returns its outcome as a WorkerEvent (ddp/worker_life.h), which
+// decides the next: a failure anywhere in plan..verify is FormFailed, and the trainer reports
+// again for the next generation (recovery is idempotent). The step loop and recovery share a
 // CurrentGeneration; the trainer owns it, the checkpointing unit, the watch and this object.
 #include <cstdint>
 #include <memory>
@@ -37,6 +38,7 @@
 #include "ddp/step_watch.h"
 #include "ddp/train_state.h"
 #include "ddp/trainer.h"
+#include "ddp/worker_life.h"
 #include "elastic/client.h"
 
 namespace rf::ddp {
@@ -114,16 +116,16 @@ class Recovery {
   bool generation_over() const;
 
   // --- steps 2-4 -----------------------------------------------------------------------
-  enum class Round { Planned, Again, Finished };
   // Drops the communicator first (drop_comm), so the report says which one it kept
-  // (StateReport::comm_generation). Planned: current.plan is the new plan. Again: fenced
-  // meanwhile (join again). Finished: the job finished before this worker got a plan.
-  Round report();
+  // (StateReport::comm_generation). PlanReceived: current.plan is the new plan. Fenced:
+  // fenced meanwhile (join again). JobFinished: the job finished before this worker got a plan.
+  WorkerEvent report();
 
   // --- plan, steps 5-7 -----------------------------------------------------------------
   // The whole formation of current.plan's generation: plan, connect, transfer, verify, then
-  // the phase times to the coordinator. False when it must start again at report.
-  bool form();
+  // the phase times to the coordinator. Formed, or FormFailed when it must start again at
+  // report.
+  WorkerEvent form();
   bool plan();
   bool connect();
   bool transfer();
@@ -134,16 +136,21 @@ class Recovery {
   void verify(uint64_t tag_step, const char* when);
 
   // --- step 8 --------------------------------------------------------------------------
-  enum class Resumed { Train, Again, Done };
-  // ready(g): Train when g runs, Again when it was revoked, Done when the job finished.
-  // Throws elastic::JobStopped when the coordinator stopped the job.
-  Resumed resume();
+  // ready(g): Running when g runs, Revoked when it was revoked (or this worker fenced),
+  // JobFinished when the job finished. Throws elastic::JobStopped when the coordinator
+  // stopped the job.
+  WorkerEvent resume();
 
   // The trace's phase span in progress ends now (the worker leaves recovery for good).
   void end_trace_phase() { enter(std::nullopt); }
 
  private:
   bool form_steps();  // form() without the lost-leader case
+  // Step 6's parts: the fresh start (nothing to send), every image this rank sends, and the
+  // one it receives (R6).
+  void start_fresh();
+  void send_images(int64_t redo);
+  void receive_image(int source, int64_t redo, double staging_wait_ms);
   // The phase recovery is in (nullopt: back to training), for the audit lines and comm's
   // flight recorder.
   void enter(std::optional<RecoveryPhase> phase);
