@@ -215,6 +215,7 @@ bool Recovery::form_steps() {
   }
   const double verify_ms = ms_since(t0);
   client_->set_step(state_.step());
+  log::set_step(state_.step());  // T, received or kept
   client_->phase_timing(cur_.plan.generation, "connect", connect_ms);
   client_->phase_timing(cur_.plan.generation, "transfer", transfer_ms);
   client_->phase_timing(cur_.plan.generation, "verify", verify_ms);
