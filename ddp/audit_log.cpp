@@ -1,6 +1,7 @@
 #include "ddp/audit_log.h"
 
 #include "base/clock.h"
+#include "base/enforce.h"
 #include "base/error.h"
 #include "base/str.h"
 
@@ -17,16 +18,17 @@ AuditLog::~AuditLog() {
 }
 
 void AuditLog::record(const char* event, uint64_t generation, int64_t step, const std::string& digest, int rank,
-                      int world, const std::string& extra_json) {
+                      int world, const nlohmann::ordered_json& extra) {
   if (!f_) return;
-  const int phase = phase_.load();
-  const std::string phase_json =
-      phase < 0 ? std::string() : str(",\"phase\":\"", recovery_phase_name(static_cast<RecoveryPhase>(phase)), "\"");
-  const std::string line =
-      str("{\"event\":\"", event, "\",\"ts_us\":", wall_us(), ",\"g\":", generation, ",\"s\":", step, ",\"digest\":\"", digest,
-          "\",\"rank\":", rank, ",\"world\":", world, ",\"slot\":", slot_, ",\"inc\":", incarnation_, phase_json,
-          extra_json.empty() ? "" : ",", extra_json, "}\n");
-  std::fwrite(line.data(), 1, line.size(), f_);
+  nlohmann::ordered_json line{{"event", event}, {"ts_us", wall_us()}, {"g", generation}, {"s", step},
+                              {"digest", digest}, {"rank", rank},   {"world", world},   {"slot", slot_},
+                              {"inc", incarnation_}};
+  if (const int phase = phase_.load(); phase >= 0) line["phase"] = recovery_phase_name(static_cast<RecoveryPhase>(phase));
+  RF_ENFORCE(extra.is_null() || extra.is_object(), "audit line extra fields must be an object: ", extra.dump());
+  if (extra.is_object())
+    for (const auto& [key, value] : extra.items()) line[key] = value;
+  const std::string text = line.dump() + "\n";
+  std::fwrite(text.data(), 1, text.size(), f_);
   std::fflush(f_);
 }
 

@@ -15,6 +15,8 @@
 #include <optional>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "ddp/recovery_phase.h"
 
 namespace rf::ddp {
@@ -31,8 +33,9 @@ class AuditLog {
   // The recovery phase the lines written from now on name (nullopt: training, none).
   // Atomic: a fault's line may be written from the communicator's progress thread.
   void set_phase(std::optional<RecoveryPhase> phase) { phase_.store(phase ? static_cast<int>(*phase) : -1); }
+  // One line: the fields above, then `extra`'s (an object, or null for none) in its order.
   void record(const char* event, uint64_t generation, int64_t step, const std::string& digest, int rank,
-              int world, const std::string& extra_json = "");
+              int world, const nlohmann::ordered_json& extra = nullptr);
 
  private:
   std::FILE* f_ = nullptr;

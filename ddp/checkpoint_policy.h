@@ -12,13 +12,20 @@ namespace rf::ddp {
 
 enum class CheckpointAction { None, Save, Defer };
 
-// step: the step just applied; every: ckpt_every (0 = none periodic); forced: see above;
-// deferred: a periodic checkpoint is waiting for the writer; writer_busy: a write runs.
-inline CheckpointAction checkpoint_action(int64_t step, int64_t every, bool forced, bool deferred, bool writer_busy) {
-  if (forced) return CheckpointAction::Save;
-  const bool due = deferred || (every > 0 && (step + 1) % every == 0);
+// What the policy decides on (named at the call: designated initializers).
+struct CheckpointView {
+  int64_t step = -1;         // the step just applied
+  int64_t every = 0;         // ckpt_every (0 = none periodic)
+  bool forced = false;       // checkpoint-now, a graceful stop or the end (see above)
+  bool deferred = false;     // a periodic checkpoint is waiting for the writer
+  bool writer_busy = false;  // a write runs
+};
+
+inline CheckpointAction checkpoint_action(const CheckpointView& v) {
+  if (v.forced) return CheckpointAction::Save;
+  const bool due = v.deferred || (v.every > 0 && (v.step + 1) % v.every == 0);
   if (!due) return CheckpointAction::None;
-  return writer_busy ? CheckpointAction::Defer : CheckpointAction::Save;
+  return v.writer_busy ? CheckpointAction::Defer : CheckpointAction::Save;
 }
 
 }  // namespace rf::ddp

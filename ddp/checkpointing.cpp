@@ -1,9 +1,9 @@
 #include "ddp/checkpointing.h"
 
-#include <cstdio>
 #include <iostream>
 
 #include "base/error.h"
+#include "base/log.h"
 #include "base/str.h"
 #include "ckpt/checkpoint_dir.h"
 #include "ckpt/resume.h"
@@ -62,7 +62,8 @@ void Checkpointing::final_save(const CheckpointOrigin& at) {
 // earlier generation keeps its writer (report and flush still drain it).
 void Checkpointing::save_if_due(const CheckpointOrigin& at, bool forced) {
   if (opt_.dir.empty() || at.rank != 0 || state_.step() < 0 || state_.step() == saved_step_) return;
-  const CheckpointAction act = checkpoint_action(state_.step(), opt_.every, forced, deferred_, writer_ && writer_->writing());
+  const CheckpointAction act = checkpoint_action({.step = state_.step(), .every = opt_.every, .forced = forced,
+                                                  .deferred = deferred_, .writer_busy = writer_ && writer_->writing()});
   deferred_ = act == CheckpointAction::Defer;
   if (act != CheckpointAction::Save) return;
   if (!writer_) {
@@ -114,10 +115,8 @@ bool Checkpointing::restore_newest(const std::string& job_id, uint64_t generatio
   ckpt::SnapshotMeta ours;
   ours.optimizer_hparams = opt_.optimizer_hparams;
   ours.data_order = opt_.data_order;
-  for (const auto& w : ckpt::resume_differences(*point, ours))
-    std::fprintf(stderr, "ringfence worker slot %d: warning: %s\n", slot_, w.c_str());
-  std::fprintf(stderr, "ringfence worker slot %d: resumed from %s (step %lld)\n", slot_, point->path.c_str(),
-               static_cast<long long>(point->meta.step));
+  for (const auto& w : ckpt::resume_differences(*point, ours)) log::warn("ckpt", w);
+  log::info("ckpt", "resumed from ", point->path, " (step ", point->meta.step, ")");
   if (audit_) audit_->record("resume", generation, state_.step(), state_.current_digest(), -1, 0);
   return true;
 }

@@ -67,8 +67,8 @@ class Checkpointing {
  public:
   Checkpointing(CheckpointingOptions options, nn::Module& model, optim::Optimizer& optimizer, TrainState& state,
                 CheckpointWriterFactory make_writer = make_async_writer);
-  // Log lines name `slot`; restores write a "resume" line to `audit` (may be null).
-  void attach(int slot, AuditLog* audit) { slot_ = slot, audit_ = audit; }
+  // Restores write a "resume" line to `audit` (may be null).
+  void attach(AuditLog* audit) { audit_ = audit; }
   // The storage fault (--inject disk:..., FaultInjector::storage_fault) of the checkpoint of
   // a step, asked when it is saved.
   void set_storage_faults(std::function<ckpt::StorageFault(int64_t step)> faults) { faults_ = std::move(faults); }
@@ -104,7 +104,6 @@ class Checkpointing {
   TrainState& state_;
   CheckpointWriterFactory make_writer_;
   std::unique_ptr<CheckpointWriter> writer_;  // made when this worker first saves as rank 0
-  int slot_ = 0;
   AuditLog* audit_ = nullptr;
   int64_t saved_step_ = -1;    // the last step saved or restored: never saved (again)
   bool deferred_ = false;      // a periodic checkpoint waits for the writer

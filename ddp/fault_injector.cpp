@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "base/error.h"
+#include "base/log.h"
 #include "base/str.h"
 
 namespace rf::ddp {
@@ -164,9 +165,7 @@ void FaultInjector::step_took(int64_t step, std::chrono::nanoseconds d) {
 
 void FaultInjector::announce(size_t i, int64_t step, const char* where) {
   const auto& f = specs_[i];
-  std::fprintf(stderr, "ringfence worker slot %d rank %d: inject %s (at %s)\n", slot_, rank_.load(),
-               f.to_string().c_str(), where);
-  std::fflush(stderr);
+  log::warn("inject", f.to_string(), " (at ", where, ")");
   if (before_fire_) before_fire_(f, step);
 }
 

@@ -1,6 +1,5 @@
 #include "ddp/recovery.h"
 
-#include <cstdio>
 #include <cstring>
 #include <optional>
 
@@ -8,6 +7,7 @@
 #include "base/digest.h"
 #include "base/enforce.h"
 #include "base/error.h"
+#include "base/log.h"
 #include "base/str.h"
 #include "ckpt/format_error.h"
 #include "comm/flight_recorder.h"
@@ -40,7 +40,7 @@ std::string words_digest(const uint64_t* w) {
 }  // namespace
 
 Recovery::Recovery(Parts p)
-    : cfg_(p.cfg), m_(p.member), state_(p.state), reducer_(p.reducer), watch_(p.watch), ckpt_(p.checkpointing),
+    : cfg_(p.cfg), cur_(p.current), state_(p.state), reducer_(p.reducer), watch_(p.watch), ckpt_(p.checkpointing),
       tracer_(p.tracer) {}
 
 Recovery::~Recovery() {
@@ -80,7 +80,7 @@ void Recovery::enter(std::optional<RecoveryPhase> phase) {
     const TimePoint now = Clock::now();
     if (traced_)
       tracer_->span(recovery_phase_name(*traced_), Tracer::kTrain, traced_since_, now,
-                    {.step = state_.step(), .generation = static_cast<int64_t>(m_.plan.generation), .rank = m_.rank});
+                    {.step = state_.step(), .generation = static_cast<int64_t>(cur_.plan.generation), .rank = cur_.rank});
     traced_ = phase;
     traced_since_ = now;
   }
@@ -94,21 +94,21 @@ void Recovery::enter(std::optional<RecoveryPhase> phase) {
 // self-fencing (D4) aborts as failed: the coordinator has not revoked anything yet, so
 // peers must fail naming this rank and report it (comm::Communicator::abort_failed).
 void Recovery::abort(const std::string& why, bool as_failed) {
-  std::lock_guard<std::mutex> lk(m_.comm_mu);
-  if (m_.comm && as_failed) m_.comm->abort_failed(why);
-  else if (m_.comm) m_.comm->abort(why);
+  std::lock_guard<std::mutex> lk(cur_.comm_mu);
+  if (cur_.comm && as_failed) cur_.comm->abort_failed(why);
+  else if (cur_.comm) cur_.comm->abort(why);
 }
 
 void Recovery::inject_drop() {
-  std::lock_guard<std::mutex> lk(m_.comm_mu);
-  if (m_.comm) m_.comm->inject_drop();
+  std::lock_guard<std::mutex> lk(cur_.comm_mu);
+  if (cur_.comm) cur_.comm->inject_drop();
 }
 
 void Recovery::drop_comm() {
   std::shared_ptr<comm::Communicator> old;
   {
-    std::lock_guard<std::mutex> lk(m_.comm_mu);
-    old.swap(m_.comm);
+    std::lock_guard<std::mutex> lk(cur_.comm_mu);
+    old.swap(cur_.comm);
   }
   reducer_.abandon();
   // NCCL forms the next generation from this one when ranks only left (comm/nccl/regroup.h):
@@ -119,47 +119,23 @@ void Recovery::drop_comm() {
 
 void Recovery::forget_previous() { previous_.reset(); }
 
-void place_comm(comm::CommOptions& options, Device device) {
-  options.device = device.is_cpu() ? comm::Device::host : comm::Device::cuda;
-  options.device_index = device.is_cpu() ? 0 : device.index;
-}
-
-std::vector<std::string> plan_members(const elastic::Plan& plan) {
-  std::vector<std::string> members(plan.ranks.size());
-  for (const elastic::PlanRank& pr : plan.ranks) {
-    RF_ENFORCE(pr.rank >= 0 && pr.rank < plan.world(), "plan rank outside the world");
-    members[static_cast<size_t>(pr.rank)] = str("slot", pr.worker.slot, ".inc", pr.worker.incarnation);
-  }
-  return members;
-}
-
-comm::CommRegroup plan_regroup(const elastic::Plan& plan) {
-  if (plan.shrink_from == 0) return {};
-  return {comm::CommRegroup::Kind::shrink, plan.shrink_from};
-}
-
-uint64_t regroup_generation(const comm::Communicator* previous) {
-  return previous && previous->can_regroup() ? previous->generation() : 0;
-}
-
 bool Recovery::generation_over() const {
-  return client_ && (client_->fenced() || client_->seen_generation() > m_.plan.generation);
+  return client_ && (client_->fenced() || client_->seen_generation() > cur_.plan.generation);
 }
 
 // A transport error, stall or abort seen by the training thread (step 1 from our side).
 void Recovery::failure(const comm::CommError& e) {
-  if (!client_) throw;  // fault tolerance off: nothing to recover with
+  RF_ENFORCE(client_, "a failure to recover from without a coordinator (fault tolerance off): ", e.what());
   enter(RecoveryPhase::Abort);
   if (e.info().device_stuck) {
     // Our own GPU never reached the operation: the peers can only say they waited (naming
     // nobody), so this worker names itself, even when the coordinator revoked g first.
-    std::fprintf(stderr, "ringfence worker slot %d: generation %llu: this worker's GPU is stuck (%s); reporting it\n",
-                 copt_.slot, static_cast<unsigned long long>(m_.plan.generation), e.what());
+    log::warn("recovery", "this worker's GPU is stuck (", e.what(), "); reporting it");
     if (client_->fenced()) return;
     try {
-      client_->failure_report(m_.plan.generation, state_.step(), copt_.slot, e.what(), elastic::FailureKind::gpu_stuck);
+      client_->failure_report(cur_.plan.generation, state_.step(), copt_.slot, e.what(), elastic::FailureKind::gpu_stuck);
     } catch (const Error& re) {
-      std::fprintf(stderr, "ringfence worker slot %d: failure report: %s\n", copt_.slot, re.what());
+      log::warn("recovery", "failure report: ", re.what());
     }
     return;
   }
@@ -168,11 +144,11 @@ void Recovery::failure(const comm::CommError& e) {
   // 1): it knows, and a report naming no peer would name this live worker as the failed one.
   if (dynamic_cast<const comm::Aborted*>(&e)) return;
   std::optional<int> peer_slot;
-  if (e.peer() >= 0 && e.peer() < m_.world) peer_slot = m_.plan.ranks[e.peer()].worker.slot;
+  if (e.peer() >= 0 && e.peer() < cur_.world) peer_slot = cur_.plan.ranks[e.peer()].worker.slot;
   try {
-    client_->failure_report(m_.plan.generation, state_.step(), peer_slot, e.what());
+    client_->failure_report(cur_.plan.generation, state_.step(), peer_slot, e.what());
   } catch (const Error& re) {
-    std::fprintf(stderr, "ringfence worker slot %d: failure report: %s\n", copt_.slot, re.what());
+    log::warn("recovery", "failure report: ", re.what());
   }
 }
 
@@ -191,30 +167,30 @@ elastic::StateReport Recovery::state_report() const {
   return r;
 }
 
-Recovery::Round Recovery::report() {
+WorkerEvent Recovery::report() {
   enter(RecoveryPhase::Report);
   drop_comm();  // kept in previous_ (NCCL): what state_report() says it can regroup from
   try {
-    m_.plan = client_->next_plan([this] { return state_report(); }, cfg_.plan_timeout);
+    cur_.plan = client_->next_plan([this] { return state_report(); }, cfg_.plan_timeout);
   } catch (const elastic::JobFinished&) {
-    return Round::Finished;
+    return {WorkerEventKind::JobFinished};
   } catch (const elastic::Refused&) {
-    if (client_->fenced()) return Round::Again;
+    if (client_->fenced()) return {WorkerEventKind::Fenced};
     throw;
   }
-  return Round::Planned;
+  return {WorkerEventKind::PlanReceived};
 }
 
 // ---- plan, steps 5-7 ------------------------------------------------------------------
 
 // A call to the coordinator that meets a lost leader (several replicas) has self-fenced the
-// client and says so (Refused): the round is over for this worker, which joins the next
-// leader as a new member.
-bool Recovery::form() {
+// client and says so (Refused): this generation will not form for this worker, which joins
+// the next leader as a new member.
+WorkerEvent Recovery::form() {
   try {
-    return form_steps();
+    return {form_steps() ? WorkerEventKind::Formed : WorkerEventKind::FormFailed};
   } catch (const elastic::Refused&) {
-    if (client_->fenced()) return false;
+    if (client_->fenced()) return {WorkerEventKind::FormFailed};
     throw;
   }
 }
@@ -232,28 +208,31 @@ bool Recovery::form_steps() {
   enter(RecoveryPhase::Verify);
   t0 = Clock::now();
   try {
-    verify(static_cast<uint64_t>(m_.plan.target_step + 1), "recovery");
+    verify(static_cast<uint64_t>(cur_.plan.target_step + 1), "recovery");
   } catch (const comm::CommError& e) {
     failure(e);
     return false;
   }
   const double verify_ms = ms_since(t0);
   client_->set_step(state_.step());
-  client_->phase_timing(m_.plan.generation, "connect", connect_ms);
-  client_->phase_timing(m_.plan.generation, "transfer", transfer_ms);
-  client_->phase_timing(m_.plan.generation, "verify", verify_ms);
+  log::set_step(state_.step());  // T, received or kept
+  client_->phase_timing(cur_.plan.generation, "connect", connect_ms);
+  client_->phase_timing(cur_.plan.generation, "transfer", transfer_ms);
+  client_->phase_timing(cur_.plan.generation, "verify", verify_ms);
   return true;
 }
 
 bool Recovery::plan() {
   enter(RecoveryPhase::Plan);
-  const elastic::Plan& plan = m_.plan;
+  const elastic::Plan& plan = cur_.plan;
   comm_stall_ = watch_.begin_recovery(plan.generation, state_.image_size());
   const elastic::PlanRank* me = plan.find(copt_.slot);
   if (!me) throw Error(str("plan of generation ", plan.generation, " does not include slot ", copt_.slot));
-  m_.rank = me->rank;
-  m_.world = plan.world();
-  inj_->set_rank(m_.rank);
+  cur_.rank = me->rank;
+  cur_.world = plan.world();
+  inj_->set_rank(cur_.rank);
+  log::set_rank(cur_.rank);
+  log::set_generation(plan.generation);
   if (plan.fresh_start) {
     try {
       if (!plan.whole_job_restart) {
@@ -263,8 +242,7 @@ bool Recovery::plan() {
         // round plans from what everyone reports (T = the newest restored step, its holders'
         // digests must agree, step 4; a worker that found none receives S_T from a holder).
         const std::string why = str("restored step ", state_.step(), " from disk after a whole-job failure; re-planning");
-        std::fprintf(stderr, "ringfence worker slot %d: generation %llu: %s\n", copt_.slot,
-                     static_cast<unsigned long long>(plan.generation), why.c_str());
+        log::info("recovery", why);
         if (!generation_over()) client_->failure_report(plan.generation, state_.step(), std::nullopt, why);
         return false;
       }
@@ -282,10 +260,10 @@ bool Recovery::plan() {
 // Step 5: the only place a communicator of a recovered generation is made.
 bool Recovery::connect() {
   enter(RecoveryPhase::Connect);
-  const elastic::Plan& plan = m_.plan;
+  const elastic::Plan& plan = cur_.plan;
   comm::CommOptions co;
-  co.rank = m_.rank;
-  co.world = m_.world;
+  co.rank = cur_.rank;
+  co.world = cur_.world;
   co.generation = plan.generation;
   co.stall_timeout = comm_stall_;
   co.connect_timeout = cfg_.connect_timeout;
@@ -309,11 +287,10 @@ bool Recovery::connect() {
     co.store = &store;
     auto c = comm::make_communicator(cfg_.backend, co);
     watch_.continue_recovery();
-    std::lock_guard<std::mutex> lk(m_.comm_mu);
-    m_.comm = std::move(c);
+    std::lock_guard<std::mutex> lk(cur_.comm_mu);
+    cur_.comm = std::move(c);
   } catch (const comm::CommError& e) {
-    std::fprintf(stderr, "ringfence worker slot %d: generation %llu: connect failed: %s\n", copt_.slot,
-                 static_cast<unsigned long long>(plan.generation), e.what());
+    log::warn("recovery", "connect failed: ", e.what());
     return false;
   }
   return !generation_over();  // revoked before the abort hook could see comm
@@ -322,104 +299,113 @@ bool Recovery::connect() {
 // Step 6: S_T to every rank behind T (R6 on the receiving side).
 bool Recovery::transfer() {
   enter(RecoveryPhase::Transfer);
-  const elastic::Plan& plan = m_.plan;
+  const elastic::Plan& plan = cur_.plan;
   const elastic::PlanRank* me = plan.find(copt_.slot);
-  const int rank = m_.rank, world = m_.world;
   const int64_t redo = plan.target_step + 1;
-  TimePoint t0 = Clock::now();
+  const TimePoint t0 = Clock::now();
   await_staging();
   const double staging_wait_ms = ms_since(t0);
   try {
     if (plan.fresh_start) {
-      state_.set_step(-1);
-      audit_->record("start", plan.generation, -1, state_.current_digest(), rank, world);
+      start_fresh();
       return true;
     }
-    // The image's size travels first (comm's receives name their size), then the image
-    // itself: the same safetensors bytes a disk checkpoint holds.
-    std::vector<comm::WorkPtr> sends;
-    bool involved = me->source_rank.has_value();
-    for (const auto& pr : plan.ranks)
-      if (pr.source_rank == rank) involved = true;
-    if (involved) inj_->at(FaultPhase::Transfer, redo);
-    const comm::OpId size_op = OpPlan::transfer_size(static_cast<uint64_t>(redo));
-    const comm::OpId image_op = OpPlan::transfer_image(static_cast<uint64_t>(redo));
-    for (const auto& pr : plan.ranks) {
-      if (pr.source_rank != rank) continue;
-      if (sends.empty()) {
-        state_.write_image(plan.generation, world, staging_);
-        staging_size_ = staging_.size();
-      }
-      sends.push_back(m_.comm->send_start(pr.rank, &staging_size_, sizeof staging_size_, size_op));
-      sends.push_back(m_.comm->send_start(pr.rank, staging_.data(), staging_.size(), image_op));
-    }
-    {
-      ActivityBoard::WaitScope waiting(watch_.board());
-      for (auto& w : sends) w->wait();
-    }
-    if (!me->source_rank) return true;
-    // Where a receiver's step 6 goes (its audit line; recovery_bench prints them): the
-    // staging wait above, the size (sent once the source's image is written, so this wait
-    // is the source's serialisation), the image itself, then R6's validation and the copy
-    // in. restore_verified leaves the digest memo set (no pass after the swap).
-    TimePoint tp = Clock::now();
-    uint64_t size = 0;
-    {
-      ActivityBoard::WaitScope waiting(watch_.board());
-      m_.comm->recv(*me->source_rank, &size, sizeof size, size_op);
-    }
-    if (size > (uint64_t{1} << 40)) throw InvalidInput(str("state image of ", size, " bytes announced"));
-    const double size_ms = ms_since(tp);
-    // The staging buffer of R6, pre-touched at start (start_staging_pretouch): grown only if
-    // this image is larger, never shrunk (a shrink then a grow would zero-fill again).
-    if (size > staging_.size()) staging_.resize(size);
-    tp = Clock::now();
-    {
-      ActivityBoard::WaitScope waiting(watch_.board());
-      m_.comm->recv(*me->source_rank, staging_.data(), size, image_op);
-    }
-    const double image_ms = ms_since(tp);
-    tp = Clock::now();
-    state_.restore_verified({staging_.data(), size}, plan.target_step, plan.target_digest,
-                            str("state image from rank ", *me->source_rank, " (generation ", plan.generation, ")"));
-    const double restore_ms = ms_since(tp);
-    audit_->record("transfer", plan.generation, state_.step(), state_.current_digest(), rank, world,
-                   str("\"source\":", *me->source_rank, ",\"staging_wait_ms\":", staging_wait_ms,
-                       ",\"size_wait_ms\":", size_ms, ",\"image_ms\":", image_ms, ",\"restore_ms\":", restore_ms));
+    send_images(redo);
+    if (me->source_rank) receive_image(*me->source_rank, redo, staging_wait_ms);
     return true;
   } catch (const comm::CommError& e) {
-    std::fprintf(stderr, "ringfence worker slot %d: generation %llu: transfer failed: %s\n", copt_.slot,
-                 static_cast<unsigned long long>(plan.generation), e.what());
+    log::warn("recovery", "transfer failed: ", e.what());
     failure(e);
     return false;
   } catch (const ckpt::DigestVersionMismatch& e) {
-    // The source's digests are of another version (another ringfence build): every round
-    // would refuse the same way, so the coordinator stops the job with this error.
-    std::fprintf(stderr, "ringfence worker slot %d: generation %llu: state transfer refused: %s\n", copt_.slot,
-                 static_cast<unsigned long long>(plan.generation), e.what());
+    // The source's digests are of another version (another ringfence build): every
+    // generation's transfer would refuse the same way, so the coordinator stops the job.
+    log::error("recovery", "state transfer refused: ", e.what());
     tell_fatal(e.what());
     throw;
   } catch (const InvalidInput& e) {
     // A damaged image (R6 kept the old state): this generation cannot start; say so and
-    // go round again (a new round picks a source again).
-    std::fprintf(stderr, "ringfence worker slot %d: generation %llu: state transfer refused: %s\n", copt_.slot,
-                 static_cast<unsigned long long>(plan.generation), e.what());
+    // report again (the next plan picks a source again).
+    log::warn("recovery", "state transfer refused: ", e.what());
     if (!generation_over()) client_->failure_report(plan.generation, state_.step(), std::nullopt, e.what());
     return false;
   }
 }
 
+// Nobody holds state: every rank starts from the initial state its program built.
+void Recovery::start_fresh() {
+  state_.set_step(-1);
+  audit_->record("start", cur_.plan.generation, -1, state_.current_digest(), cur_.rank, cur_.world);
+}
+
+// The image's size travels first (comm's receives name their size), then the image itself:
+// the same safetensors bytes a disk checkpoint holds, written once for every receiver.
+void Recovery::send_images(int64_t redo) {
+  const elastic::Plan& plan = cur_.plan;
+  const int rank = cur_.rank;
+  bool involved = plan.find(copt_.slot)->source_rank.has_value();
+  for (const auto& pr : plan.ranks)
+    if (pr.source_rank == rank) involved = true;
+  if (involved) inj_->at(FaultPhase::Transfer, redo);
+  const comm::OpId size_op = OpPlan::transfer_size(static_cast<uint64_t>(redo));
+  const comm::OpId image_op = OpPlan::transfer_image(static_cast<uint64_t>(redo));
+  std::vector<comm::WorkPtr> sends;
+  for (const auto& pr : plan.ranks) {
+    if (pr.source_rank != rank) continue;
+    if (sends.empty()) {
+      state_.write_image(plan.generation, cur_.world, staging_);
+      staging_size_ = staging_.size();
+    }
+    sends.push_back(cur_.comm->send_start(pr.rank, &staging_size_, sizeof staging_size_, size_op));
+    sends.push_back(cur_.comm->send_start(pr.rank, staging_.data(), staging_.size(), image_op));
+  }
+  ActivityBoard::WaitScope waiting(watch_.board());
+  for (auto& w : sends) w->wait();
+}
+
+// Where a receiver's step 6 goes (its audit line; recovery_bench prints them): the staging
+// wait, the size (sent once the source's image is written, so this wait is the source's
+// serialisation), the image itself, then R6's validation and the copy in. restore_verified
+// leaves the digest memo set (no pass after the swap).
+void Recovery::receive_image(int source, int64_t redo, double staging_wait_ms) {
+  const elastic::Plan& plan = cur_.plan;
+  TimePoint tp = Clock::now();
+  uint64_t size = 0;
+  {
+    ActivityBoard::WaitScope waiting(watch_.board());
+    cur_.comm->recv(source, &size, sizeof size, OpPlan::transfer_size(static_cast<uint64_t>(redo)));
+  }
+  if (size > (uint64_t{1} << 40)) throw InvalidInput(str("state image of ", size, " bytes announced"));
+  const double size_ms = ms_since(tp);
+  // The staging buffer of R6, pre-touched at start (start_staging_pretouch): grown only if
+  // this image is larger, never shrunk (a shrink then a grow would zero-fill again).
+  if (size > staging_.size()) staging_.resize(size);
+  tp = Clock::now();
+  {
+    ActivityBoard::WaitScope waiting(watch_.board());
+    cur_.comm->recv(source, staging_.data(), size, OpPlan::transfer_image(static_cast<uint64_t>(redo)));
+  }
+  const double image_ms = ms_since(tp);
+  tp = Clock::now();
+  state_.restore_verified({staging_.data(), size}, plan.target_step, plan.target_digest,
+                          str("state image from rank ", source, " (generation ", plan.generation, ")"));
+  const double restore_ms = ms_since(tp);
+  audit_->record("transfer", plan.generation, state_.step(), state_.current_digest(), cur_.rank, cur_.world,
+                 {{"source", source}, {"staging_wait_ms", staging_wait_ms}, {"size_wait_ms", size_ms},
+                  {"image_ms", image_ms}, {"restore_ms", restore_ms}});
+}
+
 void Recovery::verify(uint64_t tag_step, const char* when) {
   // (step, digest) of every rank: 1 + kDigestWords words each.
   constexpr size_t kWords = 1 + kDigestWords;
-  const int world = m_.world;
+  const int world = cur_.world;
   const std::string mine = state_.current_digest();
   std::vector<uint64_t> in(kWords), out(kWords * static_cast<size_t>(world));
   in[0] = static_cast<uint64_t>(state_.step());
   digest_words(mine, in.data() + 1);
   {
     ActivityBoard::WaitScope waiting(watch_.board());
-    m_.comm->allgather({in.data(), in.size(), comm::DType::u64}, {out.data(), out.size(), comm::DType::u64},
+    cur_.comm->allgather({in.data(), in.size(), comm::DType::u64}, {out.data(), out.size(), comm::DType::u64},
                        OpPlan::verify(tag_step));
   }
   std::string bad;
@@ -428,7 +414,7 @@ void Recovery::verify(uint64_t tag_step, const char* when) {
     const std::string d = words_digest(w + 1);
     bool same = false;
     try {
-      same = same_digest(d, mine, str(when, ", generation ", m_.plan.generation, ": rank ", r, " against ", m_.rank));
+      same = same_digest(d, mine, str(when, ", generation ", cur_.plan.generation, ": rank ", r, " against ", cur_.rank));
     } catch (const DigestVersionError& e) {
       tell_fatal(e.what());
       throw;
@@ -436,7 +422,7 @@ void Recovery::verify(uint64_t tag_step, const char* when) {
     if (!same || w[0] != in[0]) bad += str(" rank ", r, " has step ", static_cast<int64_t>(w[0]), " digest ", d, ";");
   }
   if (!bad.empty())
-    throw DivergenceError(str("replicas diverged (", when, ", generation ", m_.plan.generation, "): rank ", m_.rank,
+    throw DivergenceError(str("replicas diverged (", when, ", generation ", cur_.plan.generation, "): rank ", cur_.rank,
                               " has step ", state_.step(), " digest ", mine, ";", bad));
 }
 
@@ -445,26 +431,26 @@ void Recovery::tell_fatal(const std::string& error) {
   try {
     client_->fatal(error);
   } catch (const Error& fe) {
-    std::fprintf(stderr, "ringfence worker slot %d: could not tell the coordinator: %s\n", copt_.slot, fe.what());
+    log::warn("recovery", "could not tell the coordinator: ", fe.what());
   }
 }
 
 // ---- step 8 ---------------------------------------------------------------------------
 
-Recovery::Resumed Recovery::resume() {
+WorkerEvent Recovery::resume() {
   enter(RecoveryPhase::Resume);
   elastic::ReadyQuery rq;
   try {
-    rq = client_->ready(m_.plan.generation, cfg_.ready_timeout);
+    rq = client_->ready(cur_.plan.generation, cfg_.ready_timeout);
   } catch (const elastic::Refused&) {
-    if (client_->fenced()) return Resumed::Again;  // the leader was lost (see form())
+    if (client_->fenced()) return {WorkerEventKind::Revoked};  // the leader was lost (see form())
     throw;
   }
   if (rq.kind == elastic::ReadyQuery::Stopped) throw elastic::JobStopped(str("the coordinator stopped the job: ", rq.error));
-  if (rq.kind == elastic::ReadyQuery::Done) return Resumed::Done;
-  if (rq.kind != elastic::ReadyQuery::Running) return Resumed::Again;
+  if (rq.kind == elastic::ReadyQuery::Done) return {WorkerEventKind::JobFinished};
+  if (rq.kind != elastic::ReadyQuery::Running) return {WorkerEventKind::Revoked};
   enter(std::nullopt);  // back to training at T+1
-  return Resumed::Train;
+  return {WorkerEventKind::Running};
 }
 
 // ---- the staging buffer of step 6 ------------------------------------------------------

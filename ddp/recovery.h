@@ -15,9 +15,10 @@
 //   verify    step 7    all-gather of (step, digest): every rank holds the same (T, S)
 //   resume    step 8    ready(g+1); the step loop continues at T+1 (R3 recomputes its batch)
 //
-// A failure anywhere in plan..verify returns false: the trainer goes back to report with the
-// next generation (recovery is idempotent). The step loop and recovery share a Membership;
-// the trainer owns it, the checkpointing unit, the watch and this object.
+// Each phase the trainer drives returns its outcome as a WorkerEvent (ddp/worker_life.h), which
+// decides the next: a failure anywhere in plan..verify is FormFailed, and the trainer reports
+// again for the next generation (recovery is idempotent). The step loop and recovery share a
+// CurrentGeneration; the trainer owns it, the checkpointing unit, the watch and this object.
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -30,6 +31,7 @@
 #include "comm/communicator.h"
 #include "comm/errors.h"
 #include "ddp/audit_log.h"
+#include "ddp/comm_options.h"
 #include "ddp/checkpointing.h"
 #include "ddp/fault_injector.h"
 #include "ddp/recovery_phase.h"
@@ -37,12 +39,14 @@
 #include "ddp/step_watch.h"
 #include "ddp/train_state.h"
 #include "ddp/trainer.h"
+#include "ddp/worker_life.h"
 #include "elastic/client.h"
 
 namespace rf::ddp {
 
-// The generation this worker works in, as the step loop and recovery see it.
-struct Membership {
+// The generation this worker works in, as the step loop and recovery see it: the plan, this
+// worker's rank and world in it, and its communicator.
+struct CurrentGeneration {
   elastic::Plan plan;
   int rank = 0, world = 1;
   // The heartbeat thread aborts it on revocation (step 1); the training thread swaps it
@@ -51,26 +55,11 @@ struct Membership {
   std::shared_ptr<comm::Communicator> comm;
 };
 
-// The communicator on the model's device: comm::Device::cuda and its index for a GPU,
-// host memory on the CPU.
-void place_comm(comm::CommOptions& options, Device device);
-
-// Each plan member's identity in rank order, "slot<S>.inc<I>" (CommOptions::members): a
-// restarted worker is a new member.
-std::vector<std::string> plan_members(const elastic::Plan& plan);
-
-// How the plan's generation forms its communicator (CommOptions::regroup), as the plan
-// says for every rank: shrink_from g -> shrink generation g's, 0 -> afresh.
-comm::CommRegroup plan_regroup(const elastic::Plan& plan);
-// What a worker reports as StateReport::comm_generation: the generation of the communicator
-// it kept (drop_comm) when that one can be regrouped from, else 0.
-uint64_t regroup_generation(const comm::Communicator* previous);
-
 class Recovery {
  public:
   struct Parts {
     const TrainerConfig& cfg;
-    Membership& member;
+    CurrentGeneration& current;
     TrainState& state;
     Reducer& reducer;
     StepWatch& watch;
@@ -96,8 +85,8 @@ class Recovery {
   // --- step 1 --------------------------------------------------------------------------
   // Any thread: aborts the communicator (as_failed: peers name this rank, D4).
   void abort(const std::string& why, bool as_failed = false);
-  // The training thread, inside the catch of `e`: tells the coordinator who failed, unless it
-  // already moved on. Rethrows `e` when there is no coordinator (fault tolerance off).
+  // The training thread, fault tolerance on (start() was called): tells the coordinator who
+  // failed, unless it already moved on. Without a coordinator the caller rethrows instead.
   // e.info().device_stuck: this worker's own GPU is stuck; it reports itself (gpu_stuck),
   // also on Aborted and after a revocation, so the coordinator evicts it in this round.
   void failure(const comm::CommError& e);
@@ -113,16 +102,16 @@ class Recovery {
   bool generation_over() const;
 
   // --- steps 2-4 -----------------------------------------------------------------------
-  enum class Round { Planned, Again, Finished };
   // Drops the communicator first (drop_comm), so the report says which one it kept
-  // (StateReport::comm_generation). Planned: member.plan is the new plan. Again: fenced
-  // meanwhile (join again). Finished: the job finished before this worker got a plan.
-  Round report();
+  // (StateReport::comm_generation). PlanReceived: current.plan is the new plan. Fenced:
+  // fenced meanwhile (join again). JobFinished: the job finished before this worker got a plan.
+  WorkerEvent report();
 
   // --- plan, steps 5-7 -----------------------------------------------------------------
-  // The whole formation of member.plan's generation: plan, connect, transfer, verify, then
-  // the phase times to the coordinator. False when it must start again at report.
-  bool form();
+  // The whole formation of current.plan's generation: plan, connect, transfer, verify, then
+  // the phase times to the coordinator. Formed, or FormFailed when it must start again at
+  // report.
+  WorkerEvent form();
   bool plan();
   bool connect();
   bool transfer();
@@ -133,16 +122,21 @@ class Recovery {
   void verify(uint64_t tag_step, const char* when);
 
   // --- step 8 --------------------------------------------------------------------------
-  enum class Resumed { Train, Again, Done };
-  // ready(g): Train when g runs, Again when it was revoked, Done when the job finished.
-  // Throws elastic::JobStopped when the coordinator stopped the job.
-  Resumed resume();
+  // ready(g): Running when g runs, Revoked when it was revoked (or this worker fenced),
+  // JobFinished when the job finished. Throws elastic::JobStopped when the coordinator
+  // stopped the job.
+  WorkerEvent resume();
 
   // The trace's phase span in progress ends now (the worker leaves recovery for good).
   void end_trace_phase() { enter(std::nullopt); }
 
  private:
   bool form_steps();  // form() without the lost-leader case
+  // Step 6's parts: the fresh start (nothing to send), every image this rank sends, and the
+  // one it receives (R6).
+  void start_fresh();
+  void send_images(int64_t redo);
+  void receive_image(int source, int64_t redo, double staging_wait_ms);
   // The phase recovery is in (nullopt: back to training), for the audit lines and comm's
   // flight recorder.
   void enter(std::optional<RecoveryPhase> phase);
@@ -152,7 +146,7 @@ class Recovery {
   void tell_fatal(const std::string& error);
 
   const TrainerConfig& cfg_;
-  Membership& m_;
+  CurrentGeneration& cur_;
   TrainState& state_;
   Reducer& reducer_;
   StepWatch& watch_;
@@ -162,7 +156,7 @@ class Recovery {
   AuditLog* audit_ = nullptr;
   std::unique_ptr<elastic::Client> client_;
   // NCCL only: the last communicator dropped, for the next generation's shrink. Only the
-  // training thread touches it (drop_comm, connect); the heartbeat thread aborts m_.comm.
+  // training thread touches it (drop_comm, connect); the heartbeat thread aborts cur_.comm.
   std::shared_ptr<comm::Communicator> previous_;
   std::chrono::milliseconds comm_stall_{0};  // the new generation's D3 (StepWatch::begin_recovery)
   std::vector<std::byte> staging_;           // the image buffer, reused by every transfer (R6)

@@ -21,8 +21,8 @@
 // divide_by) and only enqueue there; the division reads its divisor on the device, from
 // the summed control block. The host sees the step's outcome only through the control
 // tail: one asynchronous copy into pinned staging and one fence wait in finish() — no
-// synchronize() and no blocking read per step (tests/ddp/test_reducer_device.cpp counts
-// them). On the CPU these are the plain loops and memcpys they always were.
+// synchronize() and no blocking read per step (tests/ddp/test_reducer.cpp, "on a device",
+// counts them). On the CPU these are the plain loops and memcpys they always were.
 //
 // Threads: begin_step, the hooks (they run inside backward) and finish all run on the
 // training thread; the communicator moves the bytes on its own thread meanwhile.

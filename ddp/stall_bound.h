@@ -4,7 +4,7 @@
 // Pure: observe() durations, read bounds; unit-tested without a clock.
 //
 // In training, the bound is `step_factor` x the median of the last `window` step times,
-// never below `floor` nor above `ceiling` (TrainerConfig::stall_timeout). A step 10x slower
+// never below `floor` nor above `ceiling` (TrainerConfig::stall). A step 10x slower
 // than usual (a slow rank, a CPU hog, a checkpoint's copy) stays below it; a hung thread
 // crosses it within about a second. Until `warmup` steps were seen (a fresh process: its
 // first steps fault pages in and fill caches) the bound is the ceiling.

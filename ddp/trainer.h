@@ -54,13 +54,14 @@ struct TrainerConfig {
   int64_t overlap_ab_period = 0;
   int64_t verify_every = 0;     // > 0: digests compared every N steps (stop on divergence)
   std::string audit_log;        // JSON lines of every state change ("" = none)
-  int64_t log_interval = 0;     // rank 0 prints step/loss/samples/s to stderr
+  int64_t log_interval = 0;     // rank 0 logs step, W, loss, samples/s (base/log.h, "worker")
   // D3: how long the training thread may go without progress, learned from this worker's
   // step times within [floor, ceiling] (ddp/stall_bound.h). Its heartbeats carry what the
   // training thread does and this bound: the coordinator evicts a member computing past
   // it (hung: user code blocked, a deadlock) or waiting inside one collective past two of
   // them (wedged), and the launcher replaces it; the communicator's own stall timeout is
-  // 1.5 bounds. ceiling is the fixed stall timeout of old: never waited longer.
+  // 1.5 bounds. ceiling is also the fixed stall timeout without fault tolerance; no bound
+  // exceeds it.
   StallBoundOptions stall;
   std::chrono::milliseconds connect_timeout{30000};
   // Called on the training thread after every applied step (step, global mean loss):

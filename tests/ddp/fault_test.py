@@ -274,7 +274,9 @@ def check_job(name, rc, results, audits, summ, work):
     return finals
 
 
-NOT_APPLIED = re.compile(r"ringfence worker slot (\d+) rank (\d+): step (\d+) not applied: rank \d+: .*? g=(\d+) .*?: (.*)$")
+# base/log.h's line: "ringfence [slot/rank gG sS] warn worker: step 18 not applied: rank 1: ..."
+NOT_APPLIED = re.compile(r"ringfence \[(\d+)/(\d+) g[-\d]+ s[-\d]+\] warn worker: step (\d+) not applied: rank \d+: "
+                         r".*? g=(\d+) .*?: (.*)$")
 PEER_FAILED = re.compile(r"\bpeer (\d+) failed\b")
 
 

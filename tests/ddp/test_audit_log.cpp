@@ -19,9 +19,9 @@ TEST_CASE("audit log: recovery lines name their phase, training lines none") {
   {
     AuditLog log(path, 2, 1);
     log.set_phase(RecoveryPhase::Transfer);
-    log.record("transfer", 3, 40, "abc", 1, 3, "\"source\":0");
+    log.record("transfer", 3, 40, "abc", 1, 3, {{"source", 0}});
     log.set_phase(std::nullopt);
-    log.record("apply", 3, 41, "def", 1, 3, "\"loss\":0.5");
+    log.record("apply", 3, 41, "def", 1, 3, {{"loss", 0.5}});
   }
   std::ifstream in(path);
   std::vector<nlohmann::json> lines;
@@ -38,6 +38,28 @@ TEST_CASE("audit log: recovery lines name their phase, training lines none") {
   CHECK(lines[1]["event"] == "apply");
   CHECK_FALSE(lines[1].contains("phase"));
   CHECK(lines[1]["loss"] == 0.5);
+}
+
+TEST_CASE("audit log: lines are JSON built by a library: fields in order, any text escaped") {
+  TempDir dir;
+  const std::string path = dir.file("audit.jsonl");
+  const std::string spec = "kill:rank=1:step=20 \"quoted\" \\ and a\nnewline";
+  {
+    AuditLog log(path, 0, 0);
+    log.set_phase(RecoveryPhase::Plan);
+    log.record("inject", 2, 20, "", 1, 3, {{"spec", spec}, {"a_last", 1}});
+    log.record("start", 2, -1, "d", 1, 3);
+  }
+  std::ifstream in(path);
+  std::vector<nlohmann::ordered_json> lines;
+  for (std::string ln; std::getline(in, ln);) lines.push_back(nlohmann::ordered_json::parse(ln));
+  REQUIRE(lines.size() == 2);
+  CHECK(lines[0]["spec"] == spec);
+  std::vector<std::string> keys;
+  for (const auto& [k, v] : lines[0].items()) keys.push_back(k);
+  CHECK(keys == std::vector<std::string>{"event", "ts_us", "g", "s", "digest", "rank", "world", "slot", "inc", "phase",
+                                         "spec", "a_last"});
+  CHECK(lines[1].size() == 10);
 }
 
 TEST_CASE("recovery phases have distinct lower-case names") {

@@ -3,7 +3,7 @@
 // the identities NCCL's shrink compares between generations.
 #include <doctest/doctest.h>
 
-#include "ddp/recovery.h"
+#include "ddp/comm_options.h"
 
 using namespace rf;
 using namespace rf::ddp;

@@ -97,13 +97,16 @@ TEST_CASE("activity board: idle, computing in a step, waiting inside a collectiv
 TEST_CASE("checkpoint policy: a periodic checkpoint waits for a busy writer by deferring, a forced one saves") {
   using rf::ddp::CheckpointAction;
   using rf::ddp::checkpoint_action;
-  CHECK(checkpoint_action(3, 5, false, false, false) == CheckpointAction::None);
-  CHECK(checkpoint_action(4, 5, false, false, false) == CheckpointAction::Save);   // steps 0..4 done
-  CHECK(checkpoint_action(4, 5, false, false, true) == CheckpointAction::Defer);   // the disk is slow
-  CHECK(checkpoint_action(5, 5, false, true, true) == CheckpointAction::Defer);    // still busy
-  CHECK(checkpoint_action(6, 5, false, true, false) == CheckpointAction::Save);    // the writer is free
-  CHECK(checkpoint_action(6, 0, true, false, true) == CheckpointAction::Save);     // stop / end / R5
-  CHECK(checkpoint_action(9, 0, false, false, false) == CheckpointAction::None);   // no periodic ones
+  using rf::ddp::CheckpointView;
+  CHECK(checkpoint_action({.step = 3, .every = 5}) == CheckpointAction::None);
+  CHECK(checkpoint_action({.step = 4, .every = 5}) == CheckpointAction::Save);  // steps 0..4 done
+  CHECK(checkpoint_action({.step = 4, .every = 5, .writer_busy = true}) == CheckpointAction::Defer);  // a slow disk
+  CHECK(checkpoint_action({.step = 5, .every = 5, .deferred = true, .writer_busy = true}) ==
+        CheckpointAction::Defer);  // still busy
+  CHECK(checkpoint_action({.step = 6, .every = 5, .deferred = true}) == CheckpointAction::Save);  // the writer is free
+  CHECK(checkpoint_action({.step = 6, .every = 0, .forced = true, .writer_busy = true}) ==
+        CheckpointAction::Save);  // stop / end / R5
+  CHECK(checkpoint_action({.step = 9, .every = 0}) == CheckpointAction::None);  // no periodic ones
 }
 
 TEST_CASE("activity board: the training thread's time waiting for a CPU is reported, from the activity's start") {

@@ -1,0 +1,85 @@
+#pragma once
+// The worker's life cycle as a pure function of (state, event): where the trainer goes after
+// each phase of docs/protocol.md's recovery and of a generation of training, unit-tested on
+// every (state, event) pair (tests/ddp/test_worker_life.cpp). Trainer::run is the shell: it
+// performs the action, whose outcome is the next event.
+//
+//   state       event                         -> state       action
+//   Joining     Joined                        -> Reporting   Report
+//   Joining     JobFinished                   -> Done        EndStandby  (nothing left to do)
+//   Reporting   PlanReceived                  -> Forming     Form        (plan, steps 5-7)
+//   Reporting   Fenced                        -> Dropping    DropComm
+//   Reporting   JobFinished                   -> Done        EndStandby  (no plan for it)
+//   Forming     Formed                        -> Resuming    Resume      (step 8)
+//   Forming     FormFailed                    -> Dropping    DropComm
+//   Resuming    Running                       -> Training    Train
+//   Resuming    Revoked                       -> Dropping    DropComm
+//   Resuming    JobFinished                   -> Done        End         (a member to the end)
+//   Training    StepFailed (any kind)         -> Dropping    DropComm    (R1: not applied)
+//   Training    Revoked                       -> Dropping    DropComm
+//   Training    Reconfigure                   -> Dropping    DropComm    (R5: all leave g)
+//   Training    StopRequested                 -> Leaving     Leave       (R5: all stop)
+//   Training    Finished                      -> Leaving     Leave       (the last step)
+//   Leaving     Left                          -> Done        End
+//   Leaving     Fenced                        -> Dropping    DropComm    (D4: the next generation)
+//   Dropping    CommDropped                   -> Reporting   Report      (the next generation)
+//   Dropping    Fenced                        -> Joining     Join        (D4: a new member)
+//
+// Any other pair is a broken invariant (rf::EnforceError). Done has no events.
+#include <cstdint>
+
+namespace rf::ddp {
+
+enum class WorkerState { Joining, Reporting, Forming, Resuming, Training, Leaving, Dropping, Done };
+
+enum class WorkerEventKind {
+  Joined,         // join: this worker is a member of the job
+  JobFinished,    // join, report or ready: the job finished
+  PlanReceived,   // report (steps 2-4): the coordinator's plan of the next generation
+  Fenced,         // a call to the coordinator was refused: this worker self-fenced (D4)
+  Formed,         // plan, connect, transfer, verify (steps 5-7) done
+  FormFailed,     // one of them failed: report again for the next generation
+  Running,        // ready (step 8): the generation runs
+  Revoked,        // the generation was revoked (or this worker fenced) before it ended
+  StepFailed,     // a step's collective failed (kind: StepFailure); nothing applied (R1)
+  Reconfigure,    // R5: every rank leaves the generation after the step (a joiner waits)
+  StopRequested,  // R5: a graceful stop, every rank stops after the step
+  Finished,       // the last step is applied
+  Left,           // the coordinator took the leave
+  CommDropped,    // the generation's communicator is gone, this worker still a member
+};
+
+// Why a step failed: a transport error, stall or abort (comm::CommError), or replicas
+// found diverged by verify-every (the job stops at the next plan).
+enum class StepFailure { None, Transport, Divergence };
+
+struct WorkerEvent {
+  WorkerEventKind kind;
+  StepFailure failure = StepFailure::None;  // StepFailed only
+};
+
+enum class WorkerAction {
+  Join,        // join the job (again)
+  Report,      // report (step, digest) and wait for the plan (steps 2-4)
+  Form,        // adopt the plan, connect, transfer, verify (steps 5-7)
+  Resume,      // ready (step 8)
+  Train,       // train the generation until it ends
+  Leave,       // the final checkpoint, then leave the job
+  DropComm,    // drop the generation's communicator; fenced: join again
+  End,         // run() returns: this worker trained to the job's end
+  EndStandby,  // run() returns: this worker ended without training to the end (a spare)
+};
+
+const char* to_string(WorkerState s);
+const char* to_string(WorkerEventKind e);
+const char* to_string(StepFailure f);
+const char* to_string(WorkerAction a);
+
+struct WorkerTransition {
+  WorkerState state;
+  WorkerAction action;
+};
+
+WorkerTransition next_action(WorkerState state, WorkerEvent event);
+
+}  // namespace rf::ddp
