@@ -1,6 +1,8 @@
 """Helpers shared by the Python integration tests (tests/*/*_test.py).
 
 check() records a failed condition and goes on, so one run reports every failure;
+keep_or_remove() ends a test's work folder (kept, and named, when something failed) and
+exit_on_failures() ends the test (exit 1 on a failure, else its OK line);
 run() runs a command with a deadline in its own session and, on expiry or when the test
 itself is interrupted, SIGKILLs the whole process group (a launcher's workers die with it
 by PDEATHSIG), so nothing is left running; digests() fingerprints a directory's files to
@@ -8,9 +10,12 @@ prove they were not touched.
 """
 import glob
 import hashlib
+import json
 import os
+import shutil
 import signal
 import subprocess
+import sys
 
 failures = []
 
@@ -19,6 +24,30 @@ def check(cond, what):
     if not cond:
         failures.append(what)
         print("FAIL:", what, flush=True)
+
+
+def keep_or_remove(tmp, also=""):
+    """The test's work folder: kept for a look when a check failed, else removed."""
+    if failures:
+        print(f"logs kept in {tmp}{also}")
+    else:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def exit_on_failures(ok_line=None):
+    if failures:
+        sys.exit(1)
+    if ok_line:
+        print(f"OK: {ok_line}")
+
+
+def load_json(path):
+    """The JSON in path, or None when it is missing or not JSON (yet)."""
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
 
 
 def run(cmd, log, deadline_s):

@@ -29,7 +29,7 @@ import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import rf_testlib  # noqa: E402
-from rf_testlib import check, failures  # noqa: E402
+from rf_testlib import check  # noqa: E402
 
 # Below the ctest TIMEOUT (240 s) together, so a hang ends here with its log, not killed by ctest.
 JOB_DEADLINE_S = 100
@@ -174,13 +174,8 @@ def main():
             dom.feed(f.read())
         check_dom(dom)
     finally:
-        if failures:
-            print(f"logs kept in {tmp}; the page is {page}")
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
-    if failures:
-        sys.exit(1)
-    print(f"OK: the kill run's timeline in Chromium: the dead rank's track ends at step {KILL_STEP}, abort, transfer "
+        rf_testlib.keep_or_remove(tmp, f"; the page is {page}")
+    rf_testlib.exit_on_failures(f"the kill run's timeline in Chromium: the dead rank's track ends at step {KILL_STEP}, abort, transfer "
           f"and the redone step are there; screenshot {shot}")
 
 

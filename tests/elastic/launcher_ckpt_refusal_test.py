@@ -16,13 +16,12 @@ SIGKILLed (its workers die with it by PDEATHSIG) and the test fails.
 import json
 import os
 import re
-import shutil
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import rf_testlib  # noqa: E402
-from rf_testlib import check, digests, failures  # noqa: E402
+from rf_testlib import check, digests  # noqa: E402
 
 DEADLINE_S = 60
 
@@ -67,13 +66,8 @@ def main():
         check(all(len(w["spawns"]) == 1 for w in s.get("workers", [])), f"summary spawns {s.get('workers')}")
         check(digests(d) == before, f"the job changed D's files: {before} -> {digests(d)}")
     finally:
-        if failures:
-            print(f"logs kept in {tmp}")
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
-    if failures:
-        sys.exit(1)
-    print("OK: the ckpt-dir refusal ends the job once, named by the launcher, no restarts, D unchanged")
+        rf_testlib.keep_or_remove(tmp)
+    rf_testlib.exit_on_failures("the ckpt-dir refusal ends the job once, named by the launcher, no restarts, D unchanged")
 
 
 if __name__ == "__main__":

@@ -28,7 +28,8 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from rf_testlib import check, failures, run  # noqa: E402
+import rf_testlib  # noqa: E402
+from rf_testlib import check, run  # noqa: E402
 
 DEADLINE_S = 120
 QUICK = ["--synthetic", "2048", "--batch", "64", "--epochs", "3", "--max-steps", "60", "--log-interval", "10"]
@@ -139,12 +140,8 @@ def main():
     finally:
         for mnt in mounts:
             mnt.close()
-        if failures:
-            print(f"logs kept in {tmp}")
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
-    if failures:
-        sys.exit(1)
+        rf_testlib.keep_or_remove(tmp)
+    rf_testlib.exit_on_failures()
 
 
 if __name__ == "__main__":

@@ -24,7 +24,6 @@ failure of that probe is a failure of the test. Every command has a deadline; on
 its process group is SIGKILLed (a launcher's workers die with it by PDEATHSIG). Lines
 starting with "RESULT " are the key figures scripts/gpu-check copies into its summary.
 """
-import json
 import os
 import re
 import shutil
@@ -35,7 +34,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from rf_testlib import check, failures, run  # noqa: E402
+from rf_testlib import load_json, check, failures, run  # noqa: E402
 
 SKIP = 77
 # What the programs say when --device cuda cannot be had on this machine (core/cuda_runtime.h:
@@ -80,13 +79,6 @@ def no_gpu_reason(program, tmp):
           f"({'over its deadline' if rc is None else 'not for want of a GPU'}):\n{out[-3000:]}")
     sys.exit(1)
 
-
-def load_json(path):
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
 
 
 def train(name, cmd, work, deadline_s):

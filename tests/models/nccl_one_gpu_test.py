@@ -55,11 +55,10 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from rf_testlib import check, failures, run  # noqa: E402
+from rf_testlib import load_json, check, failures, run  # noqa: E402
 
 SKIP = 77
 CASES = ("clean", "kill", "shrink", "stop", "gpu-hang", "generations", "sanitizer", "contexts")
@@ -95,13 +94,6 @@ def skip(reason):
     print(f"SKIPPED: {reason}", flush=True)
     sys.exit(SKIP)
 
-
-def load_json(path):
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
 
 
 def load_events(path):

@@ -18,13 +18,12 @@ die with it by PDEATHSIG) and the test fails.
 """
 import os
 import re
-import shutil
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import rf_testlib  # noqa: E402
-from rf_testlib import check, digests, failures  # noqa: E402
+from rf_testlib import check, digests  # noqa: E402
 
 DEADLINE_S = 60
 
@@ -72,13 +71,8 @@ def main():
               f"fresh job with rank 0 killed: no replacement of slot 0 finished: {out[-1500:]}")
         check("ckpt-000000009.safetensors" in digests(e), f"replacement's job: files {sorted(digests(e))}")
     finally:
-        if failures:
-            print(f"logs kept in {tmp}")
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
-    if failures:
-        sys.exit(1)
-    print("OK: a fresh job refuses D with checkpoints; --resume and a replacement go on")
+        rf_testlib.keep_or_remove(tmp)
+    rf_testlib.exit_on_failures("a fresh job refuses D with checkpoints; --resume and a replacement go on")
 
 
 if __name__ == "__main__":

@@ -13,13 +13,12 @@ way with NCCL's refusal. Every run has a deadline (rf_testlib.run).
 """
 import os
 import re
-import shutil
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import rf_testlib  # noqa: E402
-from rf_testlib import check, failures  # noqa: E402
+from rf_testlib import check  # noqa: E402
 
 DEADLINE_S = 60
 
@@ -47,13 +46,8 @@ def main():
         check("incarnation 1" not in out and "== train_mlp slot" not in out,
               f"{' '.join(flags)}: a worker was restarted or trained: {out[-1500:]}")
     finally:
-        if failures:
-            print(f"logs kept in {tmp}")
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
-    if failures:
-        sys.exit(1)
-    print("OK: a worker's --device refusal stops the job with its reason")
+        rf_testlib.keep_or_remove(tmp)
+    rf_testlib.exit_on_failures("a worker's --device refusal stops the job with its reason")
 
 
 if __name__ == "__main__":

@@ -33,20 +33,14 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from rf_testlib import check, failures, run  # noqa: E402
+import rf_testlib  # noqa: E402
+from rf_testlib import load_json, check, run  # noqa: E402
 
 DEADLINE_S = 90
 QUICK = ["--synthetic", "1024", "--batch", "64", "--epochs", "10", "--max-steps", "100", "--log-interval", "0"]
 LAST = 99
 FINAL = re.compile(r"^== train_mlp slot (\d+) incarnation (\d+): step (-?\d+), .* state (x3:[0-9a-f]{32})$", re.M)
 
-
-def load(path):
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
 
 
 def events(path):
@@ -78,7 +72,7 @@ def job(ringfence, train_mlp, work, w, injects=(), ckpt=None):
         cmd += ["--ckpt-dir", ckpt, "--ckpt-every", "10"]
     rc, out = run(cmd, f"{work}/output.txt", DEADLINE_S)
     finals = {int(m[1]): (int(m[3]), m[4]) for m in FINAL.finditer(out)}
-    return rc, out, load(f"{work}/summary.json") or {}, finals
+    return rc, out, load_json(f"{work}/summary.json") or {}, finals
 
 
 def files(d):
@@ -163,12 +157,8 @@ def main():
         check({d for s, d in finals.values()} == {ref[2]}, f"{name}: finals {finals}, reference {ref[2]}")
     finally:
         shutil.rmtree(shm, ignore_errors=True)
-        if failures:
-            print(f"logs kept in {tmp}")
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
-    if failures:
-        sys.exit(1)
+        rf_testlib.keep_or_remove(tmp)
+    rf_testlib.exit_on_failures()
 
 
 if __name__ == "__main__":
