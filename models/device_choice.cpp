@@ -47,7 +47,7 @@ DeviceChoice decide_device(const DeviceRequest& r) {
              {"NCCL_SHM_DISABLE", "1"},
              {"NCCL_NET", "Socket"},
              {"NCCL_SOCKET_IFNAME", "lo"}};
-  out.warning = str("warning: ", kNcclShareGpuEnv, "=1: ", l.local_world, " NCCL ranks share ", gpus_used,
+  out.warning = str(kNcclShareGpuEnv, "=1: ", l.local_world, " NCCL ranks share ", gpus_used,
                     " GPU(s), each its own NCCL host (NCCL_HOSTID=", host_id,
                     ") over loopback sockets: for correctness tests only, never for timing (docs/gpu.md)");
   return out;

@@ -1,3 +1,4 @@
+#include "base/log.h"
 #include "models/train_loop.h"
 
 #include <unistd.h>
@@ -37,8 +38,7 @@ ckpt::PartialWriteHook pause_in_write_hook(int64_t step) {
     if (temp_path.size() < temp_name.size() ||
         temp_path.compare(temp_path.size() - temp_name.size(), temp_name.size(), temp_name) != 0)
       return;
-    std::cerr << "ckpt: test hook: paused inside the write of " << temp_path << " (" << written << " of "
-              << total << " bytes)" << std::endl;
+    rf::log::info("ckpt", "test hook: paused inside the write of ", temp_path, " (", written, " of ", total, " bytes)");
     for (;;) ::pause();  // until SIGKILL
   };
 }
@@ -57,7 +57,7 @@ int64_t restore_for_resume(const TrainOptions& opt, nn::Module& model, optim::SG
     std::ostringstream warn;
     point = ckpt::resume_newest(opt.ckpt_dir, model, sgd, expect, warn);
     std::string line;
-    for (std::istringstream lines(warn.str()); std::getline(lines, line);) log << "warning: " << line << "\n";
+    for (std::istringstream lines(warn.str()); std::getline(lines, line);) rf::log::warn("train", line);
   }
   const int64_t from = point ? point->meta.step : -1;
   if (!opt.ckpt_dir.empty()) {
@@ -72,7 +72,7 @@ int64_t restore_for_resume(const TrainOptions& opt, nn::Module& model, optim::SG
     }
   }
   if (!point) return 0;
-  for (const auto& w : ckpt::resume_differences(*point, ours)) log << "warning: " << w << "\n";
+  for (const auto& w : ckpt::resume_differences(*point, ours)) rf::log::warn("train", w);
   // Valid (restore_state checked it all): the file a failed checkpoint leaves newest.
   if (checkpointer && !opt.ckpt_dir.empty() && opt.resume_from.empty()) checkpointer->set_newest_valid(from, point->path);
   log << "== resumed from " << point->path << " (step " << from << "), continuing at step " << from + 1 << "\n";
@@ -120,8 +120,8 @@ TrainResult train(const TrainOptions& opt, std::ostream& log) {
   }
   const int64_t first_step = restore_for_resume(opt, *model, sgd, meta, checkpointer.get(), r, log);
   if (first_step > 0 && first_step >= total_steps)
-    log << "warning: the checkpoint holds step " << first_step - 1 << ", this run has " << total_steps
-        << " steps: nothing left to train\n";
+    rf::log::warn("train", "the checkpoint holds step ", first_step - 1, ", this run has ", total_steps,
+              " steps: nothing left to train");
 
   std::vector<int32_t> labels;
   const TimePoint t0 = Clock::now();

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "base/log.h"
 #include "comm/cuda/register.h"
 #include "core/cuda_runtime.h"
 #include "core/malloc_tuning.h"
@@ -58,7 +59,7 @@ int main(int argc, char** argv) {
   rf::kernels::cpu::set_num_threads(flags.options.threads);
   // Freed heap memory stays mapped, so Eigen's per-call GEMM buffers stop re-faulting
   // pages every step (core/malloc_tuning.h); refusal only costs speed.
-  if (!rf::tune_malloc_for_training()) std::cerr << name << ": warning: malloc tuning refused\n";
+  if (!rf::tune_malloc_for_training()) rf::log::warn("train", "malloc tuning refused");
   // By hand, SIGTERM / SIGINT is a graceful stop of this process. Under `ringfence run`
   // the launcher owns the graceful stop (Ctrl-C reaches only it; it raises the R5 stop
   // flag for every rank at the same step), so a worker keeps the default dispositions:

@@ -1,3 +1,4 @@
+#include "base/log.h"
 #include "models/train_program.h"
 
 #include <cstdlib>
@@ -23,8 +24,7 @@ namespace {
 // warning and NCCL environment (models/device_choice.h), gpu_hang's action on a GPU, and the
 // refusal of gpu_hang on the CPU. FlagError (exit 2) for everything this worker and every
 // restart of it would refuse again.
-Device prepare_device(const TrainOptions& opt, const GpuInventory& inventory, bool launched, const std::string& name,
-                      std::ostream& err) {
+Device prepare_device(const TrainOptions& opt, const GpuInventory& inventory, bool launched) {
   const auto [slot, incarnation] = launched ? worker_id_from_env() : std::pair<int, int64_t>{0, 0};
   const DeviceChoice choice =
       decide_device({.device = opt.device, .any_gpu = opt.any_gpu, .backend = opt.backend, .gpus = inventory.gpus,
@@ -33,7 +33,7 @@ Device prepare_device(const TrainOptions& opt, const GpuInventory& inventory, bo
                      .nccl_share_gpu = launched && nccl_share_gpu_from(std::getenv(kNcclShareGpuEnv)),
                      .slot = slot,
                      .incarnation = incarnation});
-  if (!choice.warning.empty()) err << (name + ": " + choice.warning + "\n") << std::flush;
+  if (!choice.warning.empty()) rf::log::warn("train", choice.warning);
   // Before any NCCL call (prepare_backend, in training): NCCL reads them once per process.
   for (const auto& [key, value] : choice.env) ::setenv(key.c_str(), value.c_str(), 0);
   const Device device = choice.device;
@@ -57,7 +57,7 @@ int run_train_program(TrainOptions opt, const GpuInventory& inventory, std::ostr
   const std::string name = std::string("train_") + model_name(opt.model);
   const bool launched = launched_by_ringfence();
   try {
-    opt.device = prepare_device(opt, inventory, launched, name, err);
+    opt.device = prepare_device(opt, inventory, launched);
   } catch (const FlagError& e) {
     err << (name + ": " + e.what() + "\n") << std::flush;  // one write: workers share the terminal
     // Every worker of this host and every restart would refuse the same way.

@@ -71,9 +71,9 @@ assert len(set(seen)) == len(seen) and all(0 <= i < 300 for i in seen), "a batch
 PY
 # Checkpoint flags as a user meets them (the kill/resume guarantees: tests/ckpt).
 quick=(--synthetic 300 --batch 64 --max-steps 2 --log-interval 0)
-"$bin/train_mlp" "${quick[@]}" --ckpt-dir "$tmp/ck" --resume > "$tmp/out" \
+"$bin/train_mlp" "${quick[@]}" --ckpt-dir "$tmp/ck" --resume > "$tmp/out" 2>&1 \
   || fail "--resume on an empty --ckpt-dir should start fresh"
-grep -q "warning: resume: no valid checkpoint in $tmp/ck (none found); starting fresh" "$tmp/out" \
+grep -q "warn train: resume: no valid checkpoint in $tmp/ck (none found); starting fresh" "$tmp/out" \
   || fail "--resume on an empty dir: no warning"
 [[ -f "$tmp/ck/ckpt-000000001.safetensors" ]] || fail "no checkpoint at the end of training"
 set +e
@@ -102,13 +102,13 @@ set -e
 [[ $rc == 1 ]] && grep -q "out of memory (is --synthetic or --batch too large" "$tmp/err" \
   || fail "--synthetic 10^12: exit $rc, $(cat "$tmp/err")"
 # Resuming with another --batch or --seed: a warning (step s no longer sees its samples),
-# and one when the checkpoint is past the end of this run. Before: silence, and 0 steps.
+# and one when the checkpoint is past the end of this run.
 "$bin/train_mlp" --synthetic 300 --batch 30 --max-steps 10 --log-interval 0 --ckpt-dir "$tmp/order" > /dev/null
 "$bin/train_mlp" --synthetic 300 --batch 60 --seed 3 --log-interval 0 --ckpt-dir "$tmp/order" --resume \
   > "$tmp/out" 2>&1 || fail "resume with another --batch: $(cat "$tmp/out")"
 grep -q 'ckpt-000000009.safetensors was trained with data order {"batch":30,"samples":300,"seed":0}, continuing with {"batch":60,"samples":300,"seed":3}' "$tmp/out" \
   || fail "no data-order warning: $(cat "$tmp/out")"
-grep -q "warning: the checkpoint holds step 9, this run has 5 steps: nothing left to train" "$tmp/out" \
+grep -q "warn train: the checkpoint holds step 9, this run has 5 steps: nothing left to train" "$tmp/out" \
   || fail "no nothing-left warning: $(cat "$tmp/out")"
 # Outputs that cannot be written fail BEFORE training, not after it (an hour's run would
 # lose its result), and a failed run leaves an existing --metrics file as it was.

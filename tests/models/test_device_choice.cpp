@@ -162,7 +162,7 @@ TEST_CASE("RF_TEST_NCCL_SHARE_GPU=1: NCCL ranks share a GPU, each its own NCCL h
   const DeviceChoice c = decide_device(r);
   CHECK(c.device == Device::cuda(0));
   CHECK(c.warning ==
-        "warning: RF_TEST_NCCL_SHARE_GPU=1: 3 NCCL ranks share 1 GPU(s), each its own NCCL host "
+        "RF_TEST_NCCL_SHARE_GPU=1: 3 NCCL ranks share 1 GPU(s), each its own NCCL host "
         "(NCCL_HOSTID=ringfence-slot1-inc0) over loopback sockets: for correctness tests only, never for timing "
         "(docs/gpu.md)");
   using Env = std::vector<std::pair<std::string, std::string>>;
