@@ -26,6 +26,7 @@ inline constexpr int64_t kMaxWaitMs = 3'600'000;
 // Replica: a standby coordinator replica watching the leader (docs/control-plane.md); it
 // sends nothing after its hello, and the leader's process ending closes its connection.
 enum class Role { Member, Caller, Launcher, Replica };
+const char* to_string(Role r);  // member, caller, launcher, replica: the hello's word
 
 struct Hello { std::string nonce; Role role; int slot = -1; int64_t incarnation = 0; };
 struct Auth { std::string mac; };  // HMAC-SHA256 over the challenge (elastic/auth.h), hex
