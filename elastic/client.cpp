@@ -13,6 +13,7 @@
 #include "elastic/frame.h"
 #include "elastic/leadership.h"
 #include "elastic/messages.h"
+#include "elastic/replies.h"
 
 namespace rf::elastic {
 
@@ -39,13 +40,7 @@ Duration ms(int64_t x) { return std::chrono::milliseconds(x); }
 
 Answer parse_answer(const json& j) {
   Answer a;
-  const std::string r = get_str(j, "result", 32);
-  a.kind = r == "accepted" ? Answer::Accepted
-         : r == "stale"    ? Answer::Stale
-         : r == "fenced"   ? Answer::Fenced
-         : r == "refused"  ? Answer::Refused
-         : r == "finished" ? Answer::Finished
-                           : Answer::Stopped;
+  a.kind = parse_answer_kind(get_str(j, "result", 32)).value_or(Answer::Stopped);
   a.generation = static_cast<uint64_t>(get_int(j, "generation", 0, int64_t{1} << 53));
   a.reason = j.value("reason", "");
   return a;
@@ -59,11 +54,8 @@ Query parse_wait_reply(const json& r, const std::string& status, const char* err
   Query q;
   q.generation = static_cast<uint64_t>(get_int(r, "generation", 0, int64_t{1} << 53));
   q.error = r.value(error_key, "");
-  if (status == "revoked") q.kind = Query::Revoked;
-  else if (status == "fenced") q.kind = Query::Fenced;
-  else if (status == "stopped") q.kind = Query::Stopped;
-  else if (status == "done") q.kind = Query::Done;
-  else q.kind = Query::Pending;
+  for (auto k : {Query::Revoked, Query::Fenced, Query::Stopped, Query::Done})
+    if (status == to_string(k)) q.kind = k;
   return q;
 }
 
@@ -200,35 +192,34 @@ void Client::heartbeat_loop() {
       }
     }
     add_checkpoint_failures(beat);
-    json reply;
+    HeartbeatReply reply;
     try {
       // D4: a renewal that cannot complete within one lease of the last one fences us.
-      reply = member_.call(beat, last_ok + opt_.lease);
+      reply = decode_reply_as<HeartbeatReply>(member_.call(beat, last_ok + opt_.lease));
       last_ok = Clock::now();
       last_renewal_ = last_ok.time_since_epoch().count();
     } catch (const rf::Error& e) {
       fence(rf::str("could not renew the lease: ", e.what()));
       return;
     }
-    if (reply.value("fenced", false)) {
+    if (reply.fenced) {
       fence("the coordinator evicted this worker");
       return;
     }
-    const uint64_t g = reply.value("generation", uint64_t{0});
+    const uint64_t g = reply.generation;
     seen_ = g;
     // The flag belongs to the generation that runs now: a reply about an older one (or
     // about a round still forming) must not make us leave the new generation again.
-    reconfigure_ = reply.value("reconfigure", false) && reply.value("phase", "") == "RUNNING" &&
-                   g == active_.load();
-    stop_ = reply.value("stop", false);
-    if (reply.value("phase", "") == "STOPPED" && !stopped_.exchange(true)) {
+    reconfigure_ = reply.reconfigure && reply.phase == Phase::Running && g == active_.load();
+    stop_ = reply.stop;
+    if (reply.phase == Phase::Stopped && !stopped_.exchange(true)) {
       std::lock_guard<std::mutex> l(cb_mu_);
       if (on_stopped_) on_stopped_();
     }
     const uint64_t active = active_.load();
     if (active != 0 && g > active && g > notified_.load()) {
       notified_ = g;
-      Revocation r{g, reply.value("planned", false), reply.value("cause", "")};
+      Revocation r{g, reply.planned, reply.cause};
       std::lock_guard<std::mutex> l(cb_mu_);
       if (on_revoked_) on_revoked_(r);
     }
@@ -289,7 +280,7 @@ PlanQuery Client::wait_plan(uint64_t round, Duration timeout) {
   json r = call({{"type", "plan"}, {"round", round}, {"timeout_ms", t}}, timeout + opt_.call_timeout);
   const std::string st = get_str(r, "status", 32);
   PlanQuery q = parse_wait_reply<PlanQuery>(r, st, "error");
-  if (st == "plan") q.kind = PlanQuery::Ready, q.plan = parse_plan_json(r.at("plan"));
+  if (st == to_string(PlanQuery::Ready)) q.kind = PlanQuery::Ready, q.plan = parse_plan_json(r.at("plan"));
   return q;
 }
 
@@ -331,8 +322,8 @@ ReadyQuery Client::ready(uint64_t generation, Duration timeout) {
   json r = call({{"type", "ready"}, {"generation", generation}, {"timeout_ms", t}}, timeout + opt_.call_timeout);
   const std::string st = get_str(r, "status", 32);
   ReadyQuery q = parse_wait_reply<ReadyQuery>(r, st, "reason");
-  if (st == "running") q.kind = ReadyQuery::Running, active_ = generation, reconfigure_ = false;
-  else if (st == "stale") q.kind = ReadyQuery::Revoked;  // our ready named a round that is gone
+  if (st == to_string(ReadyQuery::Running)) q.kind = ReadyQuery::Running, active_ = generation, reconfigure_ = false;
+  else if (st == to_string(Answer::Stale)) q.kind = ReadyQuery::Revoked;  // our ready named a round that is gone
   return q;
 }
 
