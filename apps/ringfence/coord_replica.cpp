@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <memory>
+#include <optional>
 
 #include "base/str.h"
 #include "elastic/auth.h"
@@ -23,11 +24,11 @@ void say(const std::string& id, const std::string& text) {
   std::fflush(stdout);
 }
 
-// The phase the job's committed state holds ("" when none yet).
-std::string committed_phase(Leadership& lead) {
+// The phase the job's committed state holds (nullopt when none yet).
+std::optional<Phase> committed_phase(Leadership& lead) {
   for (const auto& kv : lead.load("state"))
     if (kv.key == "state") return decode_control_state(kv.value).phase;
-  return "";
+  return std::nullopt;
 }
 
 // A standby's watch on the leader: an authenticated connection to its coordinator (role
@@ -96,13 +97,13 @@ int run_coord_replica(const CoordOptions& o, CoordinatorOptions base, const vola
     bool took_over = false;  // an earlier leader ran this job
     try {
       // A job that ended under an earlier leader stays ended: the standbys leave one by one.
-      const std::string phase = committed_phase(*lead);
-      took_over = !phase.empty();
-      if (phase == "DONE" || phase == "STOPPED") {
-        say(id, rf::str("job '", o.job, "' is over (", phase, " in etcd); a new job needs a new --job name, or ",
+      const std::optional<Phase> phase = committed_phase(*lead);
+      took_over = phase.has_value();
+      if (phase == Phase::Done || phase == Phase::Stopped) {
+        say(id, rf::str("job '", o.job, "' is over (", to_string(*phase), " in etcd); a new job needs a new --job name, or ",
                         "the old one's keys deleted (etcdctl del --prefix ", control_prefix(o.job), ")"));
         lead->resign();
-        return phase == "DONE" ? 0 : 1;
+        return phase == Phase::Done ? 0 : 1;
       }
       CoordinatorOptions co = base;
       co.leadership = lead;
