@@ -18,6 +18,7 @@
 #include "apps/ringfence/timeline.h"
 #include "apps/ringfence/timeline_html.h"
 #include "base/error.h"
+#include "base/log.h"
 #include "base/str.h"
 #include "apps/ringfence/coord_replica.h"
 #include "elastic/coordinator.h"
@@ -175,7 +176,7 @@ int main(int argc, char** argv) {
         check_program(o.program.at(0));
         check_summary_path(o.summary_path);
       } catch (const rf::InvalidInput& e) {
-        std::fprintf(stderr, "ringfence run: %s\n", e.what());
+        rf::log::error("run", e.what());
         return 2;  // refused before anything starts
       }
       return rf::apps::run_supervisor(o);
@@ -185,7 +186,7 @@ int main(int argc, char** argv) {
       try {
         o = parse_coord_args(args);
       } catch (const rf::InvalidInput& e) {
-        std::fprintf(stderr, "ringfence coord: %s\n", e.what());
+        rf::log::error("coord", e.what());
         return 2;
       }
       return run_coord(o);
@@ -198,10 +199,11 @@ int main(int argc, char** argv) {
       }
       return rf::apps::print_timeline(args[0]);
     }
-    std::fprintf(stderr, "ringfence: unknown command '%s'\n%s", cmd.c_str(), kUsage);
+    rf::log::error("cli", "unknown command '", cmd, "'");
+    std::fputs(kUsage, stderr);
     return 2;
   } catch (const rf::Error& e) {
-    std::fprintf(stderr, "ringfence %s: %s\n", cmd.c_str(), e.what());
+    rf::log::error(cmd, e.what());
     return 1;
   }
 }

@@ -53,8 +53,8 @@ void Supervisor::on_exit(WorkerProc& w, pid_t pid, int code) {
     case ExitAction::Restart: return restart(w, code, false);
     case ExitAction::RestartHeld: return restart(w, code, true);
     case ExitAction::NoRestartsLeft:
-      std::fprintf(stderr, "\nringfence: slot %d exited with status %d and has no restarts left (--max-restarts %d)\n",
-                   w.slot, code, opt_.max_restarts);
+      note(rf::str("slot ", w.slot, " exited with status ", code, " and has no restarts left (--max-restarts ",
+                   opt_.max_restarts, ")"));
       break;
     case ExitAction::StopJob:
       if (d.start_failure) start_failure_ = d.start_failure;

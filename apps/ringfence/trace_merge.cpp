@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "base/error.h"
+#include "base/log.h"
 #include "base/str.h"
 
 namespace rf::apps {
@@ -213,10 +214,9 @@ void write_job_trace(const rf::elastic::RunOptions& o, const json& workers, int6
     std::string note;
     if (r.skipped_lines) note += str(", ", r.skipped_lines, " partial line(s) skipped");
     if (r.missing_parts) note += str(", ", r.missing_parts, " incarnation(s) left no spans");
-    std::fprintf(stderr, "ringfence: trace written to %s (%lld events%s)\n", o.trace.c_str(),
-                 static_cast<long long>(r.events), note.c_str());
+    rf::log::info("run", "trace written to ", o.trace, " (", r.events, " events", note, ")");
   } catch (const Error& e) {
-    std::fprintf(stderr, "ringfence: --trace %s: %s\n", o.trace.c_str(), e.what());
+    rf::log::error("run", "--trace ", o.trace, ": ", e.what());
   }
 }
 
