@@ -11,6 +11,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "base/str.h"
+#include "elastic/membership_types.h"
 
 namespace rf::apps {
 
@@ -101,8 +102,10 @@ void merge_coordinator(const std::string& path, int64_t since_us, json& events, 
     args.erase("event");
     events.push_back({{"name", name}, {"ph", "i"}, {"s", "t"}, {"ts", ts}, {"pid", kCoordinatorPid}, {"tid", 0},
                       {"args", args}});
-    if (name == "revoke" && !episode) episode = {ts, line.value("cause", json(""))};
-    if (name == "running" && episode) {
+    // Not every line is a membership transition (listening, commit, ...): nullopt then.
+    const std::optional<elastic::TransitionEvent> event = elastic::parse_transition_event(name);
+    if (event == elastic::TransitionEvent::Revoke && !episode) episode = {ts, line.value("cause", json(""))};
+    if (event == elastic::TransitionEvent::Running && episode) {
       const json rargs = {{"g", line.value("g", json(-1))}, {"target_step", line.value("s", json(-1))},
                           {"cause", episode->second}};
       events.push_back({{"name", "recovery"}, {"ph", "X"}, {"ts", episode->first}, {"dur", ts - episode->first},
