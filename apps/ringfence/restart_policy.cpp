@@ -131,4 +131,37 @@ ExitDecision decide_exit(const WorkerExit& e, const JobView& job, const RestartO
   return d;
 }
 
+const char* to_string(HeldAction a) {
+  switch (a) {
+    case HeldAction::Wait: return "wait";
+    case HeldAction::NeedTarget: return "need_target";
+    case HeldAction::Start: return "start";
+  }
+  return "?";
+}
+
+HeldDecision decide_held_release(TimePoint now, const HeldRestart& held, const HeldView& view,
+                                 Duration min_world_timeout) {
+  HeldDecision d;
+  if (view.running && view.finished > held.finished) {
+    if (!held.target) {
+      d.action = HeldAction::NeedTarget;
+    } else if (view.step > *held.target) {
+      d.action = HeldAction::Start;
+      d.reason = rf::str("recovery to generation ", view.generation, " completed (T ", *held.target, ", step ",
+                         view.step, " done)");
+    }
+    return d;
+  }
+  if (view.spares_missing > 0 && view.finished <= held.finished) {
+    d.action = HeldAction::Start;
+    d.next_spare = false;
+    d.reason = "the spare it waited for is gone before the recovery completed";
+  } else if (now - held.since >= min_world_timeout) {
+    d.action = HeldAction::Start;
+    d.reason = "no completed recovery within --min-world-timeout";
+  }
+  return d;
+}
+
 }  // namespace rf::apps

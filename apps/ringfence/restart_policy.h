@@ -14,6 +14,8 @@
 // (a signal, a worker that said nothing) never counts as the same error.
 #include <cstdint>
 #include <optional>
+
+#include "base/clock.h"
 #include <string>
 #include <vector>
 
@@ -92,5 +94,41 @@ struct ExitDecision {
 };
 
 ExitDecision decide_exit(const WorkerExit& exit, const JobView& job, const RestartOptions& options);
+
+// A restart held back while a spare of this node fills the hole (ExitAction::RestartHeld):
+// it starts once the recovery has completed (the new generation RUNNING and one step past
+// its target), so its start-up does not compete with the survivors' transfer for the cores.
+struct HeldRestart {
+  TimePoint since;
+  int finished = 0;               // recoveries finished before the failure
+  std::optional<int64_t> target;  // T of the recovery that finished since (the summary's)
+};
+
+// The coordinator's status as a held restart is judged by.
+struct HeldView {
+  bool running = false;  // the phase is RUNNING
+  int finished = 0;      // recoveries finished so far
+  uint64_t generation = 0;
+  int64_t step = -1;
+  int spares_missing = 0;  // held restarts beyond the standbys left to serve them
+};
+
+enum class HeldAction {
+  Wait,        // keeps waiting
+  NeedTarget,  // a recovery finished: its target step T is needed (the summary's) to judge
+  Start,       // starts now, for `reason`
+};
+const char* to_string(HeldAction a);
+
+struct HeldDecision {
+  HeldAction action = HeldAction::Wait;
+  std::string reason;
+  bool next_spare = true;  // false: it starts because its spare is gone, not as the next spare
+};
+
+// Starts when the recovery has completed, or when the spare it waited for is gone before,
+// or after `min_world_timeout` without either (bounded).
+HeldDecision decide_held_release(TimePoint now, const HeldRestart& held, const HeldView& view,
+                                 Duration min_world_timeout);
 
 }  // namespace rf::apps

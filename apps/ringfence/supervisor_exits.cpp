@@ -154,36 +154,31 @@ void Supervisor::release_held(const StatusReply& st) {
   }
 }
 
-// Why the held restart of `w` starts now ("" : it keeps waiting).
+// Why the held restart of `w` starts now ("" : it keeps waiting): decide_held_release's
+// decision, with the target step of the finished recovery fetched when it needs it.
 std::string Supervisor::held_release_reason(WorkerProc& w, const StatusReply& st, int finished_now, int& spares_missing,
                                             bool& next_spare) {
-  const double waited = rf::seconds_since(w.held->since);
-  if (st.phase == Phase::Running && finished_now > w.held->finished) {
-    if (!w.held->target) {
-      SummaryReply summary;
-      try {
-        summary = admin_->summary();
-      } catch (const rf::Error& e) {
-        coord_lost(e.what());
-        return "";
-      }
-      for (const auto& r : summary.recoveries)
-        if (r.finished) w.held->target = r.target_step;
-      if (!w.held->target) return "";
+  const HeldView view{.running = st.phase == Phase::Running, .finished = finished_now, .generation = st.generation,
+                      .step = st.step, .spares_missing = spares_missing};
+  const Duration timeout = opt_.timing.min_world_timeout;
+  HeldDecision d = decide_held_release(rf::Clock::now(), *w.held, view, timeout);
+  if (d.action == HeldAction::NeedTarget) {
+    SummaryReply summary;
+    try {
+      summary = admin_->summary();
+    } catch (const rf::Error& e) {
+      coord_lost(e.what());
+      return "";
     }
-    if (st.step > *w.held->target)
-      return rf::str("recovery to generation ", st.generation, " completed (T ", *w.held->target, ", step ", st.step,
-                     " done)");
-    return "";
+    for (const auto& r : summary.recoveries)
+      if (r.finished) w.held->target = r.target_step;
+    if (!w.held->target) return "";
+    d = decide_held_release(rf::Clock::now(), *w.held, view, timeout);
   }
-  if (spares_missing > 0 && finished_now <= w.held->finished) {
-    --spares_missing;
-    next_spare = false;
-    return "the spare it waited for is gone before the recovery completed";
-  }
-  if (waited >= std::chrono::duration<double>(opt_.timing.min_world_timeout).count())
-    return "no completed recovery within --min-world-timeout";
-  return "";
+  if (d.action != HeldAction::Start) return "";
+  if (!d.next_spare) --spares_missing;
+  next_spare = d.next_spare;
+  return d.reason;
 }
 
 }  // namespace rf::apps

@@ -125,3 +125,33 @@ TEST_CASE("decide_exit: the same error after two restarts stops the job, or goes
   REQUIRE(go.notes.size() == 1);
   CHECK(go.notes[0].find("the job goes on without it") != std::string::npos);
 }
+
+TEST_CASE("decide_held_release: a held restart starts once its recovery completed, its spare is gone, or at the timeout") {
+  using namespace std::chrono_literals;
+  const rf::TimePoint t0{};  // a simulated clock
+  const HeldRestart held{.since = t0, .finished = 1, .target = std::nullopt};
+  HeldView v{.running = true, .finished = 1, .generation = 3, .step = 40, .spares_missing = 0};
+  CHECK(decide_held_release(t0 + 1s, held, v, 30s).action == HeldAction::Wait);  // no recovery finished yet
+  v.finished = 2;
+  CHECK(decide_held_release(t0 + 1s, held, v, 30s).action == HeldAction::NeedTarget);
+  HeldRestart known = held;
+  known.target = 40;
+  CHECK(decide_held_release(t0 + 1s, known, v, 30s).action == HeldAction::Wait);  // step T itself not done yet
+  v.step = 41;
+  const HeldDecision done = decide_held_release(t0 + 1s, known, v, 30s);
+  CHECK(done.action == HeldAction::Start);
+  CHECK(done.next_spare);
+  CHECK(done.reason == "recovery to generation 3 completed (T 40, step 41 done)");
+  // Still recovering: the spare it waited for is gone, or the timeout passed.
+  const HeldView recovering{.running = false, .finished = 1, .generation = 3, .step = 40, .spares_missing = 1};
+  const HeldDecision gone = decide_held_release(t0 + 1s, held, recovering, 30s);
+  CHECK(gone.action == HeldAction::Start);
+  CHECK_FALSE(gone.next_spare);
+  HeldView waiting = recovering;
+  waiting.spares_missing = 0;
+  CHECK(decide_held_release(t0 + 29s, held, waiting, 30s).action == HeldAction::Wait);
+  const HeldDecision late = decide_held_release(t0 + 30s, held, waiting, 30s);
+  CHECK(late.action == HeldAction::Start);
+  CHECK(late.reason == "no completed recovery within --min-world-timeout");
+  CHECK(std::string(to_string(HeldAction::NeedTarget)) == "need_target");
+}
