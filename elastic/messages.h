@@ -1,8 +1,9 @@
 #pragma once
 // The requests of the coordinator protocol as typed structs, decoded from a checked frame
 // (frame.h) in one place: every field is validated and typed here, so the server's
-// handlers never touch raw JSON. Replies are plain JSON objects built by the server
-// ({"type": "<request>_reply" or "error", ...}); docs/elastic.md lists them all.
+// handlers never touch raw JSON. Replies are JSON objects built by the server
+// ({"type": "<request>_reply" or "error", ...}); the ones clients act on are decoded into
+// typed structs by decode_reply (elastic/replies.h). docs/elastic.md lists them all.
 // A connection says hello first (role and a nonce), answers the challenge with auth
 // (elastic/auth.h: the job token never crosses the wire), then sends one request at a time
 // and waits for its reply (plan, ready and kv_wait may be held until their deadline).
