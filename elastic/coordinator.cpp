@@ -97,7 +97,8 @@ Coordinator::Impl::Impl(CoordinatorOptions o, Coordinator* self)
     leaders.push_back({opt.leadership->id(), membership.generation(), rf::wall_us()});
     log.write({{"ts_us", rf::wall_us()}, {"event", "leading"}, {"leader", opt.leadership->id()},
                {"g", membership.generation()}, {"failovers", leaders.size() - 1},
-               {"previous_phase", prev_state && prev_state->phase ? to_string(*prev_state->phase) : ""}, {"store_entries", prev_kv.size()}});
+               {"previous_phase", prev_state && prev_state->phase ? to_string(*prev_state->phase) : ""},
+               {"store_entries", prev_kv.size()}});
   }
 }
 

@@ -48,7 +48,8 @@ bool Coordinator::Impl::commit_if_changed() {
   if (membership.generation() != committed_generation || phase != committed_phase) {
     committed_generation = membership.generation();
     committed_phase = phase;
-    log.write({{"ts_us", rf::wall_us()}, {"event", "commit"}, {"g", committed_generation}, {"phase", to_string(phase)}});
+    log.write({{"ts_us", rf::wall_us()}, {"event", "commit"}, {"g", committed_generation},
+               {"phase", to_string(phase)}});
   }
   return true;
 }

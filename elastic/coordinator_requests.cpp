@@ -12,7 +12,8 @@ namespace rf::elastic {
 using nlohmann::json;
 
 // A writer's count of failed disk checkpoints (a heartbeat's or a leave's): logged when it grew.
-void Coordinator::Impl::note_checkpoints(WorkerId w, uint64_t g, int64_t s, std::optional<int64_t> failed, const std::string& error) {
+void Coordinator::Impl::note_checkpoints(WorkerId w, uint64_t g, int64_t s, std::optional<int64_t> failed,
+                                         const std::string& error) {
   if (!failed || !ckpt_health.observe(w, *failed, error)) return;
   log.write({{"ts_us", rf::wall_us()}, {"event", "checkpoint_failed"}, {"cause", "storage"}, {"worker", worker_json(w)},
              {"g", g}, {"s", s}, {"detail", rf::str(ckpt_health.total(), " in the job")}, {"error", error}});
@@ -70,7 +71,8 @@ void Coordinator::Impl::on(Conn& c, const PlanRequest& r, TimePoint now) {
 void Coordinator::Impl::on(Conn& c, const Ready& r, TimePoint now) {
   Answer a = membership.ready(c.worker, r.generation, now);
   if (!a.ok()) {
-    send(c, {{"type", "ready_reply"}, {"status", to_string(a.kind)}, {"generation", a.generation}, {"reason", a.reason}});
+    send(c, {{"type", "ready_reply"}, {"status", to_string(a.kind)}, {"generation", a.generation},
+             {"reason", a.reason}});
     return;
   }
   c.pending = Pending{r, now + std::chrono::milliseconds(r.timeout_ms)};
@@ -163,7 +165,8 @@ void Coordinator::Impl::challenge(Conn& c, const Hello& h) {
   if (c.hello || c.challenged) throw ProtocolError("hello sent twice");
   c.challenged = h;
   c.server_nonce = random_token();
-  send(c, {{"type", "challenge"}, {"nonce", c.server_nonce}, {"proof", coordinator_proof(opt.token, h.nonce, c.server_nonce)}});
+  send(c, {{"type", "challenge"}, {"nonce", c.server_nonce},
+           {"proof", coordinator_proof(opt.token, h.nonce, c.server_nonce)}});
 }
 
 void Coordinator::Impl::handle_auth(Conn& c, const Auth& a, TimePoint now) {

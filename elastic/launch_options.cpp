@@ -76,7 +76,8 @@ class Command {
           [&t](auto& f, auto& v) { t.heartbeat = parse_duration(f, v); });
     value("--lease", {"T", "a worker whose lease is not renewed within T is evicted", duration_text(d.lease)},
           [&t](auto& f, auto& v) { t.lease = parse_duration(f, v); });
-    value("--join-window", {"T", "how long the first generation waits for more workers to join", duration_text(d.join_window)},
+    value("--join-window",
+          {"T", "how long the first generation waits for more workers to join", duration_text(d.join_window)},
           [&t](auto& f, auto& v) { t.join_window = parse_duration(f, v); });
     value("--min-world-timeout",
           {"T", "how long the job waits below --min-world before it stops", duration_text(d.min_world_timeout)},
@@ -119,7 +120,8 @@ class Command {
  private:
   void add(const std::string& names, const Help& h, const Setter& set, bool takes_value) {
     for (const std::string& name : CLI::detail::split(names, ',')) {
-      CLI::Option* o = takes_value ? rf::cli::value_flag(app_, name, h.meta, h.text) : rf::cli::toggle(app_, name, h.text);
+      CLI::Option* o =
+          takes_value ? rf::cli::value_flag(app_, name, h.meta, h.text) : rf::cli::toggle(app_, name, h.text);
       o->default_str(h.fallback);
       setters_[o] = set;
     }
