@@ -2,10 +2,10 @@
 
 #include <poll.h>
 
-#include <cstdio>
 #include <memory>
 #include <optional>
 
+#include "base/log.h"
 #include "base/str.h"
 #include "elastic/auth.h"
 #include "elastic/control_state.h"
@@ -19,10 +19,8 @@ using namespace rf::elastic;
 
 namespace {
 
-void say(const std::string& id, const std::string& text) {
-  std::printf("ringfence coord %s: %s\n", id.c_str(), text.c_str());
-  std::fflush(stdout);
-}
+// A replica's line names the replica: several may share a terminal or a log.
+void say(const std::string& id, const std::string& text) { rf::log::info("coord", id, ": ", text); }
 
 // The phase the job's committed state holds (nullopt when none yet).
 std::optional<Phase> committed_phase(Leadership& lead) {
