@@ -1,6 +1,5 @@
 #include "elastic/messages.h"
 
-#include <iterator>
 #include <map>
 
 #include "base/str.h"
@@ -147,29 +146,29 @@ using Decoder = Request (*)(const json&);
 // One decoder per request type, by the wire's `type`.
 const std::map<std::string, Decoder>& decoders() {
   static const std::map<std::string, Decoder> table = {
-      {"hello", decode_hello},
-      {"auth", [](const json& m) -> Request { return Auth{get_str(m, "mac", 128)}; }},
-      {"heartbeat", decode_heartbeat},
-      {"report", decode_report},
-      {"plan", [](const json& m) -> Request { return PlanRequest{gen(m, "round"), get_int(m, "timeout_ms", 0, kMaxWaitMs)}; }},
-      {"ready", [](const json& m) -> Request { return Ready{gen(m), get_int(m, "timeout_ms", 0, kMaxWaitMs)}; }},
-      {"kv_set", [](const json& m) -> Request {
+      {Hello::kType, decode_hello},
+      {Auth::kType, [](const json& m) -> Request { return Auth{get_str(m, "mac", 128)}; }},
+      {Heartbeat::kType, decode_heartbeat},
+      {Report::kType, decode_report},
+      {PlanRequest::kType, [](const json& m) -> Request { return PlanRequest{gen(m, "round"), get_int(m, "timeout_ms", 0, kMaxWaitMs)}; }},
+      {Ready::kType, [](const json& m) -> Request { return Ready{gen(m), get_int(m, "timeout_ms", 0, kMaxWaitMs)}; }},
+      {KvSet::kType, [](const json& m) -> Request {
          return KvSet{gen(m), get_str(m, "key", kMaxKeyBytes), get_str(m, "value", kMaxValueBytes)};
        }},
-      {"kv_get", [](const json& m) -> Request { return KvGet{gen(m), get_str(m, "key", kMaxKeyBytes)}; }},
-      {"kv_wait", [](const json& m) -> Request {
+      {KvGet::kType, [](const json& m) -> Request { return KvGet{gen(m), get_str(m, "key", kMaxKeyBytes)}; }},
+      {KvWait::kType, [](const json& m) -> Request {
          return KvWait{gen(m), get_str(m, "key", kMaxKeyBytes), get_int(m, "timeout_ms", 0, kMaxWaitMs)};
        }},
-      {"kv_cas", decode_kv_cas},
-      {"failure", decode_failure},
-      {"phase", decode_phase},
-      {"leave", decode_leave},
-      {"status", [](const json&) -> Request { return Status{}; }},
-      {"exited", decode_exited},
-      {"stop", [](const json&) -> Request { return StopJob{}; }},
-      {"summary", [](const json&) -> Request { return Summary{}; }},
-      {"fatal", decode_fatal},
-      {"injected", decode_injected},
+      {KvCas::kType, decode_kv_cas},
+      {FailureReport::kType, decode_failure},
+      {PhaseTiming::kType, decode_phase},
+      {Leave::kType, decode_leave},
+      {Status::kType, [](const json&) -> Request { return Status{}; }},
+      {Exited::kType, decode_exited},
+      {StopJob::kType, [](const json&) -> Request { return StopJob{}; }},
+      {Summary::kType, [](const json&) -> Request { return Summary{}; }},
+      {Fatal::kType, decode_fatal},
+      {Injected::kType, decode_injected},
   };
   return table;
 }
@@ -202,11 +201,7 @@ Request decode_request(const json& m) {
 }
 
 const char* request_name(const Request& r) {
-  static const char* names[] = {"hello", "auth", "heartbeat", "report", "plan", "ready", "kv_set", "kv_get", "kv_wait",
-                                "kv_cas", "failure", "phase", "leave", "status", "exited", "stop", "summary", "fatal",
-                                "injected"};
-  static_assert(std::size(names) == std::variant_size_v<Request>, "one name per Request alternative, in order");
-  return names[r.index()];
+  return std::visit([](const auto& q) { return std::decay_t<decltype(q)>::kType; }, r);
 }
 
 }  // namespace rf::elastic
