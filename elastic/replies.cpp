@@ -3,7 +3,9 @@
 #include <map>
 
 #include "base/str.h"
+#include "elastic/coordinator_replies.h"
 #include "elastic/errors.h"
+#include "elastic/frame.h"
 
 namespace rf::elastic {
 
@@ -39,6 +41,16 @@ std::vector<WorkerId> workers_field(const json& m, const char* key) {
     out.push_back({field<int>(w, "slot", -1), field<int64_t>(w, "incarnation", -1)});
   }
   return out;
+}
+
+Reply welcome(const json& m) {
+  WelcomeReply w;
+  w.generation = static_cast<uint64_t>(get_int(m, "generation", 0, int64_t{1} << 53));
+  w.phase = phase_field(m);
+  w.target_world = static_cast<int>(get_int(m, "target_world", 1, 1'000'000));
+  w.heartbeat_ms = get_opt_int(m, "heartbeat_ms", 1, 3'600'000);
+  w.lease_ms = get_opt_int(m, "lease_ms", 1, 3'600'000);
+  return w;
 }
 
 Reply heartbeat_reply(const json& m) {
@@ -90,12 +102,71 @@ Reply summary_reply(const json& m) {
   return r;
 }
 
+uint64_t generation_of(const json& m) { return static_cast<uint64_t>(get_int(m, "generation", 0, int64_t{1} << 53)); }
+
+Reply answer_reply(const json& m) {
+  Answer a;
+  a.kind = parse_answer_kind(get_str(m, "result", 32)).value_or(Answer::Stopped);
+  a.generation = generation_of(m);
+  a.reason = field<std::string>(m, "reason", "");
+  return a;
+}
+
+// The status words a plan and a ready reply share: a revoked round, a fenced worker, an
+// ended job. Anything else is Pending; the caller maps its own success word.
+template <class Query>
+Query wait_reply(const json& m, const std::string& status, const char* error_key) {
+  Query q;
+  q.generation = generation_of(m);
+  q.error = field<std::string>(m, error_key, "");
+  for (auto k : {Query::Revoked, Query::Fenced, Query::Stopped, Query::Done})
+    if (status == to_string(k)) q.kind = k;
+  return q;
+}
+
+Reply plan_reply(const json& m) {
+  const std::string status = get_str(m, "status", 32);
+  PlanQuery q = wait_reply<PlanQuery>(m, status, "error");
+  if (status == to_string(PlanQuery::Ready)) {
+    q.kind = PlanQuery::Ready;
+    if (!m.contains("plan")) throw ProtocolError("field 'plan' is missing");
+    q.plan = parse_plan_json(m["plan"]);
+  }
+  return q;
+}
+
+Reply ready_reply(const json& m) {
+  const std::string status = get_str(m, "status", 32);
+  ReadyQuery q = wait_reply<ReadyQuery>(m, status, "reason");
+  if (status == to_string(ReadyQuery::Running)) q.kind = ReadyQuery::Running;
+  else if (status == to_string(Answer::Stale)) q.kind = ReadyQuery::Revoked;
+  return q;
+}
+
+Reply kv_value_reply(const json& m) {
+  KvValueReply r;
+  if (field<bool>(m, "found", false)) r.value_hex = get_str(m, "value", kMaxFrameBytes);
+  return r;
+}
+
 using Decoder = Reply (*)(const json&);
 const std::map<std::string, Decoder>& decoders() {
-  static const std::map<std::string, Decoder> table = {{"heartbeat_reply", heartbeat_reply},
-                                                       {"exited_reply", exited_reply},
-                                                       {"status_reply", status_reply},
-                                                       {"summary_reply", summary_reply}};
+  static const std::map<std::string, Decoder> table = {
+      {"welcome", welcome},
+      {"heartbeat_reply", heartbeat_reply},
+      {"exited_reply", exited_reply},
+      {"status_reply", status_reply},
+      {"summary_reply", summary_reply},
+      {"report_reply", answer_reply},
+      {"failure_reply", answer_reply},
+      {"leave_reply", answer_reply},
+      {"fatal_reply", answer_reply},
+      {"plan_reply", plan_reply},
+      {"ready_reply", ready_reply},
+      {"kv_get_reply", kv_value_reply},
+      {"kv_wait_reply", kv_value_reply},
+      {"kv_cas_reply", [](const json& m) -> Reply { return KvCasReply{field<bool>(m, "swapped", false)}; }},
+  };
   return table;
 }
 
@@ -120,9 +191,15 @@ T decode_reply_as(const json& m) {
   throw ProtocolError(rf::str("unexpected reply type '", m.value("type", ""), "'"));
 }
 
+template WelcomeReply decode_reply_as<WelcomeReply>(const json&);
 template HeartbeatReply decode_reply_as<HeartbeatReply>(const json&);
 template ExitedReply decode_reply_as<ExitedReply>(const json&);
 template StatusReply decode_reply_as<StatusReply>(const json&);
 template SummaryReply decode_reply_as<SummaryReply>(const json&);
+template Answer decode_reply_as<Answer>(const json&);
+template PlanQuery decode_reply_as<PlanQuery>(const json&);
+template ReadyQuery decode_reply_as<ReadyQuery>(const json&);
+template KvValueReply decode_reply_as<KvValueReply>(const json&);
+template KvCasReply decode_reply_as<KvCasReply>(const json&);
 
 }  // namespace rf::elastic

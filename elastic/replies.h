@@ -1,8 +1,8 @@
 #pragma once
 // The coordinator's replies that clients act on, as typed structs decoded from a reply in
-// one place (the mirror of messages.h's decode_request): the heartbeat reply the worker's
-// heartbeat thread follows, and the launcher's status, exited and summary replies. Fields
-// a client does not decide on stay in `raw` (the live line and the --summary print them).
+// one place (the mirror of messages.h's decode_request): the worker's (an answer, a plan,
+// a ready, the store's, the heartbeat's) and the launcher's (status, exited, summary).
+// Fields a client does not decide on stay in `raw` (the live line and --summary print them).
 // Decoding is as lenient as the clients always were: a missing field takes its default; a
 // present field of the wrong type, or a phase that names none, is a ProtocolError.
 #include <cstdint>
@@ -16,6 +16,15 @@
 #include "elastic/membership_types.h"
 
 namespace rf::elastic {
+
+// The member's welcome: the job as it joined it, and the lease it must keep (absent from a
+// launcher's or a caller's welcome).
+struct WelcomeReply {
+  uint64_t generation = 0;
+  std::optional<Phase> phase;
+  int target_world = 0;
+  std::optional<int64_t> heartbeat_ms, lease_ms;
+};
 
 struct HeartbeatReply {
   bool fenced = false;
@@ -52,7 +61,21 @@ struct SummaryReply {
   nlohmann::json raw = nlohmann::json::object();
 };
 
-using Reply = std::variant<HeartbeatReply, ExitedReply, StatusReply, SummaryReply>;
+// kv_get_reply and kv_wait_reply: the value, hex-encoded as on the wire (nullopt: not found,
+// or for kv_wait not within its timeout).
+struct KvValueReply {
+  std::optional<std::string> value_hex;
+};
+struct KvCasReply {
+  bool swapped = false;
+};
+
+// report_reply, failure_reply, leave_reply and fatal_reply are an Answer (an unknown result
+// word reads as Stopped); plan_reply a PlanQuery (its `timeout` status and any word it does
+// not know read as Pending); ready_reply a ReadyQuery (`stale`, a round that is gone, reads
+// as Revoked).
+using Reply = std::variant<WelcomeReply, HeartbeatReply, ExitedReply, StatusReply, SummaryReply, Answer, PlanQuery, ReadyQuery,
+                           KvValueReply, KvCasReply>;
 
 // Decodes a reply by its `type`. Throws ProtocolError naming the reply and the field at
 // fault, or the type when it is none of the above (an error reply is the caller's: the

@@ -80,3 +80,35 @@ TEST_CASE("states: each name parses back to its enumerator") {
   CHECK(std::string(to_string(ReadyQuery::Running)) == "running");
   CHECK(std::string(to_string(PlanQuery::Done)) == "done");
 }
+
+TEST_CASE("decode_reply: the worker's answers, plan and ready statuses, store replies and welcome") {
+  const Answer a = decode_reply_as<Answer>({{"type", "report_reply"}, {"result", "stale"}, {"generation", 5}, {"reason", "r"}});
+  CHECK(a.kind == Answer::Stale);
+  CHECK(a.generation == 5);
+  CHECK(a.reason == "r");
+  CHECK(decode_reply_as<Answer>({{"type", "leave_reply"}, {"result", "what"}, {"generation", 1}}).kind == Answer::Stopped);
+  CHECK(decode_reply_as<PlanQuery>({{"type", "plan_reply"}, {"status", "timeout"}, {"generation", 2}}).kind ==
+        PlanQuery::Pending);
+  const PlanQuery revoked =
+      decode_reply_as<PlanQuery>({{"type", "plan_reply"}, {"status", "stopped"}, {"generation", 2}, {"error", "e"}});
+  CHECK(revoked.kind == PlanQuery::Stopped);
+  CHECK(revoked.error == "e");
+  CHECK_THROWS_AS(decode_reply_as<PlanQuery>({{"type", "plan_reply"}, {"status", "plan"}, {"generation", 2}}),
+                  ProtocolError);  // a plan status without its plan
+  CHECK(decode_reply_as<ReadyQuery>({{"type", "ready_reply"}, {"status", "running"}, {"generation", 3}}).kind ==
+        ReadyQuery::Running);
+  CHECK(decode_reply_as<ReadyQuery>({{"type", "ready_reply"}, {"status", "stale"}, {"generation", 3}}).kind ==
+        ReadyQuery::Revoked);  // the round it named is gone
+  CHECK(decode_reply_as<ReadyQuery>({{"type", "ready_reply"}, {"status", "refused"}, {"generation", 3}}).kind ==
+        ReadyQuery::Pending);
+  CHECK(decode_reply_as<KvValueReply>({{"type", "kv_get_reply"}, {"found", true}, {"value", "6869"}}).value_hex == "6869");
+  CHECK_FALSE(decode_reply_as<KvValueReply>({{"type", "kv_wait_reply"}, {"found", false}, {"value", nullptr}}).value_hex);
+  CHECK(decode_reply_as<KvCasReply>({{"type", "kv_cas_reply"}, {"swapped", true}, {"value", nullptr}}).swapped);
+  const WelcomeReply w = decode_reply_as<WelcomeReply>({{"type", "welcome"}, {"generation", 1}, {"phase", "FORMING"},
+                                                        {"target_world", 4}, {"heartbeat_ms", 100}, {"lease_ms", 1000}});
+  CHECK(w.phase == Phase::Forming);
+  CHECK(w.target_world == 4);
+  CHECK(w.lease_ms == 1000);
+  CHECK_FALSE(decode_reply_as<WelcomeReply>({{"type", "welcome"}, {"generation", 1}, {"phase", "RUNNING"},
+                                             {"target_world", 4}}).heartbeat_ms);
+}
