@@ -63,33 +63,23 @@ json AdminClient::call(json req) {
   connect_leader(Clock::now() + failover_);
   return conn_.call(req, Clock::now() + timeout_);
 }
-json AdminClient::status() { return call({{"type", "status"}}); }
+StatusReply AdminClient::status() { return decode_reply_as<StatusReply>(call({{"type", "status"}})); }
 AdminClient::ExitedReply AdminClient::exited(int slot, int64_t inc, int status, int64_t wall) {
-  const json r = call({{"type", "exited"}, {"slot", slot}, {"incarnation", inc}, {"status", status}, {"exited_wall_us", wall}});
-  auto flag = [&](const char* key) {
-    auto it = r.find(key);
-    if (it == r.end() || !it->is_boolean())
-      throw ProtocolError(rf::str("exited_reply: field '", key, "' must be a boolean"));
-    return it->get<bool>();
-  };
-  ExitedReply e;
-  e.registered = flag("registered");
-  e.left = flag("left");
-  e.phase = r.value("phase", "");
-  return e;
+  return decode_reply_as<ExitedReply>(
+      call({{"type", "exited"}, {"slot", slot}, {"incarnation", inc}, {"status", status}, {"exited_wall_us", wall}}));
 }
-std::string AdminClient::committed_phase() {
-  if (etcd_.empty()) return "";
+std::optional<Phase> AdminClient::committed_phase() {
+  if (etcd_.empty()) return std::nullopt;
   try {
     EtcdClient etcd(EtcdOptions{etcd_, std::chrono::seconds(1)});
     const auto kv = etcd.get(control_prefix(job_) + "state");
-    return kv ? decode_control_state(kv->value).phase : "";
+    return kv ? decode_control_state(kv->value).phase : std::nullopt;
   } catch (const rf::Error&) {
-    return "";
+    return std::nullopt;
   }
 }
 
 void AdminClient::stop() { call({{"type", "stop"}}); }
-json AdminClient::summary() { return call({{"type", "summary"}}); }
+SummaryReply AdminClient::summary() { return decode_reply_as<SummaryReply>(call({{"type", "summary"}})); }
 
 }  // namespace rf::elastic

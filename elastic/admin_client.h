@@ -2,11 +2,13 @@
 // AdminClient — the launcher's connection to the coordinator (role "launcher"): status
 // for the live line and for evictions (a worker evicted as hung is SIGKILLed before it
 // is replaced), exited (D1 seen by the launcher), stop (graceful stop, R5), summary.
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "elastic/replies.h"
 #include "elastic/wire.h"
 
 namespace rf::elastic {
@@ -21,19 +23,16 @@ class AdminClient {
   // off), so the call goes to the next one in time.
   AdminClient(std::vector<std::string> etcd, std::string job, std::string token,
               Duration failover = std::chrono::seconds(20), Duration timeout = std::chrono::seconds(2));
-  // With replicas: the phase the last leader committed to etcd ("" when none or unreadable),
-  // for a launcher that finds no leader any more (the job ended while it was following one).
-  std::string committed_phase();
-  nlohmann::json status();
+  // With replicas: the phase the last leader committed to etcd (nullopt when none or
+  // unreadable), for a launcher that finds no leader any more (the job ended while it was
+  // following one).
+  std::optional<Phase> committed_phase();
+  StatusReply status();
   // What the coordinator knew of the process that exited (its exited_reply).
-  struct ExitedReply {
-    bool registered = false;  // its join was accepted at some point
-    bool left = false;        // it had left the job gracefully (finished or stopped) first
-    std::string phase;        // the job's phase after the exit
-  };
+  using ExitedReply = rf::elastic::ExitedReply;
   ExitedReply exited(int slot, int64_t incarnation, int status, int64_t exited_wall_us);
   void stop();
-  nlohmann::json summary();
+  SummaryReply summary();
 
  private:
   nlohmann::json call(nlohmann::json req);

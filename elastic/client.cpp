@@ -13,6 +13,7 @@
 #include "elastic/frame.h"
 #include "elastic/leadership.h"
 #include "elastic/messages.h"
+#include "elastic/replies.h"
 
 namespace rf::elastic {
 
@@ -36,36 +37,6 @@ int64_t env_int(const char* name, int64_t min, int64_t max) {
 }
 
 Duration ms(int64_t x) { return std::chrono::milliseconds(x); }
-
-Answer parse_answer(const json& j) {
-  Answer a;
-  const std::string r = get_str(j, "result", 32);
-  a.kind = r == "accepted" ? Answer::Accepted
-         : r == "stale"    ? Answer::Stale
-         : r == "fenced"   ? Answer::Fenced
-         : r == "refused"  ? Answer::Refused
-         : r == "finished" ? Answer::Finished
-                           : Answer::Stopped;
-  a.generation = static_cast<uint64_t>(get_int(j, "generation", 0, int64_t{1} << 53));
-  a.reason = j.value("reason", "");
-  return a;
-}
-
-// The part of a wait reply (plan or ready) that both share: the generation, the error
-// text (under `error_key`) and the status words for a revoked round, a fenced worker and
-// an ended job. Anything else is Pending; the caller maps its own success word.
-template <class Query>
-Query parse_wait_reply(const json& r, const std::string& status, const char* error_key) {
-  Query q;
-  q.generation = static_cast<uint64_t>(get_int(r, "generation", 0, int64_t{1} << 53));
-  q.error = r.value(error_key, "");
-  if (status == "revoked") q.kind = Query::Revoked;
-  else if (status == "fenced") q.kind = Query::Fenced;
-  else if (status == "stopped") q.kind = Query::Stopped;
-  else if (status == "done") q.kind = Query::Done;
-  else q.kind = Query::Pending;
-  return q;
-}
 
 }  // namespace
 
@@ -158,12 +129,15 @@ JoinInfo Client::join() {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
   }
+  const WelcomeReply welcome = decode_reply_as<WelcomeReply>(w);
+  if (!welcome.phase || !welcome.heartbeat_ms || !welcome.lease_ms)
+    throw ProtocolError("welcome: a member's welcome names the phase, heartbeat_ms and lease_ms");
   JoinInfo info;
-  info.generation = static_cast<uint64_t>(get_int(w, "generation", 0, int64_t{1} << 53));
-  info.phase = get_str(w, "phase", 32);
-  info.target_world = static_cast<int>(get_int(w, "target_world", 1, 1'000'000));
-  opt_.heartbeat = ms(get_int(w, "heartbeat_ms", 1, 3'600'000));
-  opt_.lease = ms(get_int(w, "lease_ms", 1, 3'600'000));
+  info.generation = welcome.generation;
+  info.phase = to_string(*welcome.phase);
+  info.target_world = welcome.target_world;
+  opt_.heartbeat = ms(*welcome.heartbeat_ms);
+  opt_.lease = ms(*welcome.lease_ms);
   fenced_ = false;
   active_ = 0;
   notified_ = 0;
@@ -200,35 +174,34 @@ void Client::heartbeat_loop() {
       }
     }
     add_checkpoint_failures(beat);
-    json reply;
+    HeartbeatReply reply;
     try {
       // D4: a renewal that cannot complete within one lease of the last one fences us.
-      reply = member_.call(beat, last_ok + opt_.lease);
+      reply = decode_reply_as<HeartbeatReply>(member_.call(beat, last_ok + opt_.lease));
       last_ok = Clock::now();
       last_renewal_ = last_ok.time_since_epoch().count();
     } catch (const rf::Error& e) {
       fence(rf::str("could not renew the lease: ", e.what()));
       return;
     }
-    if (reply.value("fenced", false)) {
+    if (reply.fenced) {
       fence("the coordinator evicted this worker");
       return;
     }
-    const uint64_t g = reply.value("generation", uint64_t{0});
+    const uint64_t g = reply.generation;
     seen_ = g;
     // The flag belongs to the generation that runs now: a reply about an older one (or
     // about a round still forming) must not make us leave the new generation again.
-    reconfigure_ = reply.value("reconfigure", false) && reply.value("phase", "") == "RUNNING" &&
-                   g == active_.load();
-    stop_ = reply.value("stop", false);
-    if (reply.value("phase", "") == "STOPPED" && !stopped_.exchange(true)) {
+    reconfigure_ = reply.reconfigure && reply.phase == Phase::Running && g == active_.load();
+    stop_ = reply.stop;
+    if (reply.phase == Phase::Stopped && !stopped_.exchange(true)) {
       std::lock_guard<std::mutex> l(cb_mu_);
       if (on_stopped_) on_stopped_();
     }
     const uint64_t active = active_.load();
     if (active != 0 && g > active && g > notified_.load()) {
       notified_ = g;
-      Revocation r{g, reply.value("planned", false), reply.value("cause", "")};
+      Revocation r{g, reply.planned, reply.cause};
       std::lock_guard<std::mutex> l(cb_mu_);
       if (on_revoked_) on_revoked_(r);
     }
@@ -278,19 +251,16 @@ json Client::call(const json& req, Duration timeout) {
 }
 
 Answer Client::report(uint64_t round, const StateReport& s) {
-  return parse_answer(call({{"type", "report"}, {"round", round}, {"has_state", s.has_state},
-                            {"step", s.has_state ? s.step : -1}, {"digest", s.has_state ? s.digest : ""},
-                            {"comm_generation", s.comm_generation}},
-                           opt_.call_timeout));
+  return decode_reply_as<Answer>(call({{"type", "report"}, {"round", round}, {"has_state", s.has_state},
+                                       {"step", s.has_state ? s.step : -1}, {"digest", s.has_state ? s.digest : ""},
+                                       {"comm_generation", s.comm_generation}},
+                                      opt_.call_timeout));
 }
 
 PlanQuery Client::wait_plan(uint64_t round, Duration timeout) {
   const int64_t t = std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count();
-  json r = call({{"type", "plan"}, {"round", round}, {"timeout_ms", t}}, timeout + opt_.call_timeout);
-  const std::string st = get_str(r, "status", 32);
-  PlanQuery q = parse_wait_reply<PlanQuery>(r, st, "error");
-  if (st == "plan") q.kind = PlanQuery::Ready, q.plan = parse_plan_json(r.at("plan"));
-  return q;
+  return decode_reply_as<PlanQuery>(
+      call({{"type", "plan"}, {"round", round}, {"timeout_ms", t}}, timeout + opt_.call_timeout));
 }
 
 Plan Client::next_plan(const std::function<StateReport()>& state, Duration timeout) {
@@ -328,11 +298,9 @@ Plan Client::next_plan(const std::function<StateReport()>& state, Duration timeo
 
 ReadyQuery Client::ready(uint64_t generation, Duration timeout) {
   const int64_t t = std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count();
-  json r = call({{"type", "ready"}, {"generation", generation}, {"timeout_ms", t}}, timeout + opt_.call_timeout);
-  const std::string st = get_str(r, "status", 32);
-  ReadyQuery q = parse_wait_reply<ReadyQuery>(r, st, "reason");
-  if (st == "running") q.kind = ReadyQuery::Running, active_ = generation, reconfigure_ = false;
-  else if (st == "stale") q.kind = ReadyQuery::Revoked;  // our ready named a round that is gone
+  const ReadyQuery q = decode_reply_as<ReadyQuery>(
+      call({{"type", "ready"}, {"generation", generation}, {"timeout_ms", t}}, timeout + opt_.call_timeout));
+  if (q.kind == ReadyQuery::Running) active_ = generation, reconfigure_ = false;
   return q;
 }
 
@@ -341,32 +309,33 @@ void Client::kv_set(uint64_t g, const std::string& key, const std::string& value
 }
 
 std::optional<std::string> Client::kv_get(uint64_t g, const std::string& key) {
-  json r = call({{"type", "kv_get"}, {"generation", g}, {"key", key}}, opt_.call_timeout);
-  if (!r.value("found", false)) return std::nullopt;
-  return hex_decode(get_str(r, "value", kMaxFrameBytes));
+  const auto r = decode_reply_as<KvValueReply>(call({{"type", "kv_get"}, {"generation", g}, {"key", key}}, opt_.call_timeout));
+  if (!r.value_hex) return std::nullopt;
+  return hex_decode(*r.value_hex);
 }
 
 std::string Client::kv_wait(uint64_t g, const std::string& key, Duration timeout) {
   const int64_t t = std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count();
-  json r = call({{"type", "kv_wait"}, {"generation", g}, {"key", key}, {"timeout_ms", t}}, timeout + opt_.call_timeout);
-  if (!r.value("found", false))
+  const auto r = decode_reply_as<KvValueReply>(
+      call({{"type", "kv_wait"}, {"generation", g}, {"key", key}, {"timeout_ms", t}}, timeout + opt_.call_timeout));
+  if (!r.value_hex)
     throw CallTimeout(rf::str("key '", key, "' of generation ", g, " did not appear within ",
                               std::chrono::duration<double>(timeout).count(), " s"));
-  return hex_decode(get_str(r, "value", kMaxFrameBytes));
+  return hex_decode(*r.value_hex);
 }
 
 bool Client::kv_cas(uint64_t g, const std::string& key, const std::optional<std::string>& expected,
                     const std::string& desired) {
   json req = {{"type", "kv_cas"}, {"generation", g}, {"key", key}, {"desired", hex_encode(desired)}};
   req["expected"] = expected ? json(hex_encode(*expected)) : json(nullptr);
-  return call(req, opt_.call_timeout).value("swapped", false);
+  return decode_reply_as<KvCasReply>(call(req, opt_.call_timeout)).swapped;
 }
 
 Answer Client::failure_report(uint64_t g, int64_t step, std::optional<int> peer, const std::string& cause,
                               FailureKind kind) {
   json req = {{"type", "failure"}, {"generation", g}, {"step", step}, {"cause", cause}, {"kind", to_string(kind)}};
   req["peer_slot"] = peer ? json(*peer) : json(nullptr);
-  return parse_answer(call(req, opt_.call_timeout));
+  return decode_reply_as<Answer>(call(req, opt_.call_timeout));
 }
 
 void Client::phase_timing(uint64_t g, const std::string& phase, double ms_) {

@@ -15,7 +15,7 @@ std::string encode_control_state(const ControlState& s) {
   json leaders = json::array();
   for (const auto& l : s.leaders)
     leaders.push_back({{"id", l.id}, {"from_generation", l.from_generation}, {"since_wall_us", l.since_wall_us}});
-  return json{{"generation", s.generation}, {"phase", s.phase},   {"job_id", s.job_id}, {"members", members},
+  return json{{"generation", s.generation}, {"phase", s.phase ? to_string(*s.phase) : ""},   {"job_id", s.job_id}, {"members", members},
               {"plan", s.plan},             {"error", s.error},   {"leaders", leaders}}
       .dump();
 }
@@ -29,7 +29,11 @@ ControlState decode_control_state(const std::string& text) {
   ControlState s;
   if (!j.contains("generation") || !j["generation"].is_number_unsigned()) throw bad("has no generation");
   s.generation = j["generation"].get<uint64_t>();
-  s.phase = j.value("phase", "");
+  if (j.contains("phase") && !j["phase"].is_string()) throw bad("has a phase that is not a string");
+  if (const std::string phase = j.value("phase", ""); !phase.empty()) {
+    s.phase = parse_phase(phase);
+    if (!s.phase) throw bad("has an unknown phase");
+  }
   s.job_id = j.value("job_id", "");
   s.error = j.value("error", "");
   s.plan = j.value("plan", json());

@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "elastic/membership_types.h"
 #include "elastic/plan.h"
 
 namespace rf::elastic {
@@ -23,7 +24,7 @@ struct LeaderTerm {
 
 struct ControlState {
   uint64_t generation = 0;  // the newest generation issued; 0: none yet
-  std::string phase;        // FORMING, RUNNING, RECOVERING, STOPPED, DONE
+  std::optional<Phase> phase;  // nullopt: none committed yet
   std::string job_id;
   std::vector<WorkerId> members;  // of the running generation, in rank order
   nlohmann::json plan;            // the open round's plan, else the running one (null: none)

@@ -98,64 +98,65 @@ const char* to_string(FaultPhase p) {
   return "?";
 }
 
-FaultSpec parse_fault_spec(const std::string& text) {
-  auto parts = split(text, ':');
-  FaultSpec f;
+namespace {
+
+FaultKind parse_kind(const std::string& text, const std::string& word) {
   static const std::pair<const char*, FaultKind> kinds[] = {
       {"kill", FaultKind::Kill}, {"stop", FaultKind::Stop}, {"hang", FaultKind::Hang},
       {"exit", FaultKind::Exit}, {"drop", FaultKind::Drop}, {"slow", FaultKind::Slow}, {"disk", FaultKind::Disk},
       {"gpu_hang", FaultKind::GpuHang}};
-  bool kind_ok = false;
   for (auto& [name, k] : kinds)
-    if (parts[0] == name) f.kind = k, kind_ok = true;
-  if (!kind_ok) bad(text, rf::str("unknown kind '", parts[0], "'"));
+    if (word == name) return k;
+  bad(text, rf::str("unknown kind '", word, "'"));
+  return FaultKind::Kill;  // not reached: bad() throws
+}
 
-  std::set<std::string> seen;
-  bool have_rank = false;
-  for (size_t i = 1; i < parts.size(); ++i) {
-    const std::string& kv = parts[i];
-    auto eq = kv.find('=');
-    if (eq == std::string::npos) bad(text, rf::str("'", kv, "' is not key=value"));
-    std::string key = kv.substr(0, eq), v = kv.substr(eq + 1);
-    if (!seen.insert(key).second) bad(text, rf::str("'", key, "' given twice"));
-    if (key == "rank") {
-      f.rank = static_cast<int>(parse_int(text, key, v, 0));
-      if (f.rank > 1'000'000) bad(text, "rank is too large");
-      have_rank = true;
-    } else if (key == "step") {
-      f.step = parse_int(text, key, v, 0);
-    } else if (key == "after_chunks") {
-      f.after_chunks = parse_int(text, key, v, 0);
-    } else if (key == "at") {
-      f.at_seconds = parse_real(text, key, v, 0, 1e7, "a time in seconds >= 0");
-    } else if (key == "factor") {
-      f.factor = parse_real(text, key, v, 1, 1000, "a number from 1 to 1000 (a step takes factor x its usual time)");
-    } else if (key == "steps") {
-      f.steps = parse_int(text, key, v, 1);
-      if (*f.steps > 1'000'000'000) bad(text, "steps= is too large");
-    } else if (key == "error") {
-      for (const auto& [name, e] : kDiskErrors)
-        if (v == name) f.error = e;
-      if (!f.error) bad(text, rf::str("error='", v, "' is not one of ENOSPC, EIO, EROFS, EDQUOT"));
-    } else if (key == "delay") {
-      f.delay_s = parse_real(text, key, v, 0, 3600, "a time in seconds from 0 to 3600");
-    } else if (key == "writes") {
-      f.writes = parse_int(text, key, v, 1);
-      if (*f.writes > 1'000'000) bad(text, "writes= is too large");
-    } else if (key == "phase") {
-      static const std::pair<const char*, FaultPhase> phases[] = {
-          {"forward", FaultPhase::Forward},     {"backward", FaultPhase::Backward},
-          {"allreduce", FaultPhase::Allreduce}, {"optimizer", FaultPhase::Optimizer},
-          {"transfer", FaultPhase::Transfer},   {"recovery", FaultPhase::Recovery},
-          {"leave", FaultPhase::Leave}};
-      for (auto& [name, p] : phases)
-        if (v == name) f.phase = p;
-      if (!f.phase) bad(text, rf::str("unknown phase '", v, "'"));
-    } else {
-      bad(text, rf::str("unknown key '", key, "'"));
-    }
+std::optional<FaultPhase> parse_phase_word(const std::string& word) {
+  static const std::pair<const char*, FaultPhase> phases[] = {
+      {"forward", FaultPhase::Forward},     {"backward", FaultPhase::Backward},
+      {"allreduce", FaultPhase::Allreduce}, {"optimizer", FaultPhase::Optimizer},
+      {"transfer", FaultPhase::Transfer},   {"recovery", FaultPhase::Recovery},
+      {"leave", FaultPhase::Leave}};
+  for (auto& [name, p] : phases)
+    if (word == name) return p;
+  return std::nullopt;
+}
+
+// One key=value of the spec `text` into f.
+void set_key(FaultSpec& f, const std::string& text, const std::string& key, const std::string& v) {
+  if (key == "rank") {
+    f.rank = static_cast<int>(parse_int(text, key, v, 0));
+    if (f.rank > 1'000'000) bad(text, "rank is too large");
+  } else if (key == "step") {
+    f.step = parse_int(text, key, v, 0);
+  } else if (key == "after_chunks") {
+    f.after_chunks = parse_int(text, key, v, 0);
+  } else if (key == "at") {
+    f.at_seconds = parse_real(text, key, v, 0, 1e7, "a time in seconds >= 0");
+  } else if (key == "factor") {
+    f.factor = parse_real(text, key, v, 1, 1000, "a number from 1 to 1000 (a step takes factor x its usual time)");
+  } else if (key == "steps") {
+    f.steps = parse_int(text, key, v, 1);
+    if (*f.steps > 1'000'000'000) bad(text, "steps= is too large");
+  } else if (key == "error") {
+    for (const auto& [name, e] : kDiskErrors)
+      if (v == name) f.error = e;
+    if (!f.error) bad(text, rf::str("error='", v, "' is not one of ENOSPC, EIO, EROFS, EDQUOT"));
+  } else if (key == "delay") {
+    f.delay_s = parse_real(text, key, v, 0, 3600, "a time in seconds from 0 to 3600");
+  } else if (key == "writes") {
+    f.writes = parse_int(text, key, v, 1);
+    if (*f.writes > 1'000'000) bad(text, "writes= is too large");
+  } else if (key == "phase") {
+    f.phase = parse_phase_word(v);
+    if (!f.phase) bad(text, rf::str("unknown phase '", v, "'"));
+  } else {
+    bad(text, rf::str("unknown key '", key, "'"));
   }
-  if (!have_rank) bad(text, "rank= is required");
+}
+
+// The keys that do not go together, or not with f's kind.
+void check_combination(const FaultSpec& f, const std::string& text) {
   if (f.step && f.at_seconds) bad(text, "give either step= or at=, not both");
   if (!f.step && !f.at_seconds) bad(text, "one of step= or at= is required");
   if (f.at_seconds && (f.phase || f.after_chunks))
@@ -174,6 +175,25 @@ FaultSpec parse_fault_spec(const std::string& text) {
   }
   if (f.kind == FaultKind::GpuHang && f.after_chunks)
     bad(text, "gpu_hang enqueues its kernel at the start of a phase: no after_chunks=");
+}
+
+}  // namespace
+
+FaultSpec parse_fault_spec(const std::string& text) {
+  auto parts = split(text, ':');
+  FaultSpec f;
+  f.kind = parse_kind(text, parts[0]);
+  std::set<std::string> seen;
+  for (size_t i = 1; i < parts.size(); ++i) {
+    const std::string& kv = parts[i];
+    auto eq = kv.find('=');
+    if (eq == std::string::npos) bad(text, rf::str("'", kv, "' is not key=value"));
+    std::string key = kv.substr(0, eq), v = kv.substr(eq + 1);
+    if (!seen.insert(key).second) bad(text, rf::str("'", key, "' given twice"));
+    set_key(f, text, key, v);
+  }
+  if (!seen.count("rank")) bad(text, "rank= is required");
+  check_combination(f, text);
   return f;
 }
 

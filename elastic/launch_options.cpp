@@ -6,6 +6,9 @@
 #include <cstdlib>
 #include <functional>
 #include <map>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "base/cli.h"
 #include "base/error.h"
@@ -30,6 +33,13 @@ Duration parse_duration(const std::string& flag, const std::string& text) {
 
 namespace {
 
+// 100ms, 1s, 1.5s: the duration as a flag takes it.
+std::string duration_text(Duration d) {
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
+  if (ms % 1000 != 0 && ms < 1000) return rf::str(ms, "ms");
+  return rf::str(static_cast<double>(ms) / 1000.0, "s");
+}
+
 // Ours: CLI11's integers also take hex, octal and leading blanks (base/cli.h).
 int parse_int(const std::string& flag, const std::string& text, int min, int max) {
   int x = 0;
@@ -41,22 +51,53 @@ int parse_int(const std::string& flag, const std::string& text, int min, int max
 
 using Setter = std::function<void(const std::string& flag, const std::string& value)>;
 
+constexpr const char* kRequired = "required";
+
+// A flag's help: its value's name, what it does, its default ("" : none to show; kRequired:
+// the flag must be given).
+struct Help {
+  std::string meta, text, fallback;
+};
+
 // The flags of one command: CLI11 holds the table and collects the values (base/cli.h);
 // each setter converts its value. Every name is its own option, so that a message names
-// the flag as it was typed (-n or --nprocs). Help is apps/ringfence/main.cpp's kUsage.
+// the flag as it was typed (-n or --nprocs); each carries its description and default,
+// and help() lists the flags once each, with both.
 class Command {
  public:
   Command() { app_.set_help_flag(); }  // -h and --help are the launcher's (main.cpp)
-  void value(const std::string& names, Setter set) { add(names, set, true); }
-  void toggle(const std::string& name, std::function<void()> set) {
-    add(name, [set](auto&, auto&) { set(); }, false);
+  void value(const std::string& names, const Help& h, Setter set) { add(names, h, set, true); }
+  void toggle(const std::string& name, const std::string& text, std::function<void()> set) {
+    add(name, {"", text, "off"}, [set](auto&, auto&) { set(); }, false);
   }
   void timing(TimingFlags& t) {
-    value("--heartbeat", [&t](auto& f, auto& v) { t.heartbeat = parse_duration(f, v); });
-    value("--lease", [&t](auto& f, auto& v) { t.lease = parse_duration(f, v); });
-    value("--join-window", [&t](auto& f, auto& v) { t.join_window = parse_duration(f, v); });
-    value("--min-world-timeout", [&t](auto& f, auto& v) { t.min_world_timeout = parse_duration(f, v); });
-    value("--report-timeout", [&t](auto& f, auto& v) { t.report_timeout = parse_duration(f, v); });
+    const TimingFlags d;
+    value("--heartbeat", {"T", "how often a worker renews its lease", duration_text(d.heartbeat)},
+          [&t](auto& f, auto& v) { t.heartbeat = parse_duration(f, v); });
+    value("--lease", {"T", "a worker whose lease is not renewed within T is evicted", duration_text(d.lease)},
+          [&t](auto& f, auto& v) { t.lease = parse_duration(f, v); });
+    value("--join-window",
+          {"T", "how long the first generation waits for more workers to join", duration_text(d.join_window)},
+          [&t](auto& f, auto& v) { t.join_window = parse_duration(f, v); });
+    value("--min-world-timeout",
+          {"T", "how long the job waits below --min-world before it stops", duration_text(d.min_world_timeout)},
+          [&t](auto& f, auto& v) { t.min_world_timeout = parse_duration(f, v); });
+    value("--report-timeout",
+          {"T", "a member silent in a recovery round this long is evicted", duration_text(d.report_timeout)},
+          [&t](auto& f, auto& v) { t.report_timeout = parse_duration(f, v); });
+  }
+  // One line per flag: its names and value, what it does, its default.
+  std::string help() const {
+    std::string out = "options:\n";
+    for (const auto& [names, h] : help_) {
+      std::string left = "  " + names + (h.meta.empty() ? "" : " " + h.meta);
+      left.resize(std::max<size_t>(left.size() + 2, 28), ' ');
+      const std::string fallback = h.fallback == kRequired ? " (required)"
+                                   : h.fallback.empty() ? ""
+                                                        : " (default: " + h.fallback + ")";
+      out += left + h.text + fallback + "\n";
+    }
+    return out;
   }
   // unknown_hint follows "unknown option 'X'" in that message.
   void parse(const std::vector<std::string>& args, const std::string& unknown_hint) {
@@ -77,19 +118,63 @@ class Command {
   }
 
  private:
-  void add(const std::string& names, const Setter& set, bool takes_value) {
+  void add(const std::string& names, const Help& h, const Setter& set, bool takes_value) {
     for (const std::string& name : CLI::detail::split(names, ',')) {
-      CLI::Option* o = takes_value ? rf::cli::value_flag(app_, name, "", "") : rf::cli::toggle(app_, name, "");
+      CLI::Option* o =
+          takes_value ? rf::cli::value_flag(app_, name, h.meta, h.text) : rf::cli::toggle(app_, name, h.text);
+      o->default_str(h.fallback);
       setters_[o] = set;
     }
+    std::string shown = names;
+    for (size_t i = shown.find(','); i != std::string::npos; i = shown.find(',', i + 2)) shown.insert(i + 1, " ");
+    help_.emplace_back(shown, h);
   }
   CLI::App app_;
   std::map<const CLI::Option*, Setter> setters_;
+  std::vector<std::pair<std::string, Help>> help_;  // in declaration order
 };
 
 void check_timing(const TimingFlags& t) {
   if (t.heartbeat >= t.lease)
     throw rf::InvalidInput("--heartbeat must be shorter than --lease (a lease is renewed by heartbeats)");
+}
+
+
+// The flags of `ringfence run`, setting `o` (have_n: -n was given).
+void declare_run(Command& c, RunOptions& o, bool& have_n) {
+  const RunOptions d;
+  c.value("-n,--nprocs", {"N", "workers on this node (with one node: the target world size W)", kRequired},
+          [&](auto& f, auto& v) { o.nprocs = parse_int(f, v, 1, 4096), have_n = true; });
+  c.value("--min-world", {"M", "the fewest members the job goes on with", "W, every worker"},
+          [&](auto& f, auto& v) { o.min_world = parse_int(f, v, 1, 1 << 20); });
+  c.value("--spares", {"K", "extra workers per node that wait to fill a dead member's place", rf::str(d.spares)},
+          [&](auto& f, auto& v) { o.spares = parse_int(f, v, 0, 4096); });
+  c.value("--max-restarts", {"R", "restarts per slot", rf::str(d.max_restarts)},
+          [&](auto& f, auto& v) { o.max_restarts = parse_int(f, v, 0, 1 << 20); });
+  c.timing(o.timing);
+  c.value("--inject", {"SPEC", "a fault to inject (repeatable; SPEC below)", "none"},
+          [&](auto&, auto& v) { o.inject.push_back(parse_fault_spec(v)); });
+  c.value("--summary", {"FILE", "write the job's summary (JSON) there at the end", "none"},
+          [&](auto&, auto& v) { o.summary_path = v; });
+  c.value("--event-log", {"FILE", "the coordinator's event log (JSON lines)", "none"},
+          [&](auto&, auto& v) { o.event_log = v; });
+  c.value("--trace", {"FILE", "a Chrome trace of the job's workers and coordinator", "none"},
+          [&](auto&, auto& v) { o.trace = v; });
+  c.value("--coord", {"HOST:PORT", "join a `ringfence coord` there", "a coordinator inside this launcher"},
+          [&](auto&, auto& v) { o.coord = v; });
+  c.value("--etcd", {"URL[,URL...]", "follow the leader of `ringfence coord --etcd` replicas", "none"},
+          [&](auto&, auto& v) { o.etcd = v; });
+  c.value("--job", {"NAME", "the job's name in etcd", d.job}, [&](auto&, auto& v) { o.job = v; });
+  c.value("--token-file", {"FILE", "read the job token there (with --coord or --etcd)", "$RINGFENCE_TOKEN"},
+          [&](auto&, auto& v) { o.token_file = v; });
+  c.value("--nnodes", {"N", "launchers (nodes) in the job", rf::str(d.nnodes)},
+          [&](auto& f, auto& v) { o.nnodes = parse_int(f, v, 1, 1 << 16); });
+  c.value("--node-rank", {"I", "this launcher's index among them", rf::str(d.node_rank)},
+          [&](auto& f, auto& v) { o.node_rank = parse_int(f, v, 0, 1 << 16); });
+  c.value("--stop-grace", {"T", "after Ctrl-C, workers still running this long later are killed",
+                           duration_text(d.stop_grace)},
+          [&](auto& f, auto& v) { o.stop_grace = parse_duration(f, v); });
+  c.toggle("--quiet", "no live status line", [&] { o.quiet = true; });
 }
 
 }  // namespace
@@ -102,23 +187,7 @@ RunOptions parse_run_args(const std::vector<std::string>& argv) {
   if (dashes != argv.end()) o.program.assign(dashes + 1, argv.end());
   bool have_n = false;
   Command c;
-  c.value("-n,--nprocs", [&](auto& f, auto& v) { o.nprocs = parse_int(f, v, 1, 4096), have_n = true; });
-  c.value("--min-world", [&](auto& f, auto& v) { o.min_world = parse_int(f, v, 1, 1 << 20); });
-  c.value("--spares", [&](auto& f, auto& v) { o.spares = parse_int(f, v, 0, 4096); });
-  c.value("--max-restarts", [&](auto& f, auto& v) { o.max_restarts = parse_int(f, v, 0, 1 << 20); });
-  c.timing(o.timing);
-  c.value("--inject", [&](auto&, auto& v) { o.inject.push_back(parse_fault_spec(v)); });
-  c.value("--summary", [&](auto&, auto& v) { o.summary_path = v; });
-  c.value("--event-log", [&](auto&, auto& v) { o.event_log = v; });
-  c.value("--trace", [&](auto&, auto& v) { o.trace = v; });
-  c.value("--coord", [&](auto&, auto& v) { o.coord = v; });
-  c.value("--etcd", [&](auto&, auto& v) { o.etcd = v; });
-  c.value("--job", [&](auto&, auto& v) { o.job = v; });
-  c.value("--token-file", [&](auto&, auto& v) { o.token_file = v; });
-  c.value("--nnodes", [&](auto& f, auto& v) { o.nnodes = parse_int(f, v, 1, 1 << 16); });
-  c.value("--node-rank", [&](auto& f, auto& v) { o.node_rank = parse_int(f, v, 0, 1 << 16); });
-  c.value("--stop-grace", [&](auto& f, auto& v) { o.stop_grace = parse_duration(f, v); });
-  c.toggle("--quiet", [&] { o.quiet = true; });
+  declare_run(c, o, have_n);
   c.parse(std::vector<std::string>(argv.begin(), dashes), " (see ringfence run --help)");
   if (!have_n) throw rf::InvalidInput("-n N (workers) is required");
   if (o.program.empty()) throw rf::InvalidInput("give the worker program after --");
@@ -145,21 +214,54 @@ RunOptions parse_run_args(const std::vector<std::string>& argv) {
   return o;
 }
 
+namespace {
+
+// The flags of `ringfence coord`, setting `o`.
+void declare_coord(Command& c, CoordOptions& o) {
+  const CoordOptions d;
+  c.value("-n,--world", {"W", "the target world size (every node's workers)", kRequired},
+          [&](auto& f, auto& v) { o.world = parse_int(f, v, 1, 1 << 20); });
+  c.value("--min-world", {"M", "the fewest members the job goes on with", "W"},
+          [&](auto& f, auto& v) { o.min_world = parse_int(f, v, 1, 1 << 20); });
+  c.value("--host", {"H", "the address to listen on (0.0.0.0: every interface)", d.host},
+          [&](auto&, auto& v) { o.host = v; });
+  c.value("--port", {"P", "the port to listen on (0: any free port)", rf::str(d.port)},
+          [&](auto& f, auto& v) { o.port = parse_int(f, v, 0, 65535); });
+  c.timing(o.timing);
+  c.value("--event-log", {"FILE", "the event log (JSON lines)", "none"}, [&](auto&, auto& v) { o.event_log = v; });
+  c.value("--token-file", {"FILE", "write the job token there (mode 0600); with --etcd, read it", "none"},
+          [&](auto&, auto& v) { o.token_file = v; });
+  c.value("--etcd", {"URL[,URL...]", "be one of several replicas electing a leader in etcd", "none"},
+          [&](auto&, auto& v) { o.etcd = v; });
+  c.value("--job", {"NAME", "the job's name in etcd", d.job}, [&](auto&, auto& v) { o.job = v; });
+  c.value("--id", {"NAME", "this replica's name", "HOST:PORT"}, [&](auto&, auto& v) { o.id = v; });
+  c.value("--advertise", {"HOST", "the address workers reach this replica at", "--host"},
+          [&](auto&, auto& v) { o.advertise = v; });
+  c.value("--leader-lease", {"T", "the leader's lease in etcd (whole seconds)", duration_text(d.leader_lease)},
+          [&](auto& f, auto& v) { o.leader_lease = parse_duration(f, v); });
+}
+
+}  // namespace
+
+std::string run_help() {
+  Command c;
+  RunOptions o;
+  bool have_n = false;
+  declare_run(c, o, have_n);
+  return c.help();
+}
+
+std::string coord_help() {
+  Command c;
+  CoordOptions o;
+  declare_coord(c, o);
+  return c.help();
+}
+
 CoordOptions parse_coord_args(const std::vector<std::string>& argv) {
   CoordOptions o;
   Command c;
-  c.value("-n,--world", [&](auto& f, auto& v) { o.world = parse_int(f, v, 1, 1 << 20); });
-  c.value("--min-world", [&](auto& f, auto& v) { o.min_world = parse_int(f, v, 1, 1 << 20); });
-  c.value("--host", [&](auto&, auto& v) { o.host = v; });
-  c.value("--port", [&](auto& f, auto& v) { o.port = parse_int(f, v, 0, 65535); });
-  c.timing(o.timing);
-  c.value("--event-log", [&](auto&, auto& v) { o.event_log = v; });
-  c.value("--token-file", [&](auto&, auto& v) { o.token_file = v; });
-  c.value("--etcd", [&](auto&, auto& v) { o.etcd = v; });
-  c.value("--job", [&](auto&, auto& v) { o.job = v; });
-  c.value("--id", [&](auto&, auto& v) { o.id = v; });
-  c.value("--advertise", [&](auto&, auto& v) { o.advertise = v; });
-  c.value("--leader-lease", [&](auto& f, auto& v) { o.leader_lease = parse_duration(f, v); });
+  declare_coord(c, o);
   c.parse(argv, "");
   if (o.world == 0) throw rf::InvalidInput("-n W (target world size, all nodes) is required");
   if (!o.etcd.empty()) {

@@ -63,5 +63,8 @@ struct CoordOptions {
 Duration parse_duration(const std::string& flag, const std::string& text);
 RunOptions parse_run_args(const std::vector<std::string>& args);
 CoordOptions parse_coord_args(const std::vector<std::string>& args);
+// Every flag of the command, one line each: its value, what it does, its default.
+std::string run_help();
+std::string coord_help();
 
 }  // namespace rf::elastic

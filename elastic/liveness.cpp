@@ -9,10 +9,24 @@ namespace {
 double seconds(Duration d) { return std::chrono::duration<double>(d).count(); }
 }  // namespace
 
+const char* to_string(LivenessVerdict::Kind k) {
+  switch (k) {
+    case LivenessVerdict::Alive: return "alive";
+    case LivenessVerdict::Stale: return "stale";
+    case LivenessVerdict::Hung: return "hung";
+    case LivenessVerdict::Wedged: return "wedged";
+  }
+  return "?";
+}
+
 LivenessVerdict judge_activity(TimePoint now, const Activity& a, TimePoint received, double wedge_factor,
                                Duration fresh_for) {
   LivenessVerdict v;
-  if (a.kind == Activity::Idle || a.bound <= Duration::zero() || now - received > fresh_for) return v;
+  if (a.kind == Activity::Idle || a.bound <= Duration::zero()) return v;
+  if (now - received > fresh_for) {
+    v.kind = LivenessVerdict::Stale;
+    return v;
+  }
   // The heartbeat left `elapsed` into the activity; it has gone on since it arrived (a
   // newer heartbeat would have replaced it). now < received cannot happen on one clock.
   // Time it only waited for a CPU does not count: starved is not stuck.

@@ -19,8 +19,9 @@
 //                                    wait; the communicator itself is stuck.
 //   idle                          -> Alive: every coordinator wait has its own deadline.
 //   last heartbeat older than
-//   `fresh_for`                   -> Alive: the process itself stopped talking (SIGSTOP, a
-//                                    cut link); its lease decides (D2), with its true cause.
+//   `fresh_for`                   -> Stale: the process itself stopped talking (SIGSTOP, a
+//                                    cut link); not judged here: its lease decides (D2),
+//                                    with its true cause.
 //
 // A member that stays alive but was judged is evicted (Cause::Hung / Cause::Wedged): the
 // launcher SIGKILLs and replaces it, and the round goes on without waiting for it.
@@ -32,11 +33,15 @@
 namespace rf::elastic {
 
 struct LivenessVerdict {
-  enum Kind { Alive, Hung, Wedged } kind = Alive;
+  // Alive: within its bound, idle or unbounded. Stale: its last heartbeat is too old to
+  // judge by; the lease decides. Hung, Wedged: evicted with that cause.
+  enum Kind { Alive, Stale, Hung, Wedged } kind = Alive;
   Duration elapsed{};    // in its activity as of now, less the time it waited for a CPU
   TimePoint first_seen;  // when the bound was crossed: the moment it could first be seen
   std::string detail;    // for the event log: what, where, how long, which bound
 };
+
+const char* to_string(LivenessVerdict::Kind k);  // alive, stale, hung, wedged
 
 LivenessVerdict judge_activity(TimePoint now, const Activity& activity, TimePoint received, double wedge_factor,
                                Duration fresh_for);

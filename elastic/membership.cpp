@@ -25,60 +25,6 @@ bool settle_wait(Query& q, uint64_t generation, Phase phase, const std::string& 
 
 }  // namespace
 
-const char* to_string(Cause c) {
-  switch (c) {
-    case Cause::ConnectionClosed: return "connection_closed";
-    case Cause::ProcessExited: return "process_exited";
-    case Cause::Replaced: return "replaced";
-    case Cause::LeaseExpired: return "lease_expired";
-    case Cause::Hung: return "hung";
-    case Cause::Wedged: return "wedged";
-    case Cause::ReportTimeout: return "report_timeout";
-    case Cause::ReadyTimeout: return "ready_timeout";
-    case Cause::LeftDuringRecovery: return "left_during_recovery";
-    case Cause::FailureReport: return "failure_report";
-    case Cause::MemberLeftGeneration: return "member_left_generation";
-    case Cause::Reconfigure: return "reconfigure";
-    case Cause::LeaderChanged: return "leader_changed";
-    case Cause::GpuStuck: return "gpu_stuck";
-  }
-  return "?";
-}
-
-bool evicts(Cause c) {
-  return c == Cause::LeaseExpired || c == Cause::Hung || c == Cause::Wedged || c == Cause::ReportTimeout ||
-         c == Cause::ReadyTimeout || c == Cause::GpuStuck;
-}
-
-const char* to_string(StopCause c) {
-  switch (c) {
-    case StopCause::BelowMinWorld: return "below_min_world";
-    case StopCause::DigestMismatch: return "digest_mismatch";
-    case StopCause::WorkerFatal: return "worker_fatal";
-  }
-  return "?";
-}
-
-const char* to_string(Activity::Kind k) {
-  switch (k) {
-    case Activity::Idle: return "idle";
-    case Activity::Compute: return "compute";
-    case Activity::Wait: return "wait";
-  }
-  return "?";
-}
-
-const char* to_string(Phase p) {
-  switch (p) {
-    case Phase::Forming: return "FORMING";
-    case Phase::Running: return "RUNNING";
-    case Phase::Recovering: return "RECOVERING";
-    case Phase::Stopped: return "STOPPED";
-    case Phase::Done: return "DONE";
-  }
-  return "?";
-}
-
 Membership::Membership(MembershipOptions options, TimePoint now) : opt_(options) {
   if (opt_.target_world < 1) throw rf::InvalidInput(rf::str("target world size ", opt_.target_world, " must be >= 1"));
   if (opt_.min_world < 1 || opt_.min_world > opt_.target_world)
@@ -107,7 +53,7 @@ Membership::Membership(MembershipOptions options, TimePoint now) : opt_(options)
     rec.first_seen = rec.revoked = now;
     recoveries_.push_back(rec);
     last_revoke_cause_ = Cause::LeaderChanged;
-    log({"revoke", to_string(Cause::LeaderChanged), {}, generation_, -1, now, now,
+    log({TransitionEvent::Revoke, to_string(Cause::LeaderChanged), {}, generation_, -1, now, now,
          rf::str("a new leader continues after generation ", generation_ - 1)});
   }
   round_.forming = opt_.previous_members.empty();
@@ -192,13 +138,13 @@ JoinResult Membership::join(WorkerId w, TimePoint now) {
       r.kind = Answer::Refused;
       r.reason = rf::str("stale incarnation ", w.incarnation, " of slot ", w.slot, " (incarnation ",
                          old.id.incarnation, " exists)");
-      log({"refused", "stale_incarnation", w, generation_, -1, now, std::nullopt, r.reason});
+      log({TransitionEvent::Refused, "stale_incarnation", w, generation_, -1, now, std::nullopt, r.reason});
       return r;
     }
     if (old.id.incarnation == w.incarnation && old.live && !old.left) {
       r.kind = Answer::Refused;
       r.reason = rf::str("slot ", w.slot, " incarnation ", w.incarnation, " has already joined");
-      log({"refused", "duplicate", w, generation_, -1, now, std::nullopt, r.reason});
+      log({TransitionEvent::Refused, "duplicate", w, generation_, -1, now, std::nullopt, r.reason});
       return r;
     }
     if (old.id.incarnation < w.incarnation && old.live && !old.left) {
@@ -215,7 +161,7 @@ JoinResult Membership::join(WorkerId w, TimePoint now) {
   ever_joined_.insert({w.slot, w.incarnation});
   r.generation = generation_;
   r.phase = phase_;
-  log({"join", "", w, generation_, -1, now, std::nullopt, ""});
+  log({TransitionEvent::Join, "", w, generation_, -1, now, std::nullopt, ""});
   return r;
 }
 
@@ -227,7 +173,7 @@ HeartbeatResult Membership::heartbeat(WorkerId w, uint64_t worker_generation, in
   Worker* wk = live_worker(w);
   if (!wk) {
     r.fenced = true;
-    log({"heartbeat_stale", "unknown_or_evicted", w, worker_generation, step, now, std::nullopt, ""});
+    log({TransitionEvent::HeartbeatStale, "unknown_or_evicted", w, worker_generation, step, now, std::nullopt, ""});
     return r;
   }
   wk->lease_expiry = now + opt_.lease;
@@ -268,9 +214,9 @@ ReportResult Membership::report(WorkerId w, uint64_t round, const StateReport& s
       const bool was_flagged = reconfigure_flag();
       wk->report = state;
       wk->report_round = 0;
-      log({"report", "joiner", w, generation_, state.step, now, std::nullopt, "waits for the next round"});
+      log({TransitionEvent::Report, "joiner", w, generation_, state.step, now, std::nullopt, "waits for the next round"});
       if (!was_flagged && reconfigure_flag())
-        log({"reconfigure_requested", "joiner", w, generation_, max_member_step(), now, std::nullopt, ""});
+        log({TransitionEvent::ReconfigureRequested, "joiner", w, generation_, max_member_step(), now, std::nullopt, ""});
       return r;
     }
     if (round == generation_ + 1 && member) {
@@ -283,13 +229,13 @@ ReportResult Membership::report(WorkerId w, uint64_t round, const StateReport& s
     } else {
       r.kind = Answer::Stale;
       r.reason = rf::str("report for round ", round, " while generation ", generation_, " runs");
-      log({"stale", "report", w, round, state.step, now, std::nullopt, r.reason});
+      log({TransitionEvent::Stale, "report", w, round, state.step, now, std::nullopt, r.reason});
       return r;
     }
   } else if (round != 0 && round < generation_) {
     r.kind = Answer::Stale;
     r.reason = rf::str("report for round ", round, ", the open round is ", generation_);
-    log({"stale", "report", w, round, state.step, now, std::nullopt, r.reason});
+    log({TransitionEvent::Stale, "report", w, round, state.step, now, std::nullopt, r.reason});
     return r;
   }
   r.generation = generation_;
@@ -298,7 +244,7 @@ ReportResult Membership::report(WorkerId w, uint64_t round, const StateReport& s
   // from a rank of that plan (a repeated report must not take it out of its own round).
   const PlanRank* placed = round_plan_ ? round_plan_->find(w.slot) : nullptr;
   wk->report_round = round_plan_ && !(placed && placed->worker == w) ? 0 : generation_;
-  log({"report", state.has_state ? "state" : "no_state", w, generation_, state.step, now, std::nullopt,
+  log({TransitionEvent::Report, state.has_state ? "state" : "no_state", w, generation_, state.step, now, std::nullopt,
        state.digest});
   try_close_round(now);
   return r;
@@ -331,11 +277,11 @@ Answer Membership::ready(WorkerId w, uint64_t generation, TimePoint now) {
   if (phase_ == Phase::Running || generation != generation_ || !pr || !(pr->worker == w)) {
     a.kind = Answer::Stale;
     a.reason = rf::str("ready for generation ", generation, " does not match the open round ", generation_);
-    log({"stale", "ready", w, generation, -1, now, std::nullopt, a.reason});
+    log({TransitionEvent::Stale, "ready", w, generation, -1, now, std::nullopt, a.reason});
     return a;
   }
   round_.ready.insert(w.slot);
-  log({"ready", "", w, generation_, round_plan_->target_step, now, std::nullopt, ""});
+  log({TransitionEvent::Ready, "", w, generation_, round_plan_->target_step, now, std::nullopt, ""});
   if (round_.ready.size() == round_plan_->ranks.size()) become_running(now);
   return a;
 }
@@ -389,7 +335,7 @@ Answer Membership::leave(WorkerId w, TimePoint now, std::optional<int64_t> step)
     return a;
   }
   wk->left = true;
-  log({"leave", stop_flag_ ? "stop" : "finished", w, generation_, wk->step, now, std::nullopt, ""});
+  log({TransitionEvent::Leave, stop_flag_ ? "stop" : "finished", w, generation_, wk->step, now, std::nullopt, ""});
   check_done(now);
   return a;
 }
@@ -410,19 +356,19 @@ void Membership::worker_injected(WorkerId w, uint64_t generation, int64_t step, 
   // from a worker the coordinator no longer counts. The list is bounded (the summary must
   // fit in one frame); every one is logged.
   if (fired_.size() < kMaxFired) fired_.push_back({spec, w, generation, step, now});
-  log({"injected", "", w, generation, step, now, std::nullopt, spec});
+  log({TransitionEvent::Injected, "", w, generation, step, now, std::nullopt, spec});
 }
 
 void Membership::request_stop(TimePoint now) {
   if (stop_flag_) return;
   stop_flag_ = true;
-  log({"stop_requested", "launcher", {}, generation_, max_member_step(), now, std::nullopt, ""});
+  log({TransitionEvent::StopRequested, "launcher", {}, generation_, max_member_step(), now, std::nullopt, ""});
   if (phase_ == Phase::Forming || phase_ == Phase::Recovering) {
     // No generation runs, so no control block can carry the flag (R5): end the job now.
     // Every worker still holds a committed state (R1); waiting plans and barriers answer
     // "done" and the workers exit.
     phase_ = Phase::Done;
-    log({"done", "stop_during_recovery", {}, generation_, -1, now, std::nullopt, ""});
+    log({TransitionEvent::Done, "stop_during_recovery", {}, generation_, -1, now, std::nullopt, ""});
     return;
   }
   check_done(now);
@@ -465,7 +411,7 @@ void Membership::judge_stuck_members(TimePoint now) {
     if (!counted_on(w)) continue;
     // Fresh: the heartbeat before last may be late on a loaded machine, one more is not.
     const LivenessVerdict v = judge_activity(now, w.activity, w.activity_at, opt_.wedge_factor, 2 * opt_.heartbeat);
-    if (v.kind == LivenessVerdict::Alive) continue;
+    if (v.kind == LivenessVerdict::Alive || v.kind == LivenessVerdict::Stale) continue;
     fail(w, v.kind == LivenessVerdict::Hung ? Cause::Hung : Cause::Wedged, now, v.first_seen, v.detail);
     if (phase_ == Phase::Stopped || phase_ == Phase::Done) return;
   }

@@ -26,7 +26,7 @@ Answer Membership::failure_report(WorkerId reporter, uint64_t generation, int64_
     // the new generation for nothing.
     a.kind = Answer::Stale;
     a.reason = rf::str("failure report for generation ", generation, ", current is ", generation_);
-    log({"stale", "failure_report", reporter, generation, step, now, std::nullopt, detail});
+    log({TransitionEvent::Stale, "failure_report", reporter, generation, step, now, std::nullopt, detail});
     return a;
   }
   if (stuck && (phase_ == Phase::Running ? is_member(reporter) && !wk->left : in_round(reporter.slot))) {
@@ -56,7 +56,7 @@ bool Membership::evict_stuck_from_round(Worker& w, TimePoint now, const std::str
   w.report.reset();
   w.report_round.reset();
   evictions_.push_back(w.id);
-  log({"evict", to_string(Cause::GpuStuck), w.id, generation_, w.step, now, now, detail});
+  log({TransitionEvent::Evict, to_string(Cause::GpuStuck), w.id, generation_, w.step, now, now, detail});
   round_.expected.erase(w.id.slot);
   // The round was opened by reports naming nobody (a stuck GPU looks like a peer waiting in
   // a collective): this recovery's cause and culprit are the stuck member.
@@ -73,7 +73,7 @@ void Membership::fail(Worker& w, Cause cause, TimePoint now, TimePoint first_see
   w.report.reset();
   w.report_round.reset();
   if (evicts(cause)) evictions_.push_back(w.id);
-  log({evicts(cause) ? "evict" : "fail", to_string(cause), w.id, generation_, w.step, now, first_seen, detail});
+  log({evicts(cause) ? TransitionEvent::Evict : TransitionEvent::Fail, to_string(cause), w.id, generation_, w.step, now, first_seen, detail});
   if (phase_ == Phase::Stopped || phase_ == Phase::Done) return;
   const bool member = is_member(w.id);
   if (phase_ == Phase::Running) {
@@ -128,7 +128,7 @@ void Membership::revoke(Cause cause, WorkerId who, int64_t step, TimePoint now, 
     if (w.report_round && *w.report_round != 0) w.report_round.reset(), w.report.reset();
   for (auto& [slot, w] : workers_)
     if (w.live && w.report_round == 0u) w.report_round = generation_;
-  log({"revoke", to_string(cause), who, generation_, step, now, first_seen, detail});
+  log({TransitionEvent::Revoke, to_string(cause), who, generation_, step, now, first_seen, detail});
 }
 
 void Membership::try_close_round(TimePoint now) {
@@ -173,7 +173,7 @@ void Membership::try_close_round(TimePoint now) {
     recoveries_.back().planned_at = now;
     recoveries_.back().whole_job_restart |= round_plan_->whole_job_restart;
   }
-  log({"plan", round_.forming ? "forming" : "recovery", {}, generation_, round_plan_->target_step, now, std::nullopt,
+  log({TransitionEvent::Plan, round_.forming ? "forming" : "recovery", {}, generation_, round_plan_->target_step, now, std::nullopt,
        rf::str("world ", round_plan_->world(), ", T ", round_plan_->target_step,
                round_plan_->shrink_from ? rf::str(", shrinks generation ", round_plan_->shrink_from) : "",
                round_plan_->whole_job_restart ? ", whole-job restart (every worker that held state is gone)" : "")});
@@ -203,7 +203,7 @@ void Membership::become_running(TimePoint now) {
   }
   running_plan_ = std::move(round_plan_);
   round_plan_.reset();
-  log({"running", "", {}, generation_, running_plan_->target_step, now, std::nullopt,
+  log({TransitionEvent::Running, "", {}, generation_, running_plan_->target_step, now, std::nullopt,
        rf::str("world ", running_plan_->world())});
   check_done(now);
 }
@@ -211,7 +211,7 @@ void Membership::become_running(TimePoint now) {
 void Membership::stop_job(StopCause cause, const std::string& error, TimePoint now) {
   phase_ = Phase::Stopped;
   error_ = error;
-  log({"stop", to_string(cause), {}, generation_, -1, now, std::nullopt, error});
+  log({TransitionEvent::Stop, to_string(cause), {}, generation_, -1, now, std::nullopt, error});
 }
 
 void Membership::check_done(TimePoint now) {
@@ -227,7 +227,7 @@ void Membership::check_done(TimePoint now) {
     if (auto it = workers_.find(m.slot); it != workers_.end() && it->second.id == m && it->second.left) any_left = true;
   if (!any_left) return;
   phase_ = Phase::Done;
-  log({"done", stop_flag_ ? "stop" : "finished", {}, generation_, -1, now, std::nullopt, ""});
+  log({TransitionEvent::Done, stop_flag_ ? "stop" : "finished", {}, generation_, -1, now, std::nullopt, ""});
 }
 
 }  // namespace rf::elastic

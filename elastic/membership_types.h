@@ -17,6 +17,8 @@ using namespace std::chrono_literals;
 
 enum class Phase { Forming, Running, Recovering, Stopped, Done };
 const char* to_string(Phase p);  // FORMING, RUNNING, ...
+// The phase named `text` (to_string's word); nullopt when it names none.
+std::optional<Phase> parse_phase(const std::string& text);
 
 // Why a worker failed or a generation was revoked: the `cause` of the event log's fail,
 // evict and revoke lines, of a recovery in the summary, and of a revocation as workers hear
@@ -78,6 +80,7 @@ struct Activity {
   std::string where;     // e.g. "step 325", "recovery of generation 3" (for the event log)
 };
 const char* to_string(Activity::Kind k);  // idle, compute, wait
+std::optional<Activity::Kind> parse_activity_kind(const std::string& text);
 
 inline constexpr size_t kMaxJobIdBytes = 64;  // Plan::job_id is bounded on the wire
 
@@ -123,6 +126,8 @@ struct Answer {
   std::string reason;
   bool ok() const { return kind == Accepted; }
 };
+const char* to_string(Answer::Kind k);  // accepted, stale, fenced, refused, stopped, finished
+std::optional<Answer::Kind> parse_answer_kind(const std::string& text);
 
 struct JoinResult : Answer {
   Phase phase = Phase::Forming;
@@ -146,17 +151,27 @@ struct PlanQuery {
   Plan plan;          // when Ready
   std::string error;  // when Stopped
 };
+const char* to_string(PlanQuery::Kind k);  // a plan reply's status word: pending, plan, revoked, ...
 
 struct ReadyQuery {
   enum Kind { Pending, Running, Revoked, Fenced, Stopped, Done } kind = Pending;
   uint64_t generation = 0;
   std::string error;
 };
+const char* to_string(ReadyQuery::Kind k);  // a ready reply's status word: pending, running, revoked, ...
+
+// What a line of the event log records; to_string gives its `event` word (join, refused,
+// heartbeat_stale, ...).
+enum class TransitionEvent {
+  Join, Refused, HeartbeatStale, Fail, Evict, Revoke, Report, Stale, Plan, Ready, Running,
+  ReconfigureRequested, StopRequested, Leave, Injected, Stop, Done,
+};
+const char* to_string(TransitionEvent e);
+std::optional<TransitionEvent> parse_transition_event(const std::string& text);
 
 // One line of the event log (the server adds wall-clock timestamps).
 struct Transition {
-  std::string event;  // join, refused, heartbeat_stale, fail, evict, revoke, report, stale,
-                      // plan, ready, running, reconfigure_requested, stop_requested, leave, stop, done
+  TransitionEvent event = TransitionEvent::Join;
   std::string cause;
   WorkerId worker;  // slot -1 when none
   uint64_t generation = 0;

@@ -2,9 +2,10 @@
 
 #include <poll.h>
 
-#include <cstdio>
 #include <memory>
+#include <optional>
 
+#include "base/log.h"
 #include "base/str.h"
 #include "elastic/auth.h"
 #include "elastic/control_state.h"
@@ -18,16 +19,14 @@ using namespace rf::elastic;
 
 namespace {
 
-void say(const std::string& id, const std::string& text) {
-  std::printf("ringfence coord %s: %s\n", id.c_str(), text.c_str());
-  std::fflush(stdout);
-}
+// A replica's line names the replica: several may share a terminal or a log.
+void say(const std::string& id, const std::string& text) { rf::log::info("coord", id, ": ", text); }
 
-// The phase the job's committed state holds ("" when none yet).
-std::string committed_phase(Leadership& lead) {
+// The phase the job's committed state holds (nullopt when none yet).
+std::optional<Phase> committed_phase(Leadership& lead) {
   for (const auto& kv : lead.load("state"))
     if (kv.key == "state") return decode_control_state(kv.value).phase;
-  return "";
+  return std::nullopt;
 }
 
 // A standby's watch on the leader: an authenticated connection to its coordinator (role
@@ -73,6 +72,55 @@ class LeaderWatch {
   TimePoint next_try_{};
 };
 
+// Serves until the job is over and no launcher is left. A leader that took over waits a
+// while longer: a launcher may still be following the old leader (it finds this one only
+// once a call to the old one failed and etcd names this one: up to a lease and a connect
+// attempt). Leaving when the first launchers left would leave it no leader to report its
+// workers' exits to and get the job's summary from.
+void serve(Coordinator& coord, const Leadership& lead, bool took_over, const volatile sig_atomic_t& stop) {
+  const Duration linger = took_over ? 2 * lead.lease() + std::chrono::seconds(1) : Duration::zero();
+  bool had_launcher = false;
+  TimePoint last_launcher = Clock::now();
+  while (!stop && !coord.lost_leadership()) {
+    const int launchers = coord.launcher_connections();
+    had_launcher |= launchers > 0;
+    if (launchers > 0) last_launcher = Clock::now();
+    if (coord.finished() && had_launcher && launchers == 0 && Clock::now() - last_launcher >= linger) break;
+    ::poll(nullptr, 0, 20);
+  }
+}
+
+// What a replica that won the lead does first.
+struct Lead {
+  std::unique_ptr<Coordinator> coord;  // null: not serving (see exit_code)
+  bool took_over = false;              // an earlier leader ran this job
+  std::optional<int> exit_code;        // the job ended under an earlier leader: the replica's status
+};
+
+// A job that ended under an earlier leader stays ended: the standbys leave one by one.
+// etcd not answering: no coordinator and no exit code (the lead is given back).
+Lead take_lead(const CoordOptions& o, const CoordinatorOptions& base, const std::shared_ptr<Leadership>& lead,
+               const std::string& id) {
+  Lead out;
+  try {
+    const std::optional<Phase> phase = committed_phase(*lead);
+    out.took_over = phase.has_value();
+    if (phase == Phase::Done || phase == Phase::Stopped) {
+      say(id, rf::str("job '", o.job, "' is over (", to_string(*phase), " in etcd); a new job needs a new --job name, or ",
+                      "the old one's keys deleted (etcdctl del --prefix ", control_prefix(o.job), ")"));
+      lead->resign();
+      out.exit_code = phase == Phase::Done ? 0 : 1;
+      return out;
+    }
+    CoordinatorOptions co = base;
+    co.leadership = lead;
+    out.coord = std::make_unique<Coordinator>(co);
+  } catch (const EtcdUnavailable& e) {
+    say(id, rf::str("won the lead but could not read the job's state: ", e.what()));
+  }
+  return out;
+}
+
 }  // namespace
 
 int run_coord_replica(const CoordOptions& o, CoordinatorOptions base, const volatile sig_atomic_t& stop) {
@@ -84,57 +132,24 @@ int run_coord_replica(const CoordOptions& o, CoordinatorOptions base, const vola
     say(id, rf::str("standing by for job '", o.job, "' (etcd ", o.etcd, ")"));
     LeaderWatch watch(*lead, base.token, id);
     const auto unavailable = [&](const std::string& why) { say(id, "etcd does not answer, still trying: " + why); };
-    if (!lead->campaign(
-            addr,
-            [&] {
-              watch.look();
-              return stop != 0;
-            },
-            unavailable))
-      break;
-    std::unique_ptr<Coordinator> coord;
-    bool took_over = false;  // an earlier leader ran this job
-    try {
-      // A job that ended under an earlier leader stays ended: the standbys leave one by one.
-      const std::string phase = committed_phase(*lead);
-      took_over = !phase.empty();
-      if (phase == "DONE" || phase == "STOPPED") {
-        say(id, rf::str("job '", o.job, "' is over (", phase, " in etcd); a new job needs a new --job name, or ",
-                        "the old one's keys deleted (etcdctl del --prefix ", control_prefix(o.job), ")"));
-        lead->resign();
-        return phase == "DONE" ? 0 : 1;
-      }
-      CoordinatorOptions co = base;
-      co.leadership = lead;
-      coord = std::make_unique<Coordinator>(co);
-    } catch (const EtcdUnavailable& e) {
-      say(id, rf::str("won the lead but could not read the job's state: ", e.what()));
-      continue;  // gives the lead back (the Leadership resigns) and stands by again
-    }
+    const auto look = [&] {
+      watch.look();
+      return stop != 0;
+    };
+    if (!lead->campaign(addr, look, unavailable)) break;
+    Lead l = take_lead(o, base, lead, id);
+    if (l.exit_code) return *l.exit_code;
+    if (!l.coord) continue;  // gives the lead back (the Leadership resigns) and stands by again
     say(id, rf::str("leading job '", o.job, "' at ", addr, " (lease ",
                     std::chrono::duration<double>(lead->lease()).count(), " s)"));
-    coord->start();
-    // Serve until the job is over and no launcher is left. A leader that took over waits a
-    // while longer: a launcher may still be following the old leader (it finds this one only
-    // once a call to the old one failed and etcd names this one: up to a lease and a connect
-    // attempt). Leaving when the first launchers left would leave it no leader to report its
-    // workers' exits to and get the job's summary from.
-    const Duration linger = took_over ? 2 * lead->lease() + std::chrono::seconds(1) : Duration::zero();
-    bool had_launcher = false;
-    TimePoint last_launcher = Clock::now();
-    while (!stop && !coord->lost_leadership()) {
-      const int launchers = coord->launcher_connections();
-      had_launcher |= launchers > 0;
-      if (launchers > 0) last_launcher = Clock::now();
-      if (coord->finished() && had_launcher && launchers == 0 && Clock::now() - last_launcher >= linger) break;
-      ::poll(nullptr, 0, 20);
-    }
-    if (coord->lost_leadership()) {
-      say(id, "lost the lead: " + coord->lost_reason());
+    l.coord->start();
+    serve(*l.coord, *lead, l.took_over, stop);
+    if (l.coord->lost_leadership()) {
+      say(id, "lost the lead: " + l.coord->lost_reason());
       continue;
     }
-    const Phase phase = coord->phase();
-    coord.reset();  // stops serving, then the lead is given back
+    const Phase phase = l.coord->phase();
+    l.coord.reset();  // stops serving, then the lead is given back
     lead->resign();
     say(id, rf::str("job ", to_string(phase)));
     return phase == Phase::Done ? 0 : 1;

@@ -18,6 +18,7 @@
 #include "apps/ringfence/timeline.h"
 #include "apps/ringfence/timeline_html.h"
 #include "base/error.h"
+#include "base/log.h"
 #include "base/str.h"
 #include "apps/ringfence/coord_replica.h"
 #include "elastic/coordinator.h"
@@ -28,25 +29,39 @@ using namespace rf::elastic;
 
 namespace {
 
-// Our own text, not CLI11's list: one synopsis per command shows which flags go together
-// (| and nested [...]), which a list of flags cannot.
-const char* kUsage =
-    "usage:\n"
+// The synopses are our own text: one per command shows which flags go together (| and
+// nested [...]), which a list of flags cannot. `ringfence run --help` and `ringfence coord
+// --help` add every flag with what it does and its default (elastic/launch_options.h).
+const char* kRunSynopsis =
     "  ringfence run -n N [--min-world M] [--spares K] [--max-restarts R] [--join-window T]\n"
     "                [--heartbeat T --lease T] [--min-world-timeout T] [--report-timeout T] [--inject SPEC]...\n"
     "                [--summary FILE] [--event-log FILE] [--trace FILE] [--stop-grace T] [--quiet]\n"
     "                [--coord HOST:PORT | --etcd URL[,URL...] [--job NAME]] [--token-file F] [--nnodes N --node-rank I]\n"
-    "                -- PROGRAM ARGS...\n"
+    "                -- PROGRAM ARGS...\n";
+const char* kCoordSynopsis =
     "  ringfence coord -n W [--min-world M] [--host H] [--port P] [--token-file F] [--event-log FILE]\n"
     "                [--join-window T] [--heartbeat T --lease T] [--min-world-timeout T] [--report-timeout T]\n"
     "                [--etcd URL[,URL...] [--job NAME] [--id NAME] [--advertise HOST] [--leader-lease T]]\n"
-    "                (--etcd: one of several replicas; the job token is read from --token-file or RINGFENCE_TOKEN)\n"
+    "                (--etcd: one of several replicas; the job token is read from --token-file or RINGFENCE_TOKEN)\n";
+const char* kTimelineSynopsis =
     "  ringfence timeline EVENTS.jsonl     (the coordinator's event log as a timeline)\n"
-    "  ringfence timeline --html OUT.html TRACE.json   (a --trace file as a self-contained page)\n"
+    "  ringfence timeline --html OUT.html TRACE.json   (a --trace file as a self-contained page)\n";
+const char* kSpec =
     "SPEC: KIND:rank=R:step=S[:phase=P][:after_chunks=K] | KIND:rank=R:at=SECONDS\n"
     "      KIND kill|stop|hang|exit|drop|slow; P forward|backward|allreduce|optimizer|transfer|recovery|leave\n"
-    "      slow also takes :factor=F:steps=N (N steps from S, each F x the rank's median step time)\n"
-    "A flag's value follows it (--lease 2s) or is joined to it (--lease=2s). See docs/launcher.md.\n";
+    "      slow also takes :factor=F:steps=N (N steps from S, each F x the rank's median step time)\n";
+const char* kValues =
+    "A flag's value follows it (--lease 2s) or is joined to it (--lease=2s); durations are 2s, 500ms or seconds.\n"
+    "See docs/launcher.md.\n";
+
+std::string usage() { return rf::str("usage:\n", kRunSynopsis, kCoordSynopsis, kTimelineSynopsis, kSpec, kValues); }
+
+// `ringfence CMD --help`: the command's synopsis and every flag.
+std::string command_help(const std::string& cmd) {
+  if (cmd == "run") return rf::str("usage:\n", kRunSynopsis, run_help(), kSpec, kValues);
+  if (cmd == "coord") return rf::str("usage:\n", kCoordSynopsis, coord_help(), kValues);
+  return usage();
+}
 
 // The worker program is looked up as execvpe() will (a name without '/' is searched in
 // PATH) and must be an executable file: otherwise every spawn fails the same way, once
@@ -158,13 +173,13 @@ int run_coord(const CoordOptions& o) {
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty() || args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
-    std::fputs(kUsage, args.empty() ? stderr : stdout);
+    std::fputs(usage().c_str(), args.empty() ? stderr : stdout);
     return args.empty() ? 2 : 0;
   }
   const std::string cmd = args[0];
   args.erase(args.begin());
   if (!args.empty() && (args[0] == "-h" || args[0] == "--help")) {
-    std::fputs(kUsage, stdout);
+    std::fputs(command_help(cmd).c_str(), stdout);
     return 0;
   }
   try {
@@ -175,7 +190,7 @@ int main(int argc, char** argv) {
         check_program(o.program.at(0));
         check_summary_path(o.summary_path);
       } catch (const rf::InvalidInput& e) {
-        std::fprintf(stderr, "ringfence run: %s\n", e.what());
+        rf::log::error("run", e.what());
         return 2;  // refused before anything starts
       }
       return rf::apps::run_supervisor(o);
@@ -185,7 +200,7 @@ int main(int argc, char** argv) {
       try {
         o = parse_coord_args(args);
       } catch (const rf::InvalidInput& e) {
-        std::fprintf(stderr, "ringfence coord: %s\n", e.what());
+        rf::log::error("coord", e.what());
         return 2;
       }
       return run_coord(o);
@@ -198,10 +213,11 @@ int main(int argc, char** argv) {
       }
       return rf::apps::print_timeline(args[0]);
     }
-    std::fprintf(stderr, "ringfence: unknown command '%s'\n%s", cmd.c_str(), kUsage);
+    rf::log::error("cli", "unknown command '", cmd, "'");
+    std::fputs(usage().c_str(), stderr);
     return 2;
   } catch (const rf::Error& e) {
-    std::fprintf(stderr, "ringfence %s: %s\n", cmd.c_str(), e.what());
+    rf::log::error(cmd, e.what());
     return 1;
   }
 }

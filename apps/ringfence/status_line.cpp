@@ -4,6 +4,7 @@
 
 #include <cstdio>
 
+#include "base/log.h"
 #include "base/str.h"
 
 namespace rf::apps {
@@ -63,8 +64,7 @@ void StatusLine::update(const json& st, int restarts) {
 
 void StatusLine::note(const std::string& text) {
   clear();
-  std::fprintf(stderr, "ringfence: %s\n", text.c_str());
-  std::fflush(stderr);
+  rf::log::info("run", text);
 }
 
 namespace {

@@ -7,6 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/log.h"
+
 namespace rf::apps {
 
 using nlohmann::json;
@@ -14,7 +16,7 @@ using nlohmann::json;
 int print_timeline(const std::string& path) {
   std::ifstream f(path);
   if (!f) {
-    std::fprintf(stderr, "ringfence timeline: cannot open '%s'\n", path.c_str());
+    rf::log::error("timeline", "cannot open '", path, "'");
     return 2;
   }
   std::string line;
@@ -58,9 +60,9 @@ int print_timeline(const std::string& path) {
     std::printf("%s\n", out.c_str());
     ++n;
   }
-  if (bad) std::fprintf(stderr, "ringfence timeline: %d line(s) were not events and were skipped\n", bad);
+  if (bad) rf::log::warn("timeline", bad, " line(s) were not events and were skipped");
   if (n == 0) {
-    std::fprintf(stderr, "ringfence timeline: no events in '%s'\n", path.c_str());
+    rf::log::error("timeline", "no events in '", path, "'");
     return 1;
   }
   return 0;

@@ -9,11 +9,13 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <variant>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "apps/ringfence/trace_merge.h"
+#include "base/log.h"
 #include "base/str.h"
 
 namespace rf::apps {
@@ -179,147 +181,190 @@ std::string track_label(const std::map<int, std::string>& pnames, const ThreadNa
   return p != pnames.end() ? p->second : str("pid ", pid, " tid ", tid);
 }
 
-}  // namespace
-
-int write_timeline_html(const std::string& trace_path, const std::string& out_path) {
-  std::ifstream f(trace_path);
-  if (!f) {
-    std::fprintf(stderr, "ringfence timeline: cannot open '%s'\n", trace_path.c_str());
-    return 2;
-  }
-  json doc = json::parse(f, nullptr, false);
-  const json* evs = doc.is_array()                                          ? &doc
-                    : doc.is_object() && doc.contains("traceEvents") ? &doc["traceEvents"]
-                                                                     : nullptr;
-  if (doc.is_discarded() || !evs || !evs->is_array()) {
-    std::fprintf(stderr, "ringfence timeline: '%s' is not a Chrome trace (a JSON array or {\"traceEvents\": [...]})\n",
-                 trace_path.c_str());
-    return 1;
-  }
+// A Chrome trace read into tracks: process and thread names, events by (pid, tid).
+struct Trace {
   std::map<int, std::string> pnames;
   ThreadNames tnames;
   std::map<std::pair<int, int64_t>, Track> tracks;  // ordered by pid, then tid
   int64_t t0 = INT64_MAX, t1 = INT64_MIN;
-  for (const json& e : *evs) {
-    if (!e.is_object()) continue;
-    const std::string ph = e.value("ph", "");
-    const int pid = e.value("pid", 0);
-    const int64_t tid = e.value("tid", int64_t{0});
-    if (ph == "M") {
-      const std::string n = e.contains("args") ? e["args"].value("name", "") : "";
-      if (e.value("name", "") == "process_name") pnames[pid] = n;
-      if (e.value("name", "") == "thread_name") tnames[{pid, tid}] = n;
-      continue;
-    }
-    if (ph != "X" && ph != "i" && ph != "I") continue;
-    Event ev;
-    ev.name = e.value("name", "?");
-    ev.ph = ph == "X" ? 'X' : 'i';
-    ev.ts = e.value("ts", int64_t{0});
-    ev.dur = ev.ph == 'X' ? std::max<int64_t>(0, e.value("dur", int64_t{0})) : 0;
-    ev.args = e.value("args", json::object());
-    t0 = std::min(t0, ev.ts);
-    t1 = std::max(t1, ev.ts + ev.dur);
-    Track& t = tracks[{pid, tid}];
-    t.pid = pid;
-    t.tid = tid;
-    t.events.push_back(std::move(ev));
+};
+
+void add_event(Trace& tr, const json& e) {
+  if (!e.is_object()) return;
+  const std::string ph = e.value("ph", "");
+  const int pid = e.value("pid", 0);
+  const int64_t tid = e.value("tid", int64_t{0});
+  if (ph == "M") {
+    const std::string n = e.contains("args") ? e["args"].value("name", "") : "";
+    if (e.value("name", "") == "process_name") tr.pnames[pid] = n;
+    if (e.value("name", "") == "thread_name") tr.tnames[{pid, tid}] = n;
+    return;
   }
-  if (tracks.empty()) {
-    std::fprintf(stderr, "ringfence timeline: no events in '%s'\n", trace_path.c_str());
+  if (ph != "X" && ph != "i" && ph != "I") return;
+  Event ev;
+  ev.name = e.value("name", "?");
+  ev.ph = ph == "X" ? 'X' : 'i';
+  ev.ts = e.value("ts", int64_t{0});
+  ev.dur = ev.ph == 'X' ? std::max<int64_t>(0, e.value("dur", int64_t{0})) : 0;
+  ev.args = e.value("args", json::object());
+  tr.t0 = std::min(tr.t0, ev.ts);
+  tr.t1 = std::max(tr.t1, ev.ts + ev.dur);
+  Track& t = tr.tracks[{pid, tid}];
+  t.pid = pid;
+  t.tid = tid;
+  t.events.push_back(std::move(ev));
+}
+
+// The trace at `path`, or the launcher's exit status when it cannot be drawn (said why).
+std::variant<Trace, int> read_trace(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) {
+    rf::log::error("timeline", "cannot open '", path, "'");
+    return 2;
+  }
+  json doc = json::parse(f, nullptr, false);
+  const json* evs = doc.is_array()                                   ? &doc
+                    : doc.is_object() && doc.contains("traceEvents") ? &doc["traceEvents"]
+                                                                     : nullptr;
+  if (doc.is_discarded() || !evs || !evs->is_array()) {
+    rf::log::error("timeline", "'", path, "' is not a Chrome trace (a JSON array or {\"traceEvents\": [...]})");
     return 1;
   }
+  Trace tr;
+  for (const json& e : *evs) add_event(tr, e);
+  if (tr.tracks.empty()) {
+    rf::log::error("timeline", "no events in '", path, "'");
+    return 1;
+  }
+  return tr;
+}
+
+// Where each track goes: its y, its nesting levels; times relative to the first event.
+struct Layout {
+  int64_t total = 1;  // the time axis, in us
+  int height = 0;
+  std::vector<std::pair<int, int>> separators;  // (y, pid) where a process's tracks begin
+};
+
+Layout lay_out(Trace& tr) {
+  Layout l;
   // A little room after the last event for its label.
-  const int64_t total = std::max<int64_t>(1, (t1 - t0) + (t1 - t0) / 25);
+  l.total = std::max<int64_t>(1, (tr.t1 - tr.t0) + (tr.t1 - tr.t0) / 25);
   int y = kTop;
   int prev_pid = -1;
-  std::vector<std::pair<int, int>> separators;  // (y, pid) where a process's tracks begin
-  for (auto& [key, t] : tracks) {
-    for (Event& e : t.events) e.ts -= t0;
+  for (auto& [key, t] : tr.tracks) {
+    for (Event& e : t.events) e.ts -= tr.t0;
     t.levels = assign_depths(t.events);
-    t.label = track_label(pnames, tnames, t.pid, t.tid);
+    t.label = track_label(tr.pnames, tr.tnames, t.pid, t.tid);
     if (t.pid != prev_pid) {
-      separators.push_back({y, t.pid});
+      l.separators.push_back({y, t.pid});
       y += 16;
       prev_pid = t.pid;
     }
     t.y = y;
     y += t.levels * kLevelH + 8;
   }
-  const int height = y + 10;
+  l.height = y + 10;
+  return l;
+}
 
+// A track's group element: what it is (coordinator, a worker's training or all-reduce
+// lane), its time range and its worker's exit status, then its row and label.
+void open_track(std::ostream& svg, const Track& t, int& odd) {
+  const bool coordinator = t.pid == kCoordinatorPid;
+  const int lane = static_cast<int>(t.tid % 100);
+  const char* kind = coordinator ? "coordinator" : lane == 0 ? "train" : "allreduce";
+  int64_t first = INT64_MAX, last = INT64_MIN;
+  std::string exit_status;
+  for (const Event& e : t.events) {
+    first = std::min(first, e.ts);
+    last = std::max(last, e.ts + e.dur);
+    if (e.name == "exit" && e.args.contains("status")) exit_status = e.args["status"].dump();
+  }
+  const int h = t.levels * kLevelH + 4;
+  svg << "<g class=\"track\" data-pid=\"" << t.pid << "\" data-tid=\"" << t.tid << "\" data-kind=\"" << kind << "\"";
+  if (!coordinator) svg << " data-slot=\"" << t.pid - 2 << "\" data-incarnation=\"" << t.tid / 100 << "\"";
+  svg << " data-first-us=\"" << first << "\" data-last-us=\"" << last << "\"";
+  if (!exit_status.empty()) svg << " data-exit-status=\"" << exit_status << "\"";
+  svg << ">\n<rect class=\"row" << (odd++ % 2 ? " odd" : "") << "\" x=\"" << kLabelW << "\" y=\"" << t.y - 2
+      << "\" width=\"" << kPlotW << "\" height=\"" << h << "\"/>"
+      << "<text class=\"lbl\" x=\"14\" y=\"" << t.y + 10 << "\">" << esc(t.label) << "</text>\n";
+}
+
+void draw_spans(std::ostream& svg, const Track& t, int64_t total) {
+  for (const Event& e : t.events) {
+    if (e.ph != 'X') continue;
+    const double x0 = kLabelW + static_cast<double>(e.ts) / total * kPlotW;
+    const double w = std::max(0.6, static_cast<double>(e.dur) / total * kPlotW);
+    svg << "<rect class=\"span n-" << css_name(e.name) << "\" x=\"" << x0 << "\" y=\"" << t.y + e.depth * kLevelH
+        << "\" width=\"" << w << "\" height=\"" << kLevelH - 2 << "\"" << data_attrs(e) << "><title>" << tooltip(e)
+        << "</title></rect>\n";
+  }
+}
+
+// Labels for what a reader looks for first (every instant has its tooltip): to the right
+// of the marker, or to its left when the next label is too close (an inject, then the
+// exit it caused).
+void draw_instants(std::ostream& svg, const Track& t, int64_t total) {
+  auto labelled = [](const Event& e) {
+    return e.ph != 'X' && (e.name == "exit" || e.name == "inject" || e.name == "revoke" || e.name == "running");
+  };
+  std::vector<double> label_x;
+  for (const Event& e : t.events)
+    if (labelled(e)) label_x.push_back(kLabelW + static_cast<double>(e.ts) / total * kPlotW);
+  size_t nth_label = 0;
+  for (const Event& e : t.events) {
+    if (e.ph == 'X') continue;
+    const double x0 = kLabelW + static_cast<double>(e.ts) / total * kPlotW;
+    const bool label = labelled(e);
+    const bool left = label && ++nth_label < label_x.size() && label_x[nth_label] - x0 < 60;
+    std::string text = e.name;
+    if (e.name == "exit") text = str("exit ", e.args.value("status", json(0)).dump());
+    svg << "<g class=\"instant\" transform=\"translate(" << x0 << "," << t.y << ")\" data-y=\"" << t.y << "\""
+        << data_attrs(e) << "><title>" << tooltip(e) << "</title><path class=\"n-" << css_name(e.name)
+        << "\" d=\"M0 0 L4 6 L0 12 L-4 6 Z\"/>";
+    if (label)
+      svg << "<text " << (left ? "x=\"-5\" text-anchor=\"end\"" : "x=\"5\"") << " y=\"10\">" << esc(text) << "</text>";
+    svg << "</g>\n";
+  }
+}
+
+std::string draw_svg(const Trace& tr, const Layout& l) {
   std::ostringstream svg;
   svg << "<svg id=\"tl\" xmlns=\"http://www.w3.org/2000/svg\" width=\"" << kLabelW + kPlotW + 10 << "\" height=\""
-      << height << "\" data-label-w=\"" << kLabelW << "\" data-plot-w=\"" << kPlotW << "\" data-total-us=\"" << total
+      << l.height << "\" data-label-w=\"" << kLabelW << "\" data-plot-w=\"" << kPlotW << "\" data-total-us=\"" << l.total
       << "\">\n";
   svg << "<g id=\"ticks\"></g>\n";
-  int odd = 0;
-  for (const auto& [sy, pid] : separators) {
-    auto p = pnames.find(pid);
+  for (const auto& [sy, pid] : l.separators) {
+    auto p = tr.pnames.find(pid);
     svg << "<line class=\"sep\" x1=\"0\" x2=\"" << kLabelW + kPlotW << "\" y1=\"" << sy << "\" y2=\"" << sy << "\"/>"
         << "<text class=\"plbl\" x=\"4\" y=\"" << sy + 12 << "\">"
-        << esc(p != pnames.end() ? p->second : str("pid ", pid)) << "</text>\n";
+        << esc(p != tr.pnames.end() ? p->second : str("pid ", pid)) << "</text>\n";
   }
-  for (const auto& [key, t] : tracks) {
-    const bool coordinator = t.pid == kCoordinatorPid;
-    const int lane = static_cast<int>(t.tid % 100);
-    const char* kind = coordinator ? "coordinator" : lane == 0 ? "train" : "allreduce";
-    int64_t first = INT64_MAX, last = INT64_MIN;
-    std::string exit_status;
-    for (const Event& e : t.events) {
-      first = std::min(first, e.ts);
-      last = std::max(last, e.ts + e.dur);
-      if (e.name == "exit" && e.args.contains("status")) exit_status = e.args["status"].dump();
-    }
-    const int h = t.levels * kLevelH + 4;
-    svg << "<g class=\"track\" data-pid=\"" << t.pid << "\" data-tid=\"" << t.tid << "\" data-kind=\"" << kind << "\"";
-    if (!coordinator) svg << " data-slot=\"" << t.pid - 2 << "\" data-incarnation=\"" << t.tid / 100 << "\"";
-    svg << " data-first-us=\"" << first << "\" data-last-us=\"" << last << "\"";
-    if (!exit_status.empty()) svg << " data-exit-status=\"" << exit_status << "\"";
-    svg << ">\n<rect class=\"row" << (odd++ % 2 ? " odd" : "") << "\" x=\"" << kLabelW << "\" y=\"" << t.y - 2
-        << "\" width=\"" << kPlotW << "\" height=\"" << h << "\"/>"
-        << "<text class=\"lbl\" x=\"14\" y=\"" << t.y + 10 << "\">" << esc(t.label) << "</text>\n";
-    for (const Event& e : t.events) {
-      if (e.ph != 'X') continue;
-      const double x0 = kLabelW + static_cast<double>(e.ts) / total * kPlotW;
-      const double w = std::max(0.6, static_cast<double>(e.dur) / total * kPlotW);
-      svg << "<rect class=\"span n-" << css_name(e.name) << "\" x=\"" << x0 << "\" y=\"" << t.y + e.depth * kLevelH
-          << "\" width=\"" << w << "\" height=\"" << kLevelH - 2 << "\"" << data_attrs(e) << "><title>" << tooltip(e)
-          << "</title></rect>\n";
-    }
-    // Labels for what a reader looks for first (every instant has its tooltip): to the right
-    // of the marker, or to its left when the next label is too close (an inject, then the
-    // exit it caused).
-    auto labelled = [](const Event& e) {
-      return e.ph != 'X' && (e.name == "exit" || e.name == "inject" || e.name == "revoke" || e.name == "running");
-    };
-    std::vector<double> label_x;
-    for (const Event& e : t.events)
-      if (labelled(e)) label_x.push_back(kLabelW + static_cast<double>(e.ts) / total * kPlotW);
-    size_t nth_label = 0;
-    for (const Event& e : t.events) {
-      if (e.ph == 'X') continue;
-      const double x0 = kLabelW + static_cast<double>(e.ts) / total * kPlotW;
-      const bool label = labelled(e);
-      const bool left = label && ++nth_label < label_x.size() && label_x[nth_label] - x0 < 60;
-      std::string text = e.name;
-      if (e.name == "exit") text = str("exit ", e.args.value("status", json(0)).dump());
-      svg << "<g class=\"instant\" transform=\"translate(" << x0 << "," << t.y << ")\" data-y=\"" << t.y << "\""
-          << data_attrs(e) << "><title>" << tooltip(e) << "</title><path class=\"n-" << css_name(e.name)
-          << "\" d=\"M0 0 L4 6 L0 12 L-4 6 Z\"/>";
-      if (label)
-        svg << "<text " << (left ? "x=\"-5\" text-anchor=\"end\"" : "x=\"5\"") << " y=\"10\">" << esc(text) << "</text>";
-      svg << "</g>\n";
-    }
+  int odd = 0;
+  for (const auto& [key, t] : tr.tracks) {
+    open_track(svg, t, odd);
+    draw_spans(svg, t, l.total);
+    draw_instants(svg, t, l.total);
     svg << "</g>\n";
   }
   svg << "</svg>\n";
+  return svg.str();
+}
 
+}  // namespace
+
+int write_timeline_html(const std::string& trace_path, const std::string& out_path) {
+  auto read = read_trace(trace_path);
+  if (const int* status = std::get_if<int>(&read)) return *status;
+  Trace& tr = std::get<Trace>(read);
+  const Layout layout = lay_out(tr);
+  const std::string svg = draw_svg(tr, layout);
   std::ofstream out(out_path);
   out << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>ringfence timeline</title><style>"
       << kStyle << "</style></head><body>\n<h1>ringfence timeline</h1>\n<div class=\"sub\">"
       << esc(std::filesystem::path(trace_path).filename().string())
-      << " &middot; " << str((t1 - t0) / 1e6) << " s &middot; " << tracks.size()
+      << " &middot; " << str((tr.t1 - tr.t0) / 1e6) << " s &middot; " << tr.tracks.size()
       << " tracks &middot; 0 s = the first event &middot; wheel: zoom, drag: pan, double-click: all</div>\n"
       << "<div class=\"legend\">";
   for (const char* n : {"step", "redo", "failed step", "forward", "backward", "allreduce", "allreduce wait",
@@ -328,9 +373,9 @@ int write_timeline_html(const std::string& trace_path, const std::string& out_pa
     out << "<span><svg width=\"10\" height=\"10\"><rect class=\"n-" << css_name(n)
         << "\" width=\"10\" height=\"10\"/></svg> " << n << "</span>";
   }
-  out << "</div>\n" << svg.str() << "<script>" << kScript << "</script>\n</body></html>\n";
+  out << "</div>\n" << svg << "<script>" << kScript << "</script>\n</body></html>\n";
   if (!out) {
-    std::fprintf(stderr, "ringfence timeline: cannot write '%s'\n", out_path.c_str());
+    rf::log::error("timeline", "cannot write '", out_path, "'");
     return 1;
   }
   return 0;

@@ -9,7 +9,9 @@
 #include <tuple>
 
 #include "base/error.h"
+#include "base/log.h"
 #include "base/str.h"
+#include "elastic/membership_types.h"
 
 namespace rf::apps {
 
@@ -100,8 +102,10 @@ void merge_coordinator(const std::string& path, int64_t since_us, json& events, 
     args.erase("event");
     events.push_back({{"name", name}, {"ph", "i"}, {"s", "t"}, {"ts", ts}, {"pid", kCoordinatorPid}, {"tid", 0},
                       {"args", args}});
-    if (name == "revoke" && !episode) episode = {ts, line.value("cause", json(""))};
-    if (name == "running" && episode) {
+    // Not every line is a membership transition (listening, commit, ...): nullopt then.
+    const std::optional<elastic::TransitionEvent> event = elastic::parse_transition_event(name);
+    if (event == elastic::TransitionEvent::Revoke && !episode) episode = {ts, line.value("cause", json(""))};
+    if (event == elastic::TransitionEvent::Running && episode) {
       const json rargs = {{"g", line.value("g", json(-1))}, {"target_step", line.value("s", json(-1))},
                           {"cause", episode->second}};
       events.push_back({{"name", "recovery"}, {"ph", "X"}, {"ts", episode->first}, {"dur", ts - episode->first},
@@ -213,10 +217,9 @@ void write_job_trace(const rf::elastic::RunOptions& o, const json& workers, int6
     std::string note;
     if (r.skipped_lines) note += str(", ", r.skipped_lines, " partial line(s) skipped");
     if (r.missing_parts) note += str(", ", r.missing_parts, " incarnation(s) left no spans");
-    std::fprintf(stderr, "ringfence: trace written to %s (%lld events%s)\n", o.trace.c_str(),
-                 static_cast<long long>(r.events), note.c_str());
+    rf::log::info("run", "trace written to ", o.trace, " (", r.events, " events", note, ")");
   } catch (const Error& e) {
-    std::fprintf(stderr, "ringfence: --trace %s: %s\n", o.trace.c_str(), e.what());
+    rf::log::error("run", "--trace ", o.trace, ": ", e.what());
   }
 }
 

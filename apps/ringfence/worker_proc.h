@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "apps/ringfence/restart_policy.h"
 #include "base/clock.h"
 
 namespace rf::apps {
@@ -31,14 +32,8 @@ struct WorkerProc {
   nlohmann::json exits = nlohmann::json::array();
   std::vector<std::string> errors;  // each non-zero exit's RINGFENCE_ERROR_FILE ("" : none), oldest first
   nlohmann::json spawns = nlohmann::json::array();  // {incarnation, wall_us, reason}: when each incarnation started, and why then
-  // A restart held back while a spare of this node fills the hole: it starts once the
-  // recovery has completed (the new generation RUNNING and one step past its target), so
-  // its start-up does not compete with the survivors' transfer for the cores.
-  struct Held {
-    TimePoint since;
-    int finished = 0;                  // recoveries finished before the failure
-    std::optional<int64_t> target;     // T of the recovery that finished since
-  };
+  // A restart held back while a spare fills the hole (restart_policy.h).
+  using Held = HeldRestart;
   std::optional<Held> held;
   std::optional<int> evicted_finished;  // recoveries finished as of the eviction (its snapshot)
   bool evicted_was_member = false;

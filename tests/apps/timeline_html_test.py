@@ -133,7 +133,7 @@ def main():
              "--batch", "64", "--epochs", "3", "--max-steps", "40", "--log-interval", "0"],
             f"{tmp}/job.txt", JOB_DEADLINE_S)
         check(rc == 0, f"the job: exit {rc}: {out[-2000:]}")
-        check(re.search(r"^ringfence: trace written to .*trace\.json", out, re.M) is not None,
+        check(re.search(r"^ringfence info run: trace written to .*trace\.json", out, re.M) is not None,
               f"the launcher did not say where the trace is: {out[-800:]}")
         try:
             with open(trace) as f:

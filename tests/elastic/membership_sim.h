@@ -129,12 +129,12 @@ struct Sim {
   }
   int count(const std::string& event, const std::string& cause = "") const {
     return static_cast<int>(std::count_if(log.begin(), log.end(), [&](const Transition& t) {
-      return t.event == event && (cause.empty() || t.cause == cause);
+      return to_string(t.event) == event && (cause.empty() || t.cause == cause);
     }));
   }
   const Transition& last(const std::string& event) const {
     for (auto it = log.rbegin(); it != log.rend(); ++it)
-      if (it->event == event) return *it;
+      if (to_string(it->event) == event) return *it;
     FAIL("no event ", event);
     return log.front();
   }

@@ -122,8 +122,8 @@ TEST_CASE("a stranger who cannot answer the challenge is refused, and nothing ch
   // Nobody joined and nothing was stored: the job is as it was.
   AdminClient admin("127.0.0.1", coord.port(), token);
   const auto st = admin.status();
-  CHECK(st["phase"] == "FORMING");
-  CHECK(st["members"].size() == 0);
+  CHECK(st.phase == Phase::Forming);
+  CHECK(st.members.empty());
   CHECK_THROWS_AS(AdminClient("127.0.0.1", coord.port(), token + "x"), Refused);
 }
 

@@ -8,11 +8,12 @@
 using namespace rf::elastic;
 
 TEST_CASE("the control state round-trips, and a bad one is refused naming what is wrong") {
-  const ControlState s{7, std::string("RUNNING"), std::string("j"), {{0, 0}, {3, 2}}, nlohmann::json{{"generation", 7}},
+  const ControlState s{7, Phase::Running, std::string("j"), {{0, 0}, {3, 2}}, nlohmann::json{{"generation", 7}},
                        std::string(), {{"c0", 1, 100}, {"c1", 5, 200}}};
   const ControlState d = decode_control_state(encode_control_state(s));
   CHECK(d.generation == 7);
-  CHECK(d.phase == "RUNNING");
+  CHECK(d.phase == Phase::Running);
+  CHECK_THROWS_WITH(decode_control_state("{\"generation\":1,\"phase\":\"WALKING\"}"), doctest::Contains("unknown phase"));
   CHECK(d.job_id == "j");
   REQUIRE(d.members.size() == 2);
   CHECK(d.members[1] == WorkerId{3, 2});
@@ -62,7 +63,7 @@ TEST_CASE("a plan's shrink_from goes wherever the plan goes: the plan reply and 
   CHECK(back.ranks[1].source_rank == 0);
   ControlState s;
   s.generation = 5;
-  s.phase = "RECOVERING";
+  s.phase = Phase::Recovering;
   s.plan = plan_json(p);
   CHECK(parse_plan_json(decode_control_state(encode_control_state(s)).plan).shrink_from == 4u);
   // An older coordinator's plan has no shrink_from: afresh.

@@ -178,12 +178,12 @@ TEST_CASE("two workers form, run, exchange addresses, and one failure revokes th
   CHECK(a.ready(2, 5s).kind == ReadyQuery::Running);
   AdminClient admin("127.0.0.1", coord.port(), token);
   auto st = admin.status();
-  CHECK(st["phase"] == "RUNNING");
-  CHECK(st["generation"] == 2);
-  CHECK(st["recoveries"] == 1);
-  CHECK(admin.summary()["fired"].empty());
+  CHECK(st.phase == Phase::Running);
+  CHECK(st.generation == 2);
+  CHECK(st.recoveries == 1);
+  CHECK(admin.summary().fired.empty());
   a.injected(2, 4, "slow:rank=0:step=4");  // a worker about to fire a step= spec says so first
-  auto sum = admin.summary();
+  auto sum = admin.summary().raw;
   REQUIRE(sum["fired"].size() == 1);
   CHECK(sum["fired"][0]["spec"] == "slow:rank=0:step=4");
   CHECK(sum["fired"][0]["slot"] == 0);
@@ -236,7 +236,7 @@ TEST_CASE("a gpu_stuck report evicts its sender; the survivor's plan shrinks the
   CHECK(p2.shrink_from == 1u);
   CHECK(a.ready(2, 5s).kind == ReadyQuery::Running);
   AdminClient admin("127.0.0.1", coord.port(), token);
-  auto sum = admin.summary();
+  auto sum = admin.summary().raw;
   REQUIRE(sum["recoveries"].size() == 1);
   CHECK(sum["recoveries"][0]["cause"] == "gpu_stuck");
   CHECK(sum["recoveries"][0]["rounds"] == 1);
@@ -269,7 +269,7 @@ TEST_CASE("malformed frames get an error reply and the connection is closed; the
   // A truncated frame followed by a hang-up: nothing to answer, no crash.
   CHECK(raw_exchange(coord.port(), std::string("\x00\x00\x01\x00{\"v\":", 9)).empty());
   AdminClient admin("127.0.0.1", coord.port(), token);
-  CHECK(admin.status()["phase"] == "FORMING");
+  CHECK(admin.status().phase == Phase::Forming);
 }
 
 TEST_CASE("D4: a worker that cannot renew its lease fences itself within about one lease") {

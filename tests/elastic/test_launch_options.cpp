@@ -123,3 +123,23 @@ TEST_CASE("the worker's command line after -- is passed on untouched, and flags 
   CHECK_THROWS_WITH_AS(parse_coord_args({"--world", "-1"}), "--world '-1' is not an integer in [1, 1048576]",
                        rf::InvalidInput);
 }
+
+TEST_CASE("ringfence run --help and coord --help list every flag once, with what it does and its default") {
+  const std::string run = run_help();
+  for (const char* flag : {"-n, --nprocs N", "--min-world M", "--spares K", "--max-restarts R", "--heartbeat T", "--lease T",
+                           "--join-window T", "--min-world-timeout T", "--report-timeout T", "--inject SPEC",
+                           "--summary FILE", "--event-log FILE", "--trace FILE", "--coord HOST:PORT", "--etcd URL",
+                           "--job NAME", "--token-file FILE", "--nnodes N", "--node-rank I", "--stop-grace T", "--quiet"})
+    CHECK_MESSAGE(run.find(std::string("  ") + flag) != std::string::npos, flag);
+  CHECK(run.find("restarts per slot (default: 3)") != std::string::npos);
+  CHECK(run.find("(default: 100ms)") != std::string::npos);
+  CHECK(run.find("(default: 10s)") != std::string::npos);
+  CHECK(run.find("(required)") != std::string::npos);
+  CHECK(run.find("  --nprocs") == std::string::npos);  // -n and --nprocs are one line
+  const std::string coord = coord_help();
+  for (const char* flag : {"-n, --world W", "--host H", "--port P", "--leader-lease T", "--advertise HOST", "--id NAME"})
+    CHECK_MESSAGE(coord.find(std::string("  ") + flag) != std::string::npos, flag);
+  CHECK(coord.find("(default: 29400)") != std::string::npos);
+  CHECK(coord.find("(default: 127.0.0.1)") != std::string::npos);
+  CHECK(coord.find("(default: 3s)") != std::string::npos);
+}

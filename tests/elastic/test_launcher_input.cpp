@@ -37,7 +37,7 @@ TEST_CASE("run: a PROGRAM that cannot be run is refused before anything starts, 
     CHECK(l.wait(10s) == 2);
     const std::string out = slurp(l.out);
     INFO("output:\n", out);
-    CHECK(out.find("ringfence run: cannot run '" + c.program + "'") != std::string::npos);
+    CHECK(out.find("ringfence error run: cannot run '" + c.program + "'") != std::string::npos);
     CHECK(out.find(c.why) != std::string::npos);
     CHECK(occurrences(out, "cannot run") == 1);  // said once, by the launcher, not once per spawn
     CHECK_FALSE(l.log_exists());           // no coordinator was started
@@ -139,7 +139,7 @@ TEST_CASE("run: an unwritable --summary is refused before anything starts") {
     CHECK(l.wait(10s) == 2);
     const std::string out = slurp(l.out);
     INFO("output:\n", out);
-    CHECK(out.find("ringfence run: --summary " + path + ": cannot open for writing") != std::string::npos);
+    CHECK(out.find("ringfence error run: --summary " + path + ": cannot open for writing") != std::string::npos);
     CHECK_FALSE(l.log_exists());  // no coordinator was started
   }
 }
@@ -169,7 +169,7 @@ TEST_CASE("timeline: an empty event log says there are no events in it") {
     CAPTURE(f);
     Proc tl({RF_RINGFENCE, "timeline", f}, {}, dir + "/out.txt");
     CHECK(tl.wait(10s) == 1);
-    CHECK(slurp(dir + "/out.txt").find("ringfence timeline: no events in '" + f + "'") != std::string::npos);
+    CHECK(slurp(dir + "/out.txt").find("ringfence error timeline: no events in '" + f + "'") != std::string::npos);
   }
 }
 

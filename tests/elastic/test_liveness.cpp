@@ -3,6 +3,8 @@
 // is wedged, idle or a stale heartbeat is never judged. Simulated clock only.
 #include <doctest/doctest.h>
 
+#include <string>
+
 #include "elastic/liveness.h"
 
 using namespace rf::elastic;
@@ -47,7 +49,8 @@ TEST_CASE("liveness: idle, unbounded and stale activities are never judged") {
   // The process stopped heartbeating (SIGSTOP): its lease decides, with its own cause.
   const Activity a = doing(Activity::Compute, 900ms);
   CHECK(judge_activity(t0 + 150ms, a, t0, kWedge, kFresh).kind == LivenessVerdict::Hung);
-  CHECK(judge_activity(t0 + 201ms, a, t0, kWedge, kFresh).kind == LivenessVerdict::Alive);
+  CHECK(judge_activity(t0 + 201ms, a, t0, kWedge, kFresh).kind == LivenessVerdict::Stale);
+  CHECK(std::string(to_string(LivenessVerdict::Stale)) == "stale");
 }
 
 TEST_CASE("liveness: a slow step within its bound (10x a 50 ms median under a 1 s bound) is alive") {

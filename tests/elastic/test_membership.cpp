@@ -225,7 +225,7 @@ TEST_CASE("whole-job failure: a fresh start after a generation ran is a whole-jo
   CHECK(m.plan()->job_id == "job-7");
   bool said = false;
   for (const auto& t : drain())
-    if (t.event == "plan") said = t.detail.find("whole-job restart") != std::string::npos;
+    if (t.event == TransitionEvent::Plan) said = t.detail.find("whole-job restart") != std::string::npos;
   CHECK(said);
   // A worker restored the job's checkpoint of step 19 and revokes the generation; the next
   // round plans from what everyone reports (the other found no file: it receives S_T).
@@ -808,7 +808,7 @@ TEST_CASE("generations only grow, whatever the sequence of events (random replay
   }
   std::vector<uint64_t> revoked;
   for (auto& t : s.log)
-    if (t.event == "revoke") revoked.push_back(t.generation);
+    if (t.event == TransitionEvent::Revoke) revoked.push_back(t.generation);
   CHECK(revoked.size() > 10);
   CHECK(std::is_sorted(revoked.begin(), revoked.end()));
   CHECK(std::adjacent_find(revoked.begin(), revoked.end()) == revoked.end());  // never reused

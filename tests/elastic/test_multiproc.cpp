@@ -64,7 +64,7 @@ struct Job {
     const auto deadline = rf::Clock::now() + capped(10s);
     while (rf::Clock::now() < deadline) {
       auto st = admin.status();
-      if (st["phase"] == "RUNNING" && st["generation"] == g && st["step"].get<int64_t>() >= min_step) return;
+      if (st.phase == Phase::Running && st.generation == g && st.step >= min_step) return;
       ::poll(nullptr, 0, 5);
     }
     FAIL("generation ", g, " never reached step ", min_step, "; log:\n", slurp(log));
@@ -132,9 +132,9 @@ TEST_CASE("a replacement joining within the join window keeps W and the rank") {
   CHECK(ms_between(revoke["ts_us"], running["ts_us"]) < 2500.0);
   AdminClient admin("127.0.0.1", job.coord->port(), job.token);
   auto st = admin.status();
-  REQUIRE(st["members"].size() == 3);
-  CHECK(st["members"][1]["slot"] == 1);
-  CHECK(st["members"][1]["incarnation"] == 1);
+  REQUIRE(st.members.size() == 3);
+  CHECK(st.members[1].slot == 1);
+  CHECK(st.members[1].incarnation == 1);
 }
 
 TEST_CASE("no replacement -> shrink after the join window; a later joiner -> planned grow") {
@@ -153,7 +153,7 @@ TEST_CASE("no replacement -> shrink after the join window; a later joiner -> pla
   json grown = job.event(is_event("running", 3));
   CHECK(grown["detail"] == "world 3");
   AdminClient admin("127.0.0.1", job.coord->port(), job.token);
-  auto sum = admin.summary();
+  auto sum = admin.summary().raw;
   REQUIRE(sum["recoveries"].size() == 2);
   CHECK(sum["recoveries"][1]["planned"] == true);
 }
