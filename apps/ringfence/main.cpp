@@ -49,7 +49,9 @@ const char* kTimelineSynopsis =
 const char* kSpec =
     "SPEC: KIND:rank=R:step=S[:phase=P][:after_chunks=K] | KIND:rank=R:at=SECONDS\n"
     "      KIND kill|stop|hang|exit|drop|slow; P forward|backward|allreduce|optimizer|transfer|recovery|leave\n"
-    "      slow also takes :factor=F:steps=N (N steps from S, each F x the rank's median step time)\n";
+    "      slow also takes :factor=F:steps=N (N steps from S, each F x the rank's median step time)\n"
+    "      disk:rank=0:step=S[:error=ENOSPC|EIO|EROFS|EDQUOT][:delay=SECONDS][:writes=N]  (checkpoint writes fail or wait)\n"
+    "      gpu_hang:rank=R:step=S[:phase=P]  (the worker's GPU gets stuck; --device cuda)\n";
 const char* kValues =
     "A flag's value follows it (--lease 2s) or is joined to it (--lease=2s); durations are 2s, 500ms or seconds.\n"
     "See docs/launcher.md.\n";
