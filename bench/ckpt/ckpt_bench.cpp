@@ -1,4 +1,4 @@
-// ckpt_bench — what asynchronous checkpoints cost a training step (issue 5: checkpoints
+// ckpt_bench — what asynchronous checkpoints cost a training step (the bar: checkpoints
 // every 10 steps within 3 % of none). One model, one process: blocks of `block` steps
 // without checkpoints and with a checkpoint every `every` steps (AsyncCheckpointer into
 // --dir) alternate in ABBA order for `rounds` rounds, so drifting machine load hits both

@@ -26,7 +26,7 @@
 // pairs had overlap faster, sign-test p — for rank 0's step times and for the slowest
 // rank's per step. Pairs are pooled over the ab jobs of all rounds.
 //
-// The default, --variants ft,plain,ab, gives both of issue 6's figures from one run: the
+// The default, --variants ft,plain,ab, gives both figures (bench/RESULTS.md) from one run: the
 // overhead from the ft/plain rounds, the overlap's gain from one ab job (--ab-steps steps)
 // per round. `--variants ab` alone runs only ab jobs of --steps steps, one per round.
 //

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Step-by-step drift of the weights (issue 2, diagnosis): is ringfence's distance from
+"""Step-by-step drift of the weights (a diagnosis): is ringfence's distance from
 PyTorch a real semantic difference or float32 rounding?
 
 A real difference (momentum/dampening order, bias init, loss mean, pooling tie-break,

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Golden equivalence with PyTorch (issue 2): ringfence and PyTorch train the same model
+"""Golden equivalence with PyTorch: ringfence and PyTorch train the same model
 from the same initial weights on the same batches, and their losses must agree.
 
 For each model (MLP, CNN) this script

@@ -141,8 +141,8 @@ SCENARIOS = {
     # A slow rank (200 ms inside its all-reduce, far below the stall timeout) is not a
     # failure: no recovery, same result.
     "slow_allreduce": (["--inject", "slow:rank=1:step=10:phase=allreduce:after_chunks=1"], [], {"recoveries": 0}),
-    # The rest of issue 6's matrix (kill, SIGSTOP, hang, drop x forward, backward,
-    # mid-all-reduce, optimizer, transfer), and a clean exit during the transfer.
+    # The fault matrix (kill, SIGSTOP, hang, drop x forward, backward, mid-all-reduce,
+    # optimizer, transfer), and a clean exit during the transfer.
     "stop_optimizer": (["--inject", "stop:rank=1:step=14:phase=optimizer", "--lease", "500ms"], [],
                        {"recoveries": 1}),
     "stop_optimizer_defaults": (["--inject", "stop:rank=1:step=14:phase=optimizer"], [],

@@ -8,9 +8,7 @@ train_mlp alone writes checkpoints into D (another run's work). Then
 the fresh-start plan (ddp/recovery.cpp, Recovery::plan) and reports it to the coordinator as fatal, which
 STOPs the job with that error. The launcher's last line names the refusal (not "exited
 before it registered", not "fewer than the minimum world size"), exit status 1, nobody is
-restarted, and D's files keep their bytes. Before: 6 restarts that refused again, 70 s,
-and the job ended "only 1 worker(s) reported for generation 8, fewer than the minimum
-world size 2". The run has a deadline; on expiry the launcher's process group is
+restarted (a restart would refuse again), and D's files keep their bytes. The run has a deadline; on expiry the launcher's process group is
 SIGKILLed (its workers die with it by PDEATHSIG) and the test fails.
 """
 import json

@@ -35,8 +35,8 @@ fi
 exec "$@"
 )";
 
-// --min-world-timeout of every job here: what a restart held for a spare that never fills
-// the hole waits (and the recoveries took) before the fix.
+// --min-world-timeout of every job here: how long a restart held for a spare that never
+// fills the hole would wait; the recoveries must take far less.
 constexpr double kMinWorldTimeoutMs = 6000.0;
 
 bool exists(const std::string& p) {

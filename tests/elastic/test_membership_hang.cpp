@@ -117,8 +117,8 @@ TEST_CASE("hang plus a second failure during its recovery: both are replaced, th
 TEST_CASE("the min-world deadline counts from the round's own start, not from the first failure") {
   // A member that renews its lease but reports no activity (and no state) is evicted only
   // by report_timeout (30 s); the round that eviction opens must get its whole window and
-  // minimum-world wait, or the job stops before the replacement can start (the bug users
-  // met: "fewer than the minimum world size 4, after waiting 32 s" at once).
+  // minimum-world wait, or the job would stop ("fewer than the minimum world size 4, after
+  // waiting 32 s") before the replacement can start.
   Sim s(defaults(4));
   s.form(4);
   REQUIRE(s.m.failure_report({1, 0}, 1, 324, 0, "D3 stall waiting on rank 0", s.now).ok());

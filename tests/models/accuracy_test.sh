@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One epoch of Fashion-MNIST with the defaults of issue 2 (batch 128, SGD lr 0.05,
+# One epoch of Fashion-MNIST with the programs' defaults (batch 128, SGD lr 0.05,
 # momentum 0.9, seed 0); the test accuracy must reach the bar.
 #   accuracy_test.sh PROGRAM MIN_ACCURACY
 set -euo pipefail

@@ -12,8 +12,8 @@ one is durable); on a 12 MiB tmpfs two fit, so each write makes room by removing
     saying so and naming step 9's file, which is intact (resuming from it ends with the
     same digest) and the only file left (no partial temp file);
   * ringfence run -n 2, 7 MiB: the same, no restart, the failures counted in the summary;
-    the job ends non-zero at once naming step 9's file (before the fix: rank 0 died at each
-    checkpoint and the job STOPPED after a min-world timeout);
+    the job ends non-zero at once naming step 9's file (no worker dies at a checkpoint, no
+    min-world timeout);
   * ringfence run -n 2, 12 MiB: DONE (exit 0), no failed checkpoint, the last two on disk
     (the final one and the one before).
 Skipped (exit 77) with the reason where a tmpfs cannot be mounted; unmounts what it

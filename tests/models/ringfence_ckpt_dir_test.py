@@ -6,8 +6,7 @@
 1. train_mlp alone writes checkpoints of steps 4 and 9 into D (another run's work).
 2. `ringfence run -n 2 -- train_mlp ... --ckpt-dir D` without --resume: the job fails,
    the error names D and says to pass --resume or choose another directory, no worker
-   trained a step, and every file in D has the same bytes (before the fix, rank 0 replaced
-   ckpt-000000004 and the job ended DONE, exit 0).
+   trained a step, and every file in D has the same bytes (none replaced, none pruned).
 3. The same job with --resume continues from step 9 to the end (exit 0): the rule stops
    only a fresh start.
 4. A fresh job into an empty directory whose rank 0 is killed after its first checkpoints:

@@ -13,8 +13,7 @@ checkpoint writer (--inject disk:...):
     --ckpt-dir; rank 0 warns naming the error and the newest valid checkpoint, which it
     wrote before and which is still there when the next one is durable; no temp file is
     left; the launcher's end lines, the summary (checkpoints_failed 1, the error) and the
-    event log (checkpoint_failed) show it; before the fix rank 0 exited, was restarted and
-    the failure was nowhere in the summary;
+    event log (checkpoint_failed) show it; rank 0 neither exits nor is restarted;
   * EIO on the final checkpoint (step 99): the job ends non-zero at once, no restart, its
     error saying the final state (with its digest, the clean run's) is not on disk and
     naming the newest valid checkpoint, which is on disk;
