@@ -4,6 +4,7 @@
 #include <fstream>
 #include <iostream>
 
+#include "base/log.h"
 #include "comm/nccl/nccl_impl.h"
 
 namespace rf::comm::nccl {
@@ -150,19 +151,19 @@ void NcclCommunicator::revoke(const WaitDecision& decision) {
     // ncclInProgress until the communicator is quiescent; the next generation's shrink
     // waits for that, nobody here does.
     const ncclResult_t r = ncclCommRevoke(comm_, NCCL_REVOKE_DEFAULT);
-    std::clog << "ringfence: NCCL g=" << generation_ << " rank " << rank_ << " cuda:" << device_
-              << ": ncclCommRevoke (" << d.error.cause << "): " << nccl_text(comm_, r) << "\n";
+    rf::log::info("nccl", "g=", generation_, " rank ", rank_, " cuda:", device_, ": ncclCommRevoke (", d.error.cause,
+                  "): ", nccl_text(comm_, r));
     // Anything else leaves it only to abort, which the teardown does (bounded), not here.
     if (r != ncclSuccess && r != ncclInProgress) broken_ = true;
 #else
-    std::clog << "ringfence: NCCL g=" << generation_ << " rank " << rank_ << " cuda:" << device_
-              << ": revoked (" << d.error.cause << "; this NCCL has no ncclCommRevoke: aborted at teardown)\n";
+    rf::log::info("nccl", "g=", generation_, " rank ", rank_, " cuda:", device_, ": revoked (", d.error.cause,
+                  "; this NCCL has no ncclCommRevoke: aborted at teardown)");
     broken_ = true;
 #endif
   }
   if (d.blame_self)
-    std::clog << "ringfence: NCCL g=" << generation_ << " rank " << rank_
-              << ": abort_failed(): NCCL cannot tell peers who failed; they see NCCL's error or time out (D3)\n";
+    rf::log::info("nccl", "g=", generation_, " rank ", rank_,
+                  ": abort_failed(): NCCL cannot tell peers who failed; they see NCCL's error or time out (D3)");
   for (auto& p : pending_) {
     p->error = poisoned_error(*p);
     recorder_.fail(p->seq, -1, d.error.peer, d.error.cause);

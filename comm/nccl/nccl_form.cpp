@@ -6,6 +6,7 @@
 #include <cstring>
 #include <iostream>
 
+#include "base/log.h"
 #include "comm/nccl/determinism.h"
 #include "comm/nccl/nccl_impl.h"
 #include "comm/nccl/regroup.h"
@@ -29,11 +30,11 @@ void apply_determinism(bool deterministic) {
     const auto choices = determinism_env(deterministic, [](const char* n) { return std::getenv(n); });
     for (const EnvChoice& c : choices)
       if (!c.kept) setenv(c.name.c_str(), c.value.c_str(), 1);
-    std::clog << "ringfence: NCCL " << describe_determinism(deterministic, choices) << "\n";
+    rf::log::info("nccl", describe_determinism(deterministic, choices));
   });
   if (applied != deterministic)
-    std::clog << "ringfence: NCCL stays " << (applied ? "deterministic" : "not deterministic")
-              << " in this process (the first communicator's setting; NCCL read it then)\n";
+    rf::log::warn("nccl", "stays ", applied ? "deterministic" : "not deterministic",
+                  " in this process (the first communicator's setting; NCCL read it then)");
 }
 
 }  // namespace
@@ -55,10 +56,10 @@ void detail::abort_bounded(ncclComm_t comm, int device, const std::string& what,
   }).detach();
   std::unique_lock lk(st->mu);
   if (st->cv.wait_for(lk, kTeardownBound, [&] { return st->done; })) return;
-  std::fprintf(stderr,
-               "ringfence: NCCL %s on cuda:%d: ncclCommAbort has not returned after %lld s (NCCL waits for a kernel "
-               "on this GPU that does not end); this worker exits with status %d so that its launcher restarts it\n",
-               what.c_str(), device, static_cast<long long>(kTeardownBound.count()), kExitTeardownStuck);
+  rf::log::error("nccl", what, " on cuda:", device, ": ncclCommAbort has not returned after ",
+                 static_cast<long long>(kTeardownBound.count()),
+                 " s (NCCL waits for a kernel on this GPU that does not end); this worker exits with status ",
+                 kExitTeardownStuck, " so that its launcher restarts it");
   std::fflush(stderr);
   std::_Exit(kExitTeardownStuck);
 }
@@ -104,10 +105,9 @@ void NcclCommunicator::form(const CommOptions& o, NcclCommunicator* previous) {
     throw PeerFailed(bootstrap_info(rank_, generation_, "the plan says shrink, but this NCCL has no ncclCommShrink"));
 #endif
   }
-  std::clog << "ringfence: NCCL g=" << generation_ << " rank " << rank_ << " cuda:" << device_
-            << ": fresh ncclCommInitRankConfig (the plan's choice"
-            << (previous ? rf::str("; g=", previous->generation(), "'s communicator is torn down") : std::string())
-            << ")\n";
+  rf::log::info("nccl", "g=", generation_, " rank ", rank_, " cuda:", device_,
+                ": fresh ncclCommInitRankConfig (the plan's choice",
+                previous ? rf::str("; g=", previous->generation(), "'s communicator is torn down") : std::string(), ")");
   form_fresh(o, cfg);
 }
 
@@ -139,8 +139,8 @@ void NcclCommunicator::form_shrink(const CommOptions& o, ncclConfig_t& cfg, Nccl
   // lives on the heap: if our bound passes first, NCCL may still write it later, so it is
   // then left to NCCL (8 bytes) rather than freed under it.
   auto* child = new ncclComm_t(nullptr);
-  std::clog << "ringfence: NCCL g=" << generation_ << " rank " << rank_ << " cuda:" << device_
-            << ": ncclCommShrink of g=" << from << " (" << plan.reason << ")\n";
+  rf::log::info("nccl", "g=", generation_, " rank ", rank_, " cuda:", device_, ": ncclCommShrink of g=", from, " (",
+                plan.reason, ")");
   ncclResult_t r = ncclCommShrink(parent, excluded.data(), static_cast<int>(excluded.size()), child, &cfg,
                                   NCCL_SHRINK_DEFAULT);
   if (r == ncclInProgress || r == ncclSuccess) r = settle(parent, until, false);
@@ -228,8 +228,8 @@ NcclCommunicator::~NcclCommunicator() {
   std::vector<cudaEvent_t> events = std::move(free_events_);
   auto slots = std::make_unique<std::vector<StagingSlot>>(std::move(revoked_slots_));
   if (!slots->empty())
-    std::clog << "ringfence: NCCL g=" << generation_ << " cuda:" << device_ << ": " << slots->size()
-              << " staging slot(s) under revoked copies return to the pool once the stream gets past them\n";
+    rf::log::info("nccl", "g=", generation_, " cuda:", device_, ": ", slots->size(),
+                  " staging slot(s) under revoked copies return to the pool once the stream gets past them");
   cudaStream_t stream = stream_;
   auto release = [stream, events, raw = slots.release()] {
     for (cudaEvent_t e : events) cudaEventDestroy(e);
@@ -269,7 +269,7 @@ void prepare_nccl() {
     // Same major.minor as the header we were built against: the Revoke/Shrink guards
     // were decided from the header.
     if (version / 100 != NCCL_VERSION_CODE / 100)
-      std::clog << "ringfence: NCCL library " << version << " differs from the header's " << NCCL_VERSION_CODE << "\n";
+      rf::log::warn("nccl", "the library ", version, " differs from the header's ", NCCL_VERSION_CODE);
   });
 }
 

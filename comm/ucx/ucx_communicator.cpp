@@ -10,6 +10,7 @@
 
 #include "base/enforce.h"
 #include "base/error.h"
+#include "base/log.h"
 #include "base/str.h"
 #include "comm/algorithms.h"
 #include "comm/shm_session.h"
@@ -22,6 +23,8 @@
 
 namespace rf::comm {
 
+using namespace ucx_detail;
+
 UcxCommunicator::UcxCommunicator(std::shared_ptr<UcxContext> context, BootstrapStore& store, int rank, int world,
                                  uint64_t generation, UcxOptions options)
     : context_(std::move(context)),
@@ -30,38 +33,53 @@ UcxCommunicator::UcxCommunicator(std::shared_ptr<UcxContext> context, BootstrapS
       generation_(generation),
       opt_(std::move(options)),
       recorder_(std::max<size_t>(1, opt_.flight_records), rank) {
-  if (world < 1 || rank < 0 || rank >= world) {
-    throw rf::InvalidInput(rf::str("communicator: rank ", rank, " of world size ", world));
+  check_and_default_options();
+  // Zero-filled vectors: the pages are touched now, once, not inside a collective.
+  small_staging_.assign(std::max<size_t>(static_cast<size_t>(opt_.small_allreduce_bytes), 8), 0);
+  ring_staging_.assign(static_cast<size_t>(opt_.flows) * opt_.chunk_bytes, 0);
+  connect_transport(store);
+  // Before the handshake: pump() reads departed_ as soon as any endpoint fails, and a peer
+  // may die while the handshake runs.
+  departed_.assign(world, false);
+  handshake(identity());
+  progress_thread_ = std::thread([this] { progress_thread_main(); });
+}
+
+void UcxCommunicator::check_and_default_options() {
+  if (world_ < 1 || rank_ < 0 || rank_ >= world_) {
+    throw rf::InvalidInput(rf::str("communicator: rank ", rank_, " of world size ", world_));
   }
   set_stall_timeout(opt_.stall_timeout);
-  if (generation > StepTag::kMaxGeneration) {
-    throw rf::InvalidInput(rf::str("communicator: generation ", generation, " does not fit the tag (max ",
+  if (generation_ > StepTag::kMaxGeneration) {
+    throw rf::InvalidInput(rf::str("communicator: generation ", generation_, " does not fit the tag (max ",
                                    StepTag::kMaxGeneration, ")"));
   }
   if (opt_.flows < 1 || opt_.flows > Collective::kMaxFlows || opt_.chunk_bytes < 64) {
     throw rf::InvalidInput(rf::str("communicator: flows ", opt_.flows, " (1..", Collective::kMaxFlows,
                                    "), chunk_bytes ", opt_.chunk_bytes, " (>= 64)"));
   }
-  if (opt_.idle_spins < 0) {
-    const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
-    opt_.idle_spins = static_cast<unsigned>(world) <= hw ? 8 : 0;
-  }
-  // Zero-filled vectors: the pages are touched now, once, not inside a collective.
-  if (opt_.small_allreduce_bytes < 0) opt_.small_allreduce_bytes = world <= 4 ? (128 << 10) : (16 << 10);
-  small_staging_.assign(std::max<size_t>(static_cast<size_t>(opt_.small_allreduce_bytes), 8), 0);
-  ring_staging_.assign(static_cast<size_t>(opt_.flows) * opt_.chunk_bytes, 0);
+  const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
+  const bool oversubscribed = static_cast<unsigned>(world_) > hw;
+  if (opt_.idle_spins < 0) opt_.idle_spins = oversubscribed ? 0 : 8;
+  if (opt_.small_allreduce_bytes < 0) opt_.small_allreduce_bytes = world_ <= 4 ? (128 << 10) : (16 << 10);
+  if (opt_.single_copy && opt_.single_copy_bytes == 0) opt_.single_copy = false;
+  if (opt_.single_copy_max_bytes < 0) opt_.single_copy_max_bytes = oversubscribed ? INT64_MAX : (int64_t{8} << 20);
+}
 
-  transport_ = std::make_unique<UcxTransport>(context_, rank, world, opt_.tag_key);
-  const std::string prefix = rf::str("g", generation, "/addr/");
-  store.set(prefix + std::to_string(rank), transport_->address());
-  std::vector<std::vector<uint8_t>> addresses(world);
-  for (int r = 0; r < world; ++r) {
+// Publishes this rank's UCX address under the generation's scope, reads every peer's and
+// connects; errors name this rank, the generation and (waiting) the peer.
+void UcxCommunicator::connect_transport(BootstrapStore& store) {
+  transport_ = std::make_unique<UcxTransport>(context_, rank_, world_, opt_.tag_key);
+  const std::string prefix = rf::str("g", generation_, "/addr/");
+  store.set(prefix + std::to_string(rank_), transport_->address());
+  std::vector<std::vector<uint8_t>> addresses(world_);
+  for (int r = 0; r < world_; ++r) {
     try {
       addresses[r] = store.wait_get(prefix + std::to_string(r), opt_.connect_timeout);
     } catch (const TimedOut& e) {
       CommErrorInfo i = e.info();
-      i.rank = rank;
-      i.generation = static_cast<int64_t>(generation);
+      i.rank = rank_;
+      i.generation = static_cast<int64_t>(generation_);
       i.peer = r;
       throw TimedOut(i);
     }
@@ -70,82 +88,84 @@ UcxCommunicator::UcxCommunicator(std::shared_ptr<UcxContext> context, BootstrapS
     transport_->connect(addresses);
   } catch (const PeerFailed& e) {
     CommErrorInfo i = e.info();
-    i.rank = rank;
-    i.generation = static_cast<int64_t>(generation);
+    i.rank = rank_;
+    i.generation = static_cast<int64_t>(generation_);
     throw PeerFailed(i);
   }
-  // Before the handshake: pump() reads departed_ as soon as any endpoint fails, and a peer
-  // may die while the handshake runs.
-  departed_.assign(world, false);
+}
+
+// What this rank tells its peers in the handshake; opens the shared-memory session when
+// asked for (a failure only turns that path off).
+HelloAll::Identity UcxCommunicator::identity() {
   HelloAll::Identity me;
-  me.rank = rank;
+  me.rank = rank_;
   me.pid = static_cast<int64_t>(getpid());
   me.hold_address = transport_->hold_address();
   me.hold_token = transport_->hold_token();
   me.host = host_identity_hash();
-  if (opt_.single_copy && opt_.single_copy_bytes == 0) opt_.single_copy = false;
-  if (opt_.single_copy_max_bytes < 0) {
-    const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
-    opt_.single_copy_max_bytes = static_cast<unsigned>(world) <= hw ? (int64_t{8} << 20) : INT64_MAX;
-  }
   me.single_copy_bytes = opt_.single_copy ? opt_.single_copy_bytes : 0;
   me.single_copy_max_bytes = static_cast<uint64_t>(opt_.single_copy_max_bytes);
-  if (opt_.shm && world > 1) {
+  if (opt_.shm && world_ > 1) {
     try {
-      shm_ = std::make_unique<ShmSession>(rank, world, generation, std::max<size_t>(opt_.shm_slot_bytes, 8));
+      shm_ = std::make_unique<ShmSession>(rank_, world_, generation_, std::max<size_t>(opt_.shm_slot_bytes, 8));
       me.shm_fd = shm_->fd();
       me.shm_token = shm_->token();
     } catch (const rf::Error& e) {
-      static std::atomic<bool> logged{false};
-      if (!logged.exchange(true)) std::cerr << "ringfence comm: no shared-memory path: " << e.what() << "\n";
+      static std::atomic<bool> said{false};
+      if (rf::log::first(said)) rf::log::warn("comm", "no shared-memory path: ", e.what());
     }
   }
-  auto hello_coll = std::make_unique<HelloAll>(rank, world, me, opt_.single_copy, shm_.get());
-  const HelloAll& hello_result = *hello_coll;  // owned by the Work until it is released
-  auto hello = start(std::move(hello_coll), false);
-  hello->wait(Clock::now() + opt_.connect_timeout);
-  {
-    std::lock_guard dl(driver_mu_);
-    single_copy_from_.assign(world, false);
-    if (opt_.single_copy) {
-      transport_->set_single_copy_bytes(opt_.single_copy_bytes);
-      for (int peer = 0; peer < world; ++peer) {
-        if (peer == rank) continue;
-        transport_->set_single_copy(peer, hello_result.pid(peer), hello_result.peer_reads_me(peer),
-                                    hello_result.can_read(peer));
-        single_copy_from_[peer] = hello_result.can_read(peer);
-      }
-      if (!hello_result.probe_failure().empty()) {
-        static std::atomic<bool> logged{false};  // once per process, not per generation
-        if (!logged.exchange(true)) {
-          std::cerr << "ringfence comm: rank " << rank << " does not take the single-copy path with "
-                    << hello_result.probe_failure() << "; large messages between them go through UCX's shared-memory FIFOs (two copies)\n";
-        }
-      }
-    }
-    if (shm_ && !hello_result.shm_all()) {
-      if (!hello_result.shm_failure().empty()) {
-        static std::atomic<bool> logged{false};  // once per process, not per generation
-        if (!logged.exchange(true)) {
-          std::cerr << "ringfence comm: rank " << rank << " does not take the shared-memory path with "
-                    << hello_result.shm_failure() << "; all-reduces use UCX messages\n";
-        }
-      }
-      shm_.reset();  // every rank sees a pair that cannot, and turns it off alike
-    }
-    if (shm_) {
-      zero_copy_scratch_.assign(size_t{64} << 10, 0);
-      shm_->forget_other_processes();  // a dead rank's buffers: unmapped once nobody uses them
-    }
-    departed_.assign(world, false);
-    farewell_recv_.resize(world);
-    farewell_in_.assign(world, Farewell{});
-    for (int peer = 0; peer < world; ++peer) {
-      if (peer == rank) continue;
-      transport_->post_recv(farewell_recv_[peer], peer, &farewell_in_[peer], sizeof(Farewell), farewell_tag(peer), false);
-    }
+  return me;
+}
+
+// Every rank meets every other (HelloAll), then takes the paths every pair agreed on: the
+// single-copy reads and the shared-memory collectives, decided alike on every rank.
+void UcxCommunicator::handshake(const HelloAll::Identity& me) {
+  auto hello_coll = std::make_unique<HelloAll>(rank_, world_, me, opt_.single_copy, shm_.get());
+  const HelloAll& hello = *hello_coll;  // owned by the Work until it is released
+  auto work = start(std::move(hello_coll), false);
+  work->wait(Clock::now() + opt_.connect_timeout);
+  std::lock_guard dl(driver_mu_);
+  take_single_copy_paths(hello);
+  take_shm_path(hello);
+  departed_.assign(world_, false);
+  farewell_recv_.resize(world_);
+  farewell_in_.assign(world_, Farewell{});
+  for (int peer = 0; peer < world_; ++peer) {
+    if (peer == rank_) continue;
+    transport_->post_recv(farewell_recv_[peer], peer, &farewell_in_[peer], sizeof(Farewell), farewell_tag(peer), false);
   }
-  progress_thread_ = std::thread([this] { progress_thread_main(); });
+}
+
+void UcxCommunicator::take_single_copy_paths(const HelloAll& hello) {
+  single_copy_from_.assign(world_, false);
+  if (!opt_.single_copy) return;
+  transport_->set_single_copy_bytes(opt_.single_copy_bytes);
+  for (int peer = 0; peer < world_; ++peer) {
+    if (peer == rank_) continue;
+    transport_->set_single_copy(peer, hello.pid(peer), hello.peer_reads_me(peer), hello.can_read(peer));
+    single_copy_from_[peer] = hello.can_read(peer);
+  }
+  static std::atomic<bool> said{false};  // once per process, not per generation
+  if (!hello.probe_failure().empty() && rf::log::first(said)) {
+    rf::log::warn("comm", "rank ", rank_, " does not take the single-copy path with ", hello.probe_failure(),
+                  "; large messages between them go through UCX's shared-memory FIFOs (two copies)");
+  }
+}
+
+void UcxCommunicator::take_shm_path(const HelloAll& hello) {
+  if (shm_ && !hello.shm_all()) {
+    static std::atomic<bool> said{false};  // once per process, not per generation
+    if (!hello.shm_failure().empty() && rf::log::first(said)) {
+      rf::log::warn("comm", "rank ", rank_, " does not take the shared-memory path with ", hello.shm_failure(),
+                    "; all-reduces use UCX messages");
+    }
+    shm_.reset();  // every rank sees a pair that cannot, and turns it off alike
+  }
+  if (shm_) {
+    zero_copy_scratch_.assign(size_t{64} << 10, 0);
+    shm_->forget_other_processes();  // a dead rank's buffers: unmapped once nobody uses them
+  }
 }
 
 UcxCommunicator::~UcxCommunicator() {
@@ -170,7 +190,7 @@ UcxCommunicator::~UcxCommunicator() {
       // Aborted here, but for the peers this rank failed (a "failed" farewell naming it).
       CommErrorInfo i;
       i.cause = "communicator destroyed";
-      poison("abort", i);
+      poison(PoisonKind::abort, i);
     }
   }
   const TimePoint deadline = Clock::now() + opt_.teardown_timeout;
@@ -204,7 +224,7 @@ bool UcxCommunicator::enqueue(Pending& p, const std::shared_ptr<Pending>& owner,
   if (poison_kind_ || aborting) {
     // Poisoned (or being aborted): fail at once, naming this collective.
     CommErrorInfo i = poison_kind_ ? poison_info_ : CommErrorInfo{};
-    const char* kind = poison_kind_ ? poison_kind_ : "abort";
+    const PoisonKind kind = poison_kind_.value_or(PoisonKind::abort);
     if (!poison_kind_) {
       std::lock_guard ak(abort_mu_);
       i.cause = abort_reason_;
@@ -217,7 +237,7 @@ bool UcxCommunicator::enqueue(Pending& p, const std::shared_ptr<Pending>& owner,
     i.chunk = -1;
     p.error = make_error(kind, i);
     recorder_.fail(p.seq, -1, i.peer, i.cause);
-    p.state.store(kFailed, std::memory_order_release);
+    p.state.store(ucx_detail::kFailed, std::memory_order_release);
     return false;
   }
   queue_.push_back(owner);
@@ -266,7 +286,7 @@ void UcxCommunicator::run_blocking(std::unique_ptr<Collective> c) {
     cv_.notify_one();
   }
   std::exception_ptr error;
-  if (p->state.load(std::memory_order_acquire) == kFailed) error = p->error;
+  if (p->state.load(std::memory_order_acquire) == ucx_detail::kFailed) error = p->error;
   if (reuse) blocking_busy_.store(false, std::memory_order_release);
   if (error) std::rethrow_exception(error);
 }

@@ -21,6 +21,7 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -31,6 +32,7 @@
 #include "comm/errors.h"
 #include "comm/flight_recorder.h"
 #include "comm/transport.h"
+#include "comm/ucx/hello_all.h"
 #include "comm/ucx/ucx_context.h"
 
 namespace rf::comm {
@@ -90,6 +92,12 @@ struct UcxOptions {
   ChunkCallback on_chunk;            // the chunk hook (comm/types.h), called on the driving thread
   TagKey tag_key;                    // keys every tag on the wire (comm/tag.h); off by default
 };
+
+// Why a communicator fails everything pending: a peer (or a transfer with it) failed, a
+// collective made no progress within the stall bound, or it was aborted. Each fails the
+// collectives with its own error type (PeerFailed, TimedOut, Aborted).
+enum class PoisonKind : uint8_t { peer, timeout, abort };
+const char* to_string(PoisonKind kind);
 
 class UcxCommunicator : public Communicator {
  public:
@@ -172,13 +180,33 @@ class UcxCommunicator : public Communicator {
   void wait_for(Pending& p, TimePoint deadline);
   template <typename Until>
   void drive(std::unique_lock<std::mutex>& driver_lock, Until until, TimePoint deadline);
+  // Construction: options checked and defaulted; the transport connected through the
+  // store; this rank's identity (and its shared-memory session); the handshake and the
+  // paths it agreed on.
+  void check_and_default_options();
+  void connect_transport(BootstrapStore& store);
+  HelloAll::Identity identity();
+  void handshake(const HelloAll::Identity& me);
+  void take_single_copy_paths(const HelloAll& hello);
+  void take_shm_path(const HelloAll& hello);
+  // One pass of the driver: abort or drop asked for, the transport driven, farewells and
+  // dead peers noticed, then every runnable collective advanced. True when it moved.
   bool pump();
+  bool poison_if_aborted_or_dropped();  // true: it poisoned
+  bool check_dead_peers();               // true: a dead peer poisoned us
+  enum class Step : uint8_t { running, finished, poisoned };
+  Step advance_one(Pending& p, bool check_stall, TimePoint now, bool& moved);
+  void fail_stalled(Pending& p, TimePoint now);
+  void hand_back_finished();
   bool check_farewells();  // true: a peer's "failed" or "aborted" farewell poisoned us
   void rebuild_active();   // under queue_mu_
-  // Fails everything (kind "peer" / "timeout" / "abort") and says farewell: an abort with
+  // Fails everything (a peer failed, a stall, an abort) and says farewell: an abort with
   // relay_reason set sends "aborted" carrying it (nobody's fault); any other poison sends
   // "failed" naming info.peer, or this rank when it names none (or aborted as failed).
-  void poison(const char* kind, CommErrorInfo info, const std::string* relay_reason = nullptr);
+  void poison(PoisonKind kind, CommErrorInfo info, const std::string* relay_reason = nullptr);
+  void tell_peers(PoisonKind kind, const CommErrorInfo& info, const std::string* relay_reason);
+  void fail_all(std::deque<std::shared_ptr<Pending>>& failed, PoisonKind kind, const CommErrorInfo& info);
+  void dump_flight_record();
   void abort_with(const std::string& reason, bool blame_self);
   void poison_aborted();  // the abort flag is set: poison as abort() / abort_failed() asked
   void progress_thread_main();
@@ -230,7 +258,7 @@ class UcxCommunicator : public Communicator {
   std::mutex queue_mu_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Pending>> queue_;  // started, not finished, in start order
-  const char* poison_kind_ = nullptr;           // set once failed: "peer" / "timeout" / "abort"
+  std::optional<PoisonKind> poison_kind_;        // set once failed
   CommErrorInfo poison_info_;
   bool stop_ = false;
 

@@ -2,7 +2,6 @@
 // What ucx_communicator.cpp and ucx_pump.cpp share: a collective's state as the driver
 // sees it (UcxCommunicator::Pending) and its small helpers. Included by those two only.
 #include <atomic>
-#include <cstring>
 #include <exception>
 #include <memory>
 #include <mutex>
@@ -17,9 +16,12 @@ namespace ucx_detail {
 
 enum : int { kRunning = 0, kDone = 1, kFailed = 2 };
 
-inline std::exception_ptr make_error(const char* kind, const CommErrorInfo& i) {
-  if (std::strcmp(kind, "abort") == 0) return std::make_exception_ptr(Aborted(i));
-  if (std::strcmp(kind, "timeout") == 0) return std::make_exception_ptr(TimedOut(i));
+inline std::exception_ptr make_error(PoisonKind kind, const CommErrorInfo& i) {
+  switch (kind) {
+    case PoisonKind::abort: return std::make_exception_ptr(Aborted(i));
+    case PoisonKind::timeout: return std::make_exception_ptr(TimedOut(i));
+    case PoisonKind::peer: break;
+  }
   return std::make_exception_ptr(PeerFailed(i));
 }
 
@@ -31,15 +33,13 @@ inline void cpu_relax() {
 
 }  // namespace ucx_detail
 
-using namespace ucx_detail;
-
 class UcxCommunicator::Pending : public Work {
  public:
   Pending(UcxCommunicator* owner, std::unique_ptr<Collective> c) : owner_(owner), coll(std::move(c)) {}
 
   bool test() override {
     int s = state.load(std::memory_order_acquire);
-    if (s == kRunning && owner_->driver_mu_.try_lock()) {
+    if (s == ucx_detail::kRunning && owner_->driver_mu_.try_lock()) {
       // Help along, once, without waiting for the driver lock.
       std::lock_guard dl(owner_->driver_mu_, std::adopt_lock);
       owner_->driver_id_.store(std::this_thread::get_id(), std::memory_order_relaxed);
@@ -47,15 +47,15 @@ class UcxCommunicator::Pending : public Work {
       owner_->driver_id_.store(std::thread::id{}, std::memory_order_relaxed);
       s = state.load(std::memory_order_acquire);
     }
-    if (s == kFailed) std::rethrow_exception(error);
-    return s == kDone;
+    if (s == ucx_detail::kFailed) std::rethrow_exception(error);
+    return s == ucx_detail::kDone;
   }
 
   void wait(TimePoint deadline) override {
-    if (state.load(std::memory_order_acquire) == kRunning) owner_->wait_for(*this, deadline);
+    if (state.load(std::memory_order_acquire) == ucx_detail::kRunning) owner_->wait_for(*this, deadline);
     const int s = state.load(std::memory_order_acquire);
-    if (s == kFailed) std::rethrow_exception(error);
-    if (s == kRunning) {
+    if (s == ucx_detail::kFailed) std::rethrow_exception(error);
+    if (s == ucx_detail::kRunning) {
       CommErrorInfo i;
       i.rank = owner_->rank_;
       i.collective = coll ? coll->name() : "collective";
@@ -71,7 +71,7 @@ class UcxCommunicator::Pending : public Work {
   std::unique_ptr<Collective> coll;
   OpId id{};
   const char* name = "";
-  std::atomic<int> state{kRunning};
+  std::atomic<int> state{ucx_detail::kRunning};
   std::exception_ptr error;
   uint64_t seq = 0;
   bool running = false;   // started running (driver only)

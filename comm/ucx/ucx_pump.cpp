@@ -1,6 +1,7 @@
 // UcxCommunicator's driver (ucx_communicator.h): pump() advances every running collective
 // by one pass, the farewells tell peers why this rank leaves a generation, and poison()
 // fails what is pending once a generation is over.
+#include <cstring>
 #include <fstream>
 #include <iostream>
 
@@ -11,6 +12,8 @@
 #include "comm/ucx/ucx_transport.h"
 
 namespace rf::comm {
+
+using namespace ucx_detail;
 
 uint64_t UcxCommunicator::farewell_tag(int sender) const {
   // Internal op, step 1 (step 0 is the hello); chunk = the sender's rank.
@@ -63,7 +66,7 @@ bool UcxCommunicator::check_farewells() {
       const std::string cause(f.cause, strnlen(f.cause, sizeof(f.cause)));
       i.cause = f.kind == kFailed ? rf::str(cause, "; reported by rank ", peer)
                                   : rf::str("farewell of unknown kind ", f.kind, " from rank ", peer);
-      poison("peer", i);
+      poison(PoisonKind::peer, i);
       return true;
     }
   }
@@ -72,8 +75,17 @@ bool UcxCommunicator::check_farewells() {
   const std::string reason(f.cause, strnlen(f.cause, sizeof(f.cause)));
   CommErrorInfo i;  // peer -1: nobody failed
   i.cause = rf::str(reason, "; relayed by rank ", aborted_by);
-  poison("abort", i, &reason);  // and relay the bare reason to the peers not told yet
+  poison(PoisonKind::abort, i, &reason);  // and relay the bare reason to the peers not told yet
   return true;
+}
+
+const char* to_string(PoisonKind kind) {
+  switch (kind) {
+    case PoisonKind::peer: return "peer";
+    case PoisonKind::timeout: return "timeout";
+    case PoisonKind::abort: return "abort";
+  }
+  return "?";
 }
 
 bool UcxCommunicator::pump() {
@@ -81,18 +93,7 @@ bool UcxCommunicator::pump() {
     drop_flag_.store(false, std::memory_order_relaxed);  // nothing left to drop
     return false;
   }
-  if (abort_flag_.load(std::memory_order_acquire)) {
-    poison_aborted();
-    return true;
-  }
-  // A plain load first: an atomic exchange on every pump costs the small all-reduce.
-  if (drop_flag_.load(std::memory_order_relaxed) && drop_flag_.exchange(false, std::memory_order_acq_rel)) {
-    CommErrorInfo i;
-    i.peer = rank_;
-    i.cause = "transport dropped by inject_drop()";
-    poison("peer", i);
-    return true;
-  }
+  if (poison_if_aborted_or_dropped()) return true;
   // While only shared-memory collectives run, UCX carries nothing they wait for: drive it
   // every kShmProgressEvery-th pump only (it still brings D1's endpoint errors and the
   // farewells, a few microseconds later), since a progress call costs as much as the
@@ -106,39 +107,12 @@ bool UcxCommunicator::pump() {
   }
   bool moved = events > 0;
   // A farewell can only have arrived if UCX handled an event; polling W requests on every
-  // idle pump costs the small all-reduce. Every 64th pump looks anyway (belt and braces).
+  // idle pump costs the small all-reduce. Every 64th pump looks anyway.
   if (++farewell_countdown_ >= 64 || events > 0) {
     farewell_countdown_ = 0;
     if (check_farewells()) return true;
   }
-  if (transport_->failure_count() != departed_count_) {
-    // D1: any dead member dooms every collective of this generation, not only the ones
-    // that talk to it directly. But UCX may report a peer's endpoint error (its close, its
-    // exit) before it hands us messages that peer sent ahead of it: its goodbye (it left in
-    // order, no failure), a "failed" farewell naming the real culprit, or an "aborted" one
-    // (it was revoked: nobody to blame, least of all that peer). A peer closes its
-    // endpoints only after its farewell sends completed, so those messages are already in
-    // our receive queues: drain them (bounded: until UCX has no more events) and read the
-    // farewells once more before blaming anyone. (Seen at W = 7, 8 under load: a rank still
-    // in the final barrier failed, blaming a rank that had finished it and said goodbye.)
-    bool drained = false;
-    for (int peer = 0; peer < world_; ++peer) {
-      std::string cause;
-      if (peer == rank_ || departed_[peer] || !transport_->peer_failed(peer, &cause)) continue;
-      if (!drained) {
-        drained = true;
-        for (int n = 0; n < 256 && transport_->progress() > 0; ++n) {
-        }
-        if (check_farewells()) return true;
-        if (departed_[peer]) continue;
-      }
-      CommErrorInfo i;
-      i.peer = peer;
-      i.cause = cause;
-      poison("peer", i);
-      return true;
-    }
-  }
+  if (check_dead_peers()) return true;
   for (;;) {
     // What may run now: every point-to-point transfer, and the oldest collective.
     // Rebuilt only when the queue changed (the common pump changes nothing).
@@ -155,91 +129,147 @@ bool UcxCommunicator::pump() {
     if (check_stall) stall_countdown_ = 0;
     bool any_finished = false;
     for (Pending* p : active_) {
-      if (!p->running) {
-        p->running = true;
-        p->progress_seen = true;  // the next stall check starts its clock (no read here)
-      }
-      bool progressed = false;
-      try {
-        p->finished = p->coll->advance({transport_.get(), generation_, rank_, &opt_.on_chunk, &abort_flag_}, progressed);
-      } catch (const CommError& e) {
-        // A transfer failed because a peer is gone (e.g. a single-copy read from a rank
-        // that exited after failing itself, or that released its buffers on an abort).
-        // If that peer said why in a farewell already on its way (poison() sends it before
-        // releasing anything), its culprit or its abort is the truth: read everything UCX already holds
-        // (as for an endpoint error above; one progress call may stop short of it: seen
-        // in kill_noshm at W = 4, a survivor blamed rank 3, which had failed for rank 2
-        // and exited, 1 run in 150 under load) and look once more before blaming.
-        for (int n = 0; n < 256 && transport_->progress() > 0; ++n) {
-        }
-        if (check_farewells()) return true;
-        poison("peer", e.info());
-        return true;
-      } catch (const rf::Error& e) {
-        CommErrorInfo i;
-        i.cause = e.what();
-        poison("peer", i);
-        return true;
-      }
-      if (p->finished) {
-        any_finished = true;
-        continue;
-      }
-      if (progressed) {
-        p->progress_seen = true;
-        moved = true;
-      }
-      if (!check_stall) continue;
-      if (p->progress_seen) {
-        p->progress_seen = false;
-        p->last_progress = now;
-      } else if (const Duration stall = stall_timeout(); now - p->last_progress > stall) {  // D3
-        CommErrorInfo i;
-        int peer;
-        int64_t chunk;
-        p->coll->waiting_on(peer, chunk);
-        i.peer = peer;
-        i.chunk = chunk;
-        i.collective = p->name;
-        i.step = static_cast<int64_t>(p->id.step);
-        i.op = p->id.op;
-        i.cause = rf::str("no progress for ", std::chrono::duration<double>(now - p->last_progress).count(),
-                          " s, stall bound ", std::chrono::duration<double>(stall).count(), " s");
-        poison("timeout", i);
-        return true;
-      }
+      const Step step = advance_one(*p, check_stall, now, moved);
+      if (step == Step::poisoned) return true;
+      any_finished = any_finished || step == Step::finished;
     }
     single_copy_reads_.store(transport_->single_copy_reads(), std::memory_order_relaxed);
     if (!any_finished) return moved;
-    std::vector<std::shared_ptr<Pending>>& done = done_;
-    done.clear();
-    {
-      std::lock_guard lk(queue_mu_);
-      for (auto it = queue_.begin(); it != queue_.end();) {
-        if ((*it)->finished) {
-          done.push_back(std::move(*it));
-          // The oldest finishes first almost always: pop_front is cheaper than erase.
-          if (it == queue_.begin()) {
-            queue_.pop_front();
-            it = queue_.begin();
-          } else {
-            it = queue_.erase(it);
-          }
-        } else {
-          ++it;
-        }
-      }
-      queued_.store(queue_.size(), std::memory_order_release);
-      queue_version_.fetch_add(1, std::memory_order_acq_rel);
-      rebuild_active();  // under the same lock: the next round needs no second one
-    }
-    for (auto& p : done) {
-      recorder_.finish(p->seq, p->coll->last_chunk(), -1);
-      p->state.store(kDone, std::memory_order_release);
-    }
-    done.clear();
+    hand_back_finished();
     moved = true;  // and go on with the next collective at once
   }
+}
+
+bool UcxCommunicator::poison_if_aborted_or_dropped() {
+  if (abort_flag_.load(std::memory_order_acquire)) {
+    poison_aborted();
+    return true;
+  }
+  // A plain load first: an atomic exchange on every pump costs the small all-reduce.
+  if (drop_flag_.load(std::memory_order_relaxed) && drop_flag_.exchange(false, std::memory_order_acq_rel)) {
+    CommErrorInfo i;
+    i.peer = rank_;
+    i.cause = "transport dropped by inject_drop()";
+    poison(PoisonKind::peer, i);
+    return true;
+  }
+  return false;
+}
+
+// D1: any dead member dooms every collective of this generation, not only the ones that
+// talk to it directly. But UCX may report a peer's endpoint error (its close, its exit)
+// before it hands us messages that peer sent ahead of it: its goodbye (it left in order, no
+// failure), a "failed" farewell naming the real culprit, or an "aborted" one (it was
+// revoked: nobody to blame, least of all that peer). A peer closes its endpoints only after
+// its farewell sends completed, so those messages are already in our receive queues: drain
+// them (bounded: until UCX has no more events) and read the farewells once more before
+// blaming anyone. Without that, a rank still in a final barrier can blame a peer that
+// finished it and said goodbye.
+bool UcxCommunicator::check_dead_peers() {
+  if (transport_->failure_count() == departed_count_) return false;
+  bool drained = false;
+  for (int peer = 0; peer < world_; ++peer) {
+    std::string cause;
+    if (peer == rank_ || departed_[peer] || !transport_->peer_failed(peer, &cause)) continue;
+    if (!drained) {
+      drained = true;
+      for (int n = 0; n < 256 && transport_->progress() > 0; ++n) {
+      }
+      if (check_farewells()) return true;
+      if (departed_[peer]) continue;
+    }
+    CommErrorInfo i;
+    i.peer = peer;
+    i.cause = cause;
+    poison(PoisonKind::peer, i);
+    return true;
+  }
+  return false;
+}
+
+UcxCommunicator::Step UcxCommunicator::advance_one(Pending& p, bool check_stall, TimePoint now, bool& moved) {
+  if (!p.running) {
+    p.running = true;
+    p.progress_seen = true;  // the next stall check starts its clock (no read here)
+  }
+  bool progressed = false;
+  try {
+    p.finished = p.coll->advance({transport_.get(), generation_, rank_, &opt_.on_chunk, &abort_flag_}, progressed);
+  } catch (const CommError& e) {
+    // A transfer failed because a peer is gone (e.g. a single-copy read from a rank that
+    // exited after failing itself, or that released its buffers on an abort). If that peer
+    // said why in a farewell already on its way (poison() sends it before releasing
+    // anything), its culprit or its abort is the truth: read everything UCX already holds
+    // (one progress call may stop short of it) and look once more before blaming.
+    for (int n = 0; n < 256 && transport_->progress() > 0; ++n) {
+    }
+    if (check_farewells()) return Step::poisoned;
+    poison(PoisonKind::peer, e.info());
+    return Step::poisoned;
+  } catch (const rf::Error& e) {
+    CommErrorInfo i;
+    i.cause = e.what();
+    poison(PoisonKind::peer, i);
+    return Step::poisoned;
+  }
+  if (p.finished) return Step::finished;
+  if (progressed) {
+    p.progress_seen = true;
+    moved = true;
+  }
+  if (!check_stall) return Step::running;
+  if (p.progress_seen) {
+    p.progress_seen = false;
+    p.last_progress = now;
+    return Step::running;
+  }
+  if (now - p.last_progress <= stall_timeout()) return Step::running;
+  fail_stalled(p, now);  // D3
+  return Step::poisoned;
+}
+
+void UcxCommunicator::fail_stalled(Pending& p, TimePoint now) {
+  const Duration stall = stall_timeout();
+  CommErrorInfo i;
+  p.coll->waiting_on(i.peer, i.chunk);
+  i.collective = p.name;
+  i.step = static_cast<int64_t>(p.id.step);
+  i.op = p.id.op;
+  i.cause = rf::str("no progress for ", std::chrono::duration<double>(now - p.last_progress).count(),
+                    " s, stall bound ", std::chrono::duration<double>(stall).count(), " s");
+  poison(PoisonKind::timeout, i);
+}
+
+// Finished collectives leave the queue (under its lock, with active_ rebuilt under the
+// same lock) and are handed back to their callers.
+void UcxCommunicator::hand_back_finished() {
+  std::vector<std::shared_ptr<Pending>>& done = done_;
+  done.clear();
+  {
+    std::lock_guard lk(queue_mu_);
+    for (auto it = queue_.begin(); it != queue_.end();) {
+      if ((*it)->finished) {
+        done.push_back(std::move(*it));
+        // The oldest finishes first almost always: pop_front is cheaper than erase.
+        if (it == queue_.begin()) {
+          queue_.pop_front();
+          it = queue_.begin();
+        } else {
+          it = queue_.erase(it);
+        }
+      } else {
+        ++it;
+      }
+    }
+    queued_.store(queue_.size(), std::memory_order_release);
+    queue_version_.fetch_add(1, std::memory_order_acq_rel);
+    rebuild_active();
+  }
+  for (auto& p : done) {
+    recorder_.finish(p->seq, p->coll->last_chunk(), -1);
+    p->state.store(ucx_detail::kDone, std::memory_order_release);
+  }
+  done.clear();
 }
 
 void UcxCommunicator::poison_aborted() {
@@ -251,25 +281,12 @@ void UcxCommunicator::poison_aborted() {
     blame_self = abort_blames_self_;
   }
   const std::string reason = i.cause;
-  poison("abort", i, blame_self ? nullptr : &reason);
+  poison(PoisonKind::abort, i, blame_self ? nullptr : &reason);
 }
 
-void UcxCommunicator::poison(const char* kind, CommErrorInfo info, const std::string* relay_reason) {
+void UcxCommunicator::poison(PoisonKind kind, CommErrorInfo info, const std::string* relay_reason) {
   poisoned_ = true;
-  // Tell every peer first (they may not see the culprit themselves for a while), and
-  // before our offered pieces and registered buffers are released below: a peer that
-  // finds them released reads what UCX holds for a farewell of ours before it blames us
-  // (pump()), so the farewell must already be on its way then.
-  if (!farewell_recv_.empty()) {
-    const TimePoint deadline = Clock::now() + std::chrono::milliseconds(2);
-    if (relay_reason) {
-      send_farewells(kAborted, -1, *relay_reason, deadline);
-    } else {
-      const bool aborted = std::strcmp(kind, "abort") == 0;
-      send_farewells(kFailed, aborted || info.peer < 0 ? rank_ : info.peer,
-                     aborted ? rf::str("rank ", rank_, " aborted: ", info.cause) : info.cause, deadline);
-    }
-  }
+  tell_peers(kind, info, relay_reason);
   // Peers reading our registered buffers fail from now on (before any collective of ours
   // fails, so before our caller can change a buffer): allreduce_zero_copy.cpp.
   if (shm_) shm_->release();
@@ -291,6 +308,29 @@ void UcxCommunicator::poison(const char* kind, CommErrorInfo info, const std::st
     for (auto& p : failed) quiet = p->coll->quiesce(*transport_) && quiet;
     if (quiet || Clock::now() >= until) break;
   }
+  fail_all(failed, kind, info);
+  dump_flight_record();
+}
+
+// Tells every peer first (they may not see the culprit themselves for a while), and before
+// our offered pieces and registered buffers are released: a peer that finds them released
+// reads what UCX holds for a farewell of ours before it blames us (pump()), so the
+// farewell must already be on its way then.
+void UcxCommunicator::tell_peers(PoisonKind kind, const CommErrorInfo& info, const std::string* relay_reason) {
+  if (farewell_recv_.empty()) return;
+  const TimePoint deadline = Clock::now() + std::chrono::milliseconds(2);
+  if (relay_reason) {
+    send_farewells(kAborted, -1, *relay_reason, deadline);
+    return;
+  }
+  const bool aborted = kind == PoisonKind::abort;
+  send_farewells(kFailed, aborted || info.peer < 0 ? rank_ : info.peer,
+                 aborted ? rf::str("rank ", rank_, " aborted: ", info.cause) : info.cause, deadline);
+}
+
+// Each failed collective gets its error (only the running one was inside a chunk).
+void UcxCommunicator::fail_all(std::deque<std::shared_ptr<Pending>>& failed, PoisonKind kind,
+                               const CommErrorInfo& info) {
   bool first = true;
   for (auto& p : failed) {
     CommErrorInfo i = info;
@@ -299,8 +339,9 @@ void UcxCommunicator::poison(const char* kind, CommErrorInfo info, const std::st
     i.collective = p->name;
     i.step = static_cast<int64_t>(p->id.step);
     i.op = p->id.op;
-    if (!first) i.chunk = -1;  // only the running collective was inside a chunk
-    else if (i.chunk < 0 && std::strcmp(kind, "timeout") != 0) {
+    if (!first) {
+      i.chunk = -1;
+    } else if (i.chunk < 0 && kind != PoisonKind::timeout) {
       int peer;
       int64_t chunk;
       p->coll->waiting_on(peer, chunk);
@@ -310,9 +351,12 @@ void UcxCommunicator::poison(const char* kind, CommErrorInfo info, const std::st
     p->error = make_error(kind, i);
     recorder_.fail(p->seq, i.chunk, i.peer, i.cause);
     if (!p->coll->quiesce(*transport_)) graveyard_.push_back(std::move(p->coll));
-    p->state.store(kFailed, std::memory_order_release);
+    p->state.store(ucx_detail::kFailed, std::memory_order_release);
   }
-  // The flight recorder is the post-mortem: dump it once, when the communicator fails.
+}
+
+// The flight recorder is the post-mortem: dumped once, when the communicator fails.
+void UcxCommunicator::dump_flight_record() {
   if (opt_.flight_recorder_path.empty()) {
     recorder_.dump(std::cerr);
   } else {

@@ -266,100 +266,116 @@ void UcxTransport::send_ctrl(Transfer& t, int peer, const void* data, size_t byt
   else *request = req;  // nullptr: done already
 }
 
+namespace {
+
+// Polls one UCX request of a rendezvous (info: a receive's, else a send's); frees it once
+// it ended. UCS_OK also when there is no request (it completed at once).
+ucs_status_t poll_request(void*& req, ucp_tag_recv_info_t* info) {
+  if (req == nullptr) return UCS_OK;
+  const ucs_status_t st = info ? ucp_tag_recv_request_test(req, info) : ucp_request_check_status(req);
+  if (st == UCS_INPROGRESS) return st;
+  ucp_request_free(req);
+  req = nullptr;
+  return st;
+}
+
+}  // namespace
+
+// The rendezvous's UCX requests are polled; on any failure the transfer fails, but only
+// once every request of it is freed (so nothing is left writing into t.ctrl).
 bool UcxTransport::test_single_copy(Transfer& t) {
-  // Polls the UCX requests of the rendezvous; on any failure the transfer fails, but only
-  // once every request of it is freed (so nothing is left writing into t.ctrl).
-  auto poll = [&](void*& req, ucp_tag_recv_info_t* info) -> ucs_status_t {
-    if (req == nullptr) return UCS_OK;
-    const ucs_status_t st = info ? ucp_tag_recv_request_test(req, info) : ucp_request_check_status(req);
-    if (st == UCS_INPROGRESS) return st;
-    ucp_request_free(req);
-    req = nullptr;
-    return st;
-  };
-  if (!t.is_recv) {
-    const ucs_status_t s1 = poll(t.request, nullptr);
-    ucp_tag_recv_info_t info{};
-    const bool waited = t.request2 != nullptr;
-    const ucs_status_t s2 = poll(t.request2, &info);
-    if (s1 != UCS_OK && s1 != UCS_INPROGRESS && t.cause.empty()) fail(t, s1, "single-copy: send of the offer");
-    if (s2 != UCS_OK && s2 != UCS_INPROGRESS && t.cause.empty()) fail(t, s2, "single-copy: waiting for the done message");
-    if (waited && s2 == UCS_OK && info.length != sizeof(SingleCopyDone) && t.cause.empty()) {
-      t.state = Transfer::State::failed;
-      t.cause = rf::str("single-copy: malformed done message (", info.length, " bytes)");
-    }
-    if (t.request != nullptr || t.request2 != nullptr) {
-      // A failed transfer still waits for its other request; make sure it ends.
-      if (!t.cause.empty()) {
-        t.state = Transfer::State::pending;
-        cancel(t);
-      }
-      return false;
-    }
-    if (!t.cause.empty()) {
-      t.state = Transfer::State::failed;
-      return true;
-    }
-    SingleCopyDone done;
-    std::memcpy(&done, t.ctrl + sizeof(SingleCopyOffer), sizeof(done));
-    if (done.magic != SingleCopyDone::kMagic) {
-      t.state = Transfer::State::failed;
-      t.cause = "single-copy: malformed done message";
-      return true;
-    }
-    t.state = Transfer::State::done;
-    return true;
-  }
-  if (t.sc_phase == 1) {  // waiting for the Offer
-    ucp_tag_recv_info_t info{};
-    const ucs_status_t st = poll(t.request, &info);
-    if (st == UCS_INPROGRESS) return false;
-    if (st != UCS_OK) {
-      fail(t, st, "single-copy: receive of the offer");
-      return true;
-    }
-    SingleCopyOffer offer;
-    std::memcpy(&offer, t.ctrl, sizeof(offer));
-    const Peer& p = *peers_[t.peer];
-    std::string why;
-    if (info.length != sizeof(offer) || offer.magic != SingleCopyOffer::kMagic) {
-      why = rf::str("malformed offer (", info.length, " bytes; both ranks must use the same single_copy_bytes)");
-    } else if (offer.bytes != t.bytes) {
-      why = rf::str("offer of ", offer.bytes, " bytes, expected ", t.bytes);
-    } else if (offer.pid != p.pid) {
-      why = rf::str("offer names pid ", offer.pid, ", rank ", t.peer, " is pid ", p.pid);
-    } else {
-      why = read_remote(static_cast<pid_t>(offer.pid), t.data, offer.address, t.bytes);
-      uint64_t hold = 0;
-      if (why.empty()) why = read_remote(static_cast<pid_t>(offer.pid), &hold, offer.hold_address, sizeof(hold));
-      // The sender released its buffers (it failed or aborted) before we were done: the
-      // bytes may be torn, never use them.
-      if (why.empty() && hold != offer.hold_token) why = "the sender released its buffer during the read (it failed or aborted)";
-    }
-    if (!why.empty()) {
-      t.state = Transfer::State::failed;
-      t.cause = rf::str("single-copy read from rank ", t.peer, ": ", why);
-      return true;
-    }
-    ++single_copy_reads_;
-    static_assert(sizeof(SingleCopyDone) <= sizeof(t.ctrl));
-    SingleCopyDone done;
-    std::memcpy(t.ctrl, &done, sizeof(done));
-    t.sc_phase = 2;
-    send_ctrl(t, t.peer, t.ctrl, sizeof(done), t.tag | (uint64_t{1} << StepTag::kReplyBit), &t.request);
-    if (t.state == Transfer::State::failed) return true;
-    if (t.request == nullptr) {
-      t.state = Transfer::State::done;
-      return true;
-    }
-    return false;
-  }
+  if (!t.is_recv) return test_single_copy_send(t);
+  if (t.sc_phase == 1) return test_single_copy_offer(t);
   // Sending the Done.
-  const ucs_status_t st = poll(t.request, nullptr);
+  const ucs_status_t st = poll_request(t.request, nullptr);
   if (st == UCS_INPROGRESS) return false;
   if (st != UCS_OK) fail(t, st, "single-copy: send of the done message");
   else t.state = Transfer::State::done;
   return true;
+}
+
+// The sender: its Offer sent, it waits for the receiver's Done.
+bool UcxTransport::test_single_copy_send(Transfer& t) {
+  const ucs_status_t s1 = poll_request(t.request, nullptr);
+  ucp_tag_recv_info_t info{};
+  const bool waited = t.request2 != nullptr;
+  const ucs_status_t s2 = poll_request(t.request2, &info);
+  if (s1 != UCS_OK && s1 != UCS_INPROGRESS && t.cause.empty()) fail(t, s1, "single-copy: send of the offer");
+  if (s2 != UCS_OK && s2 != UCS_INPROGRESS && t.cause.empty()) fail(t, s2, "single-copy: waiting for the done message");
+  if (waited && s2 == UCS_OK && info.length != sizeof(SingleCopyDone) && t.cause.empty()) {
+    t.state = Transfer::State::failed;
+    t.cause = rf::str("single-copy: malformed done message (", info.length, " bytes)");
+  }
+  if (t.request != nullptr || t.request2 != nullptr) {
+    // A failed transfer still waits for its other request; make sure it ends.
+    if (!t.cause.empty()) {
+      t.state = Transfer::State::pending;
+      cancel(t);
+    }
+    return false;
+  }
+  if (!t.cause.empty()) {
+    t.state = Transfer::State::failed;
+    return true;
+  }
+  SingleCopyDone done;
+  std::memcpy(&done, t.ctrl + sizeof(SingleCopyOffer), sizeof(done));
+  if (done.magic != SingleCopyDone::kMagic) {
+    t.state = Transfer::State::failed;
+    t.cause = "single-copy: malformed done message";
+    return true;
+  }
+  t.state = Transfer::State::done;
+  return true;
+}
+
+// The receiver, waiting for the Offer: once it came, read the bytes from the sender's
+// memory and send the Done.
+bool UcxTransport::test_single_copy_offer(Transfer& t) {
+  ucp_tag_recv_info_t info{};
+  const ucs_status_t st = poll_request(t.request, &info);
+  if (st == UCS_INPROGRESS) return false;
+  if (st != UCS_OK) {
+    fail(t, st, "single-copy: receive of the offer");
+    return true;
+  }
+  SingleCopyOffer offer;
+  std::memcpy(&offer, t.ctrl, sizeof(offer));
+  if (const std::string why = read_offered(t, offer, info.length); !why.empty()) {
+    t.state = Transfer::State::failed;
+    t.cause = rf::str("single-copy read from rank ", t.peer, ": ", why);
+    return true;
+  }
+  ++single_copy_reads_;
+  static_assert(sizeof(SingleCopyDone) <= sizeof(t.ctrl));
+  SingleCopyDone done;
+  std::memcpy(t.ctrl, &done, sizeof(done));
+  t.sc_phase = 2;
+  send_ctrl(t, t.peer, t.ctrl, sizeof(done), t.tag | (uint64_t{1} << StepTag::kReplyBit), &t.request);
+  if (t.state == Transfer::State::failed) return true;
+  if (t.request == nullptr) {
+    t.state = Transfer::State::done;
+    return true;
+  }
+  return false;
+}
+
+// Checks the Offer against what this receive expects and reads the bytes it names; why it
+// cannot, or "" once the bytes are in t.data and the sender still held its buffer.
+std::string UcxTransport::read_offered(Transfer& t, const SingleCopyOffer& offer, size_t length) {
+  const Peer& p = *peers_[t.peer];
+  if (length != sizeof(offer) || offer.magic != SingleCopyOffer::kMagic) {
+    return rf::str("malformed offer (", length, " bytes; both ranks must use the same single_copy_bytes)");
+  }
+  if (offer.bytes != t.bytes) return rf::str("offer of ", offer.bytes, " bytes, expected ", t.bytes);
+  if (offer.pid != p.pid) return rf::str("offer names pid ", offer.pid, ", rank ", t.peer, " is pid ", p.pid);
+  std::string why = read_remote(static_cast<pid_t>(offer.pid), t.data, offer.address, t.bytes);
+  uint64_t hold = 0;
+  if (why.empty()) why = read_remote(static_cast<pid_t>(offer.pid), &hold, offer.hold_address, sizeof(hold));
+  // The sender released its buffers (it failed or aborted) before we were done: the bytes
+  // may be torn, never use them.
+  if (why.empty() && hold != offer.hold_token) why = "the sender released its buffer during the read (it failed or aborted)";
+  return why;
 }
 
 void UcxTransport::shut_down_transfers() {

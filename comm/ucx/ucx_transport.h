@@ -16,6 +16,7 @@
 #include "base/clock.h"
 #include "comm/tag.h"
 #include "comm/transport.h"
+#include "comm/ucx/single_copy.h"
 #include "comm/ucx/ucx_context.h"
 
 namespace rf::comm {
@@ -69,6 +70,9 @@ class UcxTransport : public Transport {
     bool sc_send = false, sc_recv = false;
   };
   bool test_single_copy(Transfer& t);
+  bool test_single_copy_send(Transfer& t);
+  bool test_single_copy_offer(Transfer& t);
+  std::string read_offered(Transfer& t, const SingleCopyOffer& offer, size_t length);
   void fail(Transfer& t, ucs_status_t st, const char* what);
   void send_ctrl(Transfer& t, int peer, const void* data, size_t bytes, uint64_t tag, void** request);
   static void on_endpoint_error(void* arg, ucp_ep_h ep, ucs_status_t status);
