@@ -18,7 +18,7 @@ std::unique_ptr<Collective> make_allreduce_ring(Buffer buf, OpId id, int rank, i
 // the extra ranks in first and out last. staging holds buf.bytes().
 std::unique_ptr<Collective> make_allreduce_recursive_doubling(Buffer buf, OpId id, int rank, int world,
                                                               void* staging);
-// Shared-memory all-reduces (comm/shm_session.h), every pair of ranks mapped. Zero-copy on
+// Shared-memory all-reduces (comm/shm/shm_session.h), every pair of ranks mapped. Zero-copy on
 // registered buffers: range is where buf lies in its SharedBuffer, or null when it is not
 // registered; if any rank's is not, `fallback` runs instead (every rank decides alike).
 // scratch: scratch_bytes (cache-sized) for the partial sums of W > 2.

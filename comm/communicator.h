@@ -38,7 +38,7 @@
 #include <vector>
 
 #include "base/clock.h"
-#include "comm/bootstrap_store.h"
+#include "comm/bootstrap/bootstrap_store.h"
 #include "comm/tag.h"
 #include "comm/types.h"
 
@@ -177,7 +177,7 @@ std::shared_ptr<Communicator> make_communicator(Backend backend, const CommOptio
 void prepare_backend(Backend backend);
 
 // Memory for large all-reduces (gradient buckets), zero-filled and resident: pass it as the
-// Buffers' `registered` (comm/types.h). Host: a SharedBuffer (comm/shared_buffer.h), which
+// Buffers' `registered` (comm/types.h). Host: a SharedBuffer (comm/shm/shared_buffer.h), which
 // the UCX backend all-reduces zero-copy; device memory (Device::cuda) comes from the CUDA
 // halves (register_cuda_comm(); without them rf::InvalidInput says so). Belongs to no
 // communicator.

@@ -8,7 +8,7 @@
 #include "base/str.h"
 #include "comm/communicator.h"
 #include "comm/device_backends.h"
-#include "comm/shared_buffer.h"
+#include "comm/shm/shared_buffer.h"
 #include "comm/ucx/ucx_communicator.h"
 #include "comm/ucx/ucx_context.h"
 

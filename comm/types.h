@@ -17,7 +17,7 @@ const char* dtype_name(DType t);  // "float", "double", "int64", "uint64" (nccl-
 
 // Memory a backend can move without staging it: made by comm::allocate_registered
 // (comm/communicator.h) and named by the Buffers that lie in it. Host memory is a
-// SharedBuffer (comm/shared_buffer.h: a memfd the peers on this host map, which the UCX
+// SharedBuffer (comm/shm/shared_buffer.h: a memfd the peers on this host map, which the UCX
 // backend all-reduces zero-copy). Each backend recognises the kinds it can use and treats
 // any other as plain memory of its device. Registration belongs to no communicator: the
 // memory outlives generations.

@@ -6,7 +6,7 @@
 // for g-2 can never be read while forming g (comm's keys also name g, a second fence).
 #include <cstdint>
 
-#include "comm/bootstrap_store.h"
+#include "comm/bootstrap/bootstrap_store.h"
 #include "elastic/client.h"
 
 namespace rf::ddp {

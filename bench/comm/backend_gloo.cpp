@@ -8,7 +8,7 @@
 #include <gloo/transport/tcp/device.h>
 
 #include "bench/comm/backend.h"
-#include "comm/local_launcher.h"
+#include "comm/bootstrap/local_launcher.h"
 
 namespace rf::bench {
 

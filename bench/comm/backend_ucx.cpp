@@ -1,6 +1,6 @@
 #include "bench/comm/backend.h"
-#include "comm/file_store.h"
-#include "comm/local_launcher.h"
+#include "comm/bootstrap/file_store.h"
+#include "comm/bootstrap/local_launcher.h"
 #include "comm/tag.h"
 #include "comm/ucx/ucx_communicator.h"
 

@@ -40,8 +40,8 @@
 #include "base/str.h"
 #include "bench/comm/backend.h"
 #include "bench/flags.h"
-#include "comm/local_launcher.h"
-#include "comm/shared_buffer.h"
+#include "comm/bootstrap/local_launcher.h"
+#include "comm/shm/shared_buffer.h"
 
 namespace {
 

@@ -2,7 +2,7 @@
 # Runs comm_bench for our ring (ucx), Open MPI and Gloo, one after the other in one go, at
 # W = 2 and 4, and prints the goals as same-run ratios. This VM's figures swing
 # 2-5x between runs, so only ratios from one invocation mean anything. Ours (ucx) all-reduces
-# a registered buffer (comm/shared_buffer.h: zero-copy, as ddp's buckets); also runs ours on
+# a registered buffer (comm/shm/shared_buffer.h: zero-copy, as ddp's buckets); also runs ours on
 # an unregistered buffer (column reg/unreg: what the zero-copy path gains, same run) and
 # unregistered with the single-copy path off (column sc/fifo: what single-copy gains).
 #   bench/comm/compare.sh [BUILD_DIR] [ITERS] [WARMUP] [LAT_ITERS]   (default: build 20 5 3000)

@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
-#include "comm/file_store.h"
+#include "comm/bootstrap/file_store.h"
 #include "comm/nccl/nccl_communicator.h"
 
 using namespace rf::comm;

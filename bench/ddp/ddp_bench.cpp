@@ -52,7 +52,7 @@
 #include "bench/flags.h"
 #include "base/error.h"
 #include "base/str.h"
-#include "comm/local_launcher.h"
+#include "comm/bootstrap/local_launcher.h"
 #include "core/data/data.h"
 #include "core/ops.h"
 #include "core/optim/sgd.h"

@@ -122,7 +122,7 @@ int timed_madvise(void* addr, size_t len, int advice) {
   return rc;
 }
 
-// A peer's buffer as comm maps it (comm/shm_mappings.cpp map_remote_fd): its owner made
+// A peer's buffer as comm maps it (comm/shm/shm_mappings.cpp map_remote_fd): its owner made
 // the memfd resident; the mapper opens /proc/<pid>/fd/<fd> and maps it read-only.
 void peer(size_t mb, int rounds) {
   const size_t bytes = mb * kMB;

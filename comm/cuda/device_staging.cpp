@@ -1,6 +1,6 @@
 // stage_device_buffers (comm/cuda/device_staging.h): the staging communicator
-// (comm/cuda/staging_communicator.h) over CUDA — the process's pool of pinned staging slots
-// (chosen by the pure StagingSlots, comm/cuda/staging_slots.h) and the copies and marks
+// (comm/staging/staging_communicator.h) over CUDA — the process's pool of pinned staging slots
+// (chosen by the pure StagingSlots, comm/staging/staging_slots.h) and the copies and marks
 // on the caller's stream. Every CUDA call is checked; an error names the device and call.
 #include "comm/cuda/device_staging.h"
 
@@ -11,9 +11,9 @@
 
 #include "base/error.h"
 #include "base/str.h"
-#include "comm/cuda/staging_communicator.h"
-#include "comm/cuda/staging_slots.h"
-#include "comm/shared_buffer.h"
+#include "comm/staging/staging_communicator.h"
+#include "comm/staging/staging_slots.h"
+#include "comm/shm/shared_buffer.h"
 
 namespace rf::comm::cuda {
 

@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "comm/bootstrap_store.h"
+#include "comm/bootstrap/bootstrap_store.h"
 
 namespace rf::comm::nccl {
 

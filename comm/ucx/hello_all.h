@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "comm/collective.h"
-#include "comm/shm_session.h"
+#include "comm/shm/shm_session.h"
 #include "comm/tag.h"
 
 namespace rf::comm {

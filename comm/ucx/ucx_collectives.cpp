@@ -4,8 +4,8 @@
 #include "base/error.h"
 #include "base/str.h"
 #include "comm/algorithms.h"
-#include "comm/shared_buffer.h"
-#include "comm/shm_session.h"
+#include "comm/shm/shared_buffer.h"
+#include "comm/shm/shm_session.h"
 #include "comm/tag.h"
 #include "comm/ucx/ucx_communicator.h"
 

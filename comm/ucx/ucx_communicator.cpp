@@ -13,7 +13,7 @@
 #include "base/log.h"
 #include "base/str.h"
 #include "comm/algorithms.h"
-#include "comm/shm_session.h"
+#include "comm/shm/shm_session.h"
 #include "comm/host_identity.h"
 #include "comm/tag.h"
 #include "comm/ucx/hello_all.h"

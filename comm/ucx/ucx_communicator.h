@@ -26,7 +26,7 @@
 #include <thread>
 #include <vector>
 
-#include "comm/bootstrap_store.h"
+#include "comm/bootstrap/bootstrap_store.h"
 #include "comm/collective.h"
 #include "comm/communicator.h"
 #include "comm/errors.h"
@@ -79,11 +79,11 @@ struct UcxOptions {
   // more ranks than cores there is no parallelism to split into, and one copy instead of
   // two keeps winning. Every rank must resolve the same value (checked at connect).
   int64_t single_copy_max_bytes = -1;
-  // Shared-memory path (comm/shm_session.h), used when every pair of ranks can map each
+  // Shared-memory path (comm/shm/shm_session.h), used when every pair of ranks can map each
   // other's memory (same host; probed when connecting, else off for the whole communicator,
   // logged once): all-reduces of at most shm_slot_bytes go through shared slots (one round,
   // no message); larger ones on buffers every rank registered (Buffer::registered naming a
-  // SharedBuffer, comm/shared_buffer.h) are zero-copy: each rank sums its segment straight
+  // SharedBuffer, comm/shm/shared_buffer.h) are zero-copy: each rank sums its segment straight
   // from the peers' buffers. Larger ones on unregistered buffers keep the algorithms above. Every rank must use the same values.
   bool shm = true;
   size_t shm_slot_bytes = 4096;

@@ -6,7 +6,7 @@
 #include <iostream>
 
 #include "base/str.h"
-#include "comm/shm_session.h"
+#include "comm/shm/shm_session.h"
 #include "comm/tag.h"
 #include "comm/ucx/ucx_pending.h"
 #include "comm/ucx/ucx_transport.h"

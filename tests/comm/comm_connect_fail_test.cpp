@@ -19,8 +19,8 @@
 
 #include "base/clock.h"
 #include "comm/errors.h"
-#include "comm/file_store.h"
-#include "comm/local_launcher.h"
+#include "comm/bootstrap/file_store.h"
+#include "comm/bootstrap/local_launcher.h"
 #include "comm/ucx/ucx_communicator.h"
 #include "comm/ucx/ucx_context.h"
 #include "tests/comm/mp_check.h"

@@ -1,5 +1,5 @@
 // comm_mp_test — multi-process tests of the UCX communicator on loopback: real processes
-// (not threads), started and reaped by run_local_ranks (comm/local_launcher.h) with a
+// (not threads), started and reaped by run_local_ranks (comm/bootstrap/local_launcher.h) with a
 // deadline, a FileStore in a fresh temporary directory.
 //
 //   comm_mp_test <scenario> <W>           the launcher: starts W ranks, checks how each ended
@@ -33,11 +33,11 @@
 #include "base/digest.h"
 #include "base/str.h"
 #include "comm/errors.h"
-#include "comm/file_store.h"
-#include "comm/local_launcher.h"
-#include "comm/shared_buffer.h"
-#include "comm/shm_mappings.h"
-#include "comm/shm_session.h"
+#include "comm/bootstrap/file_store.h"
+#include "comm/bootstrap/local_launcher.h"
+#include "comm/shm/shared_buffer.h"
+#include "comm/shm/shm_mappings.h"
+#include "comm/shm/shm_session.h"
 #include "comm/ucx/ucx_communicator.h"
 #include "tests/comm/mp_check.h"
 

@@ -31,8 +31,8 @@
 #include "comm/communicator.h"
 #include "tests/comm/mp_check.h"
 #include "comm/errors.h"
-#include "comm/file_store.h"
-#include "comm/local_launcher.h"
+#include "comm/bootstrap/file_store.h"
+#include "comm/bootstrap/local_launcher.h"
 #include "comm/ucx/ucx_communicator.h"  // the path counters of the UCX backend
 
 using namespace rf::comm;

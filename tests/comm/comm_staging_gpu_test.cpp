@@ -1,6 +1,6 @@
 // comm_staging_gpu_test — the UCX fallback on device buffers (comm/cuda/device_staging.h)
 // with W processes sharing one GPU (cuda:0), started and reaped by run_local_ranks
-// (comm/local_launcher.h) with a deadline, a FileStore in a fresh temporary directory.
+// (comm/bootstrap/local_launcher.h) with a deadline, a FileStore in a fresh temporary directory.
 //
 //   comm_staging_gpu_test <scenario> <W>    the launcher: starts W ranks, checks how each ended
 //
@@ -40,9 +40,9 @@
 #include "comm/cuda/device_staging.h"
 #include "comm/device_backends.h"
 #include "comm/errors.h"
-#include "comm/file_store.h"
-#include "comm/local_launcher.h"
-#include "comm/shared_buffer.h"
+#include "comm/bootstrap/file_store.h"
+#include "comm/bootstrap/local_launcher.h"
+#include "comm/shm/shared_buffer.h"
 #include "core/cuda_runtime.h"
 #include "core/device_runtime.h"
 #include "kernels/op_table.h"

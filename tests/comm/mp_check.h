@@ -27,7 +27,7 @@ inline int g_rank = -1;  // set once the child knows its rank
 #include <string>
 #include <vector>
 
-#include "comm/local_launcher.h"
+#include "comm/bootstrap/local_launcher.h"
 
 namespace rf::comm::testing {
 

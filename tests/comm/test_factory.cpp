@@ -13,8 +13,8 @@
 
 #include "base/error.h"
 #include "comm/communicator.h"
-#include "comm/file_store.h"
-#include "comm/shared_buffer.h"
+#include "comm/bootstrap/file_store.h"
+#include "comm/shm/shared_buffer.h"
 
 using namespace rf::comm;
 

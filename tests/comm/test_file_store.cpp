@@ -7,7 +7,7 @@
 
 #include "base/clock.h"
 #include "comm/errors.h"
-#include "comm/file_store.h"
+#include "comm/bootstrap/file_store.h"
 
 using namespace rf::comm;
 

@@ -23,7 +23,7 @@
 #include "comm/communicator.h"
 #include "comm/device_backends.h"
 #include "comm/errors.h"
-#include "comm/file_store.h"
+#include "comm/bootstrap/file_store.h"
 #include "comm/nccl/nccl_communicator.h"
 #include "tests/comm/nccl_test_kernels.h"
 

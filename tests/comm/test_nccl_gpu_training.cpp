@@ -18,7 +18,7 @@
 #include "comm/communicator.h"
 #include "comm/device_backends.h"
 #include "comm/errors.h"
-#include "comm/file_store.h"
+#include "comm/bootstrap/file_store.h"
 #include "comm/nccl/nccl_communicator.h"
 #include "core/autograd.h"
 #include "core/optim/sgd.h"

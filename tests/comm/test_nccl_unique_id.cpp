@@ -18,7 +18,7 @@
 #include "base/error.h"
 #include "base/str.h"
 #include "comm/errors.h"
-#include "comm/file_store.h"
+#include "comm/bootstrap/file_store.h"
 #include "comm/nccl/unique_id.h"
 
 using namespace rf::comm;

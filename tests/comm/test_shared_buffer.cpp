@@ -11,8 +11,8 @@
 #include <vector>
 #include <utility>
 
-#include "comm/shared_buffer.h"
-#include "comm/shm_mappings.h"
+#include "comm/shm/shared_buffer.h"
+#include "comm/shm/shm_mappings.h"
 
 using namespace rf::comm;
 

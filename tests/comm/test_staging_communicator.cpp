@@ -1,4 +1,4 @@
-// The UCX fallback's staging communicator (comm/cuda/staging_communicator.h) without a GPU
+// The UCX fallback's staging communicator (comm/staging/staging_communicator.h) without a GPU
 // or UCX: "device" memory is host memory, the device copies a fake whose copies into
 // staging wait behind a gate (the GPU not yet at the bucket), the inner communicator a fake
 // that records the order it is asked in and adds 1 to every float (so a result that did
@@ -14,8 +14,8 @@
 
 #include "base/clock.h"
 #include "base/str.h"
-#include "comm/cuda/staging_communicator.h"
-#include "comm/cuda/staging_slots.h"
+#include "comm/staging/staging_communicator.h"
+#include "comm/staging/staging_slots.h"
 #include "comm/errors.h"
 
 using namespace rf::comm;

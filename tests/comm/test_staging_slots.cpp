@@ -1,8 +1,8 @@
 // StagingSlots: the UCX fallback's choice of pinned staging for device collectives
-// (comm/cuda/staging_slots.h), without CUDA.
+// (comm/staging/staging_slots.h), without CUDA.
 #include <doctest/doctest.h>
 
-#include "comm/cuda/staging_slots.h"
+#include "comm/staging/staging_slots.h"
 
 using rf::comm::cuda::staging_capacity;
 using rf::comm::cuda::StagingKey;

@@ -7,7 +7,7 @@
 //   * with "ab": overlap on, off and switched between steps give bitwise the same weights.
 //
 //   reducer_mp_test W BATCH CAP_BYTES overlap|no-overlap|ab     (the launcher)
-// Ranks run the same binary with RF_RANK/RF_WORLD/RF_STORE set (comm/local_launcher.h)
+// Ranks run the same binary with RF_RANK/RF_WORLD/RF_STORE set (comm/bootstrap/local_launcher.h)
 // and write their parameters to RF_STORE/params-<rank>.bin.
 #include <unistd.h>
 
@@ -22,8 +22,8 @@
 
 #include "base/error.h"
 #include "base/str.h"
-#include "comm/file_store.h"
-#include "comm/local_launcher.h"
+#include "comm/bootstrap/file_store.h"
+#include "comm/bootstrap/local_launcher.h"
 #include "comm/communicator.h"
 #include "core/data/data.h"
 #include "core/optim/sgd.h"

@@ -19,7 +19,7 @@
 #include <thread>
 #include <utility>
 
-#include "comm/local_launcher.h"
+#include "comm/bootstrap/local_launcher.h"
 #include "tests/nccl_double/fake_hooks.h"
 
 namespace rf::nccl_double {

@@ -2,7 +2,7 @@
 // FileStore — a BootstrapStore in a directory shared by the ranks (one machine, or a shared
 // file system). set() writes a temporary file and rename()s it into place, so a reader sees
 // either nothing or the whole value. '/' in keys is escaped, so keys map to flat names.
-#include "comm/bootstrap_store.h"
+#include "comm/bootstrap/bootstrap_store.h"
 
 namespace rf::comm {
 

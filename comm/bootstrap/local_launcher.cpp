@@ -1,4 +1,4 @@
-#include "comm/local_launcher.h"
+#include "comm/bootstrap/local_launcher.h"
 
 #include <sched.h>
 #include <signal.h>

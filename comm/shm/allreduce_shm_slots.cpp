@@ -1,4 +1,4 @@
-// Small all-reduce through shared slots (comm/shm_session.h), for latency: one round, no
+// Small all-reduce through shared slots (comm/shm/shm_session.h), for latency: one round, no
 // message. All-reduce number `seq` of this communicator:
 //
 //   publish  copy our data into our slot seq & 1, then slot_seq = seq (release);
@@ -20,7 +20,7 @@
 #include "base/str.h"
 #include "comm/algorithms.h"
 #include "comm/errors.h"
-#include "comm/shm_session.h"
+#include "comm/shm/shm_session.h"
 
 namespace rf::comm {
 

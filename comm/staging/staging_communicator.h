@@ -1,13 +1,14 @@
 #pragma once
-// The UCX fallback's communicator without CUDA (comm/cuda/device_staging.h says what it
-// does): the FIFO, the staging thread and the Works, over a DeviceCopies that does the
-// device's part. comm/cuda/device_staging.cpp gives it the CUDA one; the unit tests a fake
-// one over host memory, so the order, abort and stall logic runs on every machine.
+// The communicator of UCX on device memory through pinned host staging, with no CUDA in it
+// (comm/cuda/device_staging.h says what the path does): the FIFO, the staging thread and
+// the Works, over a DeviceCopies that does the device's part. comm/cuda/device_staging.cpp
+// gives it the CUDA one; the unit tests a fake one over host memory, so the order, abort
+// and stall logic runs on every machine.
 #include <cstddef>
 #include <memory>
 
 #include "comm/communicator.h"
-#include "comm/cuda/staging_slots.h"
+#include "comm/staging/staging_slots.h"
 
 namespace rf::comm::cuda {
 

@@ -1,4 +1,4 @@
-#include "comm/file_store.h"
+#include "comm/bootstrap/file_store.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

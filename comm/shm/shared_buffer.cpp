@@ -1,4 +1,4 @@
-#include "comm/shared_buffer.h"
+#include "comm/shm/shared_buffer.h"
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -16,7 +16,7 @@ namespace rf::comm {
 namespace {
 
 // SharedRange::id of the next shared buffer: unique for the process's lifetime, where fd
-// numbers are reused (the peers' mapping cache is keyed by it, comm/shm_mappings.h).
+// numbers are reused (the peers' mapping cache is keyed by it, comm/shm/shm_mappings.h).
 std::atomic<uint64_t> next_id{1};
 
 size_t round_to_pages(size_t n) {

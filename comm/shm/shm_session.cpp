@@ -1,4 +1,4 @@
-#include "comm/shm_session.h"
+#include "comm/shm/shm_session.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>

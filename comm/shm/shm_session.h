@@ -1,7 +1,7 @@
 #pragma once
 // ShmSession — the shared-memory side of one communicator (one generation): this rank's
 // control segment, the peers' control segments mapped read-only, and a cache of the peers'
-// registered buffers (comm/shared_buffer.h) mapped read-only. The zero-copy all-reduce
+// registered buffers (comm/shm/shared_buffer.h) mapped read-only. The zero-copy all-reduce
 // (allreduce_zero_copy.cpp) and the small all-reduce through slots (allreduce_shm_slots.cpp)
 // synchronise only through the sequence words here, polled by the communicator's one wait
 // loop, so abort, the stall timeout (D3) and peer death (D1) work as for messages.
@@ -28,7 +28,7 @@
 #include <string>
 #include <vector>
 
-#include "comm/shm_mappings.h"
+#include "comm/shm/shm_mappings.h"
 
 namespace rf::comm {
 

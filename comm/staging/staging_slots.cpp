@@ -1,4 +1,4 @@
-#include "comm/cuda/staging_slots.h"
+#include "comm/staging/staging_slots.h"
 
 #include <algorithm>
 

@@ -1,5 +1,5 @@
-// Zero-copy all-reduce on registered buffers (comm/shared_buffer.h) between ranks of one
-// host, synchronised only through the sequence words of comm/shm_session.h:
+// Zero-copy all-reduce on registered buffers (comm/shm/shared_buffer.h) between ranks of one
+// host, synchronised only through the sequence words of comm/shm/shm_session.h:
 //
 //   enter      publish where this rank's buffer is, then entered = seq << 1 | registered.
 //              Wait until every rank entered seq. If any rank's buffer is not registered
@@ -35,8 +35,8 @@
 #include "base/str.h"
 #include "comm/algorithms.h"
 #include "comm/errors.h"
-#include "comm/shared_buffer.h"
-#include "comm/shm_session.h"
+#include "comm/shm/shared_buffer.h"
+#include "comm/shm/shm_session.h"
 
 namespace rf::comm {
 

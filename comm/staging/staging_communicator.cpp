@@ -1,4 +1,4 @@
-// The UCX fallback's communicator (comm/cuda/staging_communicator.h), with no CUDA: the
+// The UCX fallback's communicator (comm/staging/staging_communicator.h), with no CUDA: the
 // device's part is a DeviceCopies (CUDA's in comm/cuda/device_staging.cpp).
 //
 // One collective on a device buffer, on the caller's stream S:
@@ -24,7 +24,7 @@
 // Staging of a failed or abandoned op may still be written (a D2H copy in flight, UCX's
 // receives until the inner communicator closes): its slots go back to the pool only when the
 // last holder of the wrapped communicator lets go.
-#include "comm/cuda/staging_communicator.h"
+#include "comm/staging/staging_communicator.h"
 
 #include <atomic>
 #include <condition_variable>

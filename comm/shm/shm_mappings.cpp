@@ -1,4 +1,4 @@
-#include "comm/shm_mappings.h"
+#include "comm/shm/shm_mappings.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
