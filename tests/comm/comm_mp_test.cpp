@@ -34,15 +34,7 @@ int run_rank(const std::string& scenario) {
   std::vector<NamedScenario> all;
   for (auto group : {collective_scenarios, fault_scenarios, single_copy_scenarios, shared_memory_scenarios})
     for (const NamedScenario& s : group()) all.push_back(s);
-  try {
-    for (const NamedScenario& s : all)
-      if (scenario == s.name) return s.run();
-    std::cerr << "unknown scenario " << scenario << "\n";
-    return 2;
-  } catch (const std::exception& err) {
-    std::cerr << "rank " << g_rank << ": unexpected error: " << err.what() << "\n";
-    return 1;
-  }
+  return rf::comm::testing::run_scenario(scenario, all);
 }
 
 }  // namespace

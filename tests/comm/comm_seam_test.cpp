@@ -234,15 +234,7 @@ int scenario_hooks() {
 }
 
 int run_rank(const std::string& scenario) {
-  try {
-    if (scenario == "registration") return scenario_registration();
-    if (scenario == "hooks") return scenario_hooks();
-    std::cerr << "unknown scenario " << scenario << "\n";
-    return 2;
-  } catch (const std::exception& err) {
-    std::cerr << "rank " << g_rank << ": unexpected error: " << err.what() << "\n";
-    return 1;
-  }
+  return rf::comm::testing::run_scenario(scenario, {{"registration", scenario_registration}, {"hooks", scenario_hooks}});
 }
 
 }  // namespace

@@ -326,17 +326,10 @@ int scenario_abort() {
 }
 
 int run_rank(const std::string& scenario) {
-  try {
-    if (scenario == "allreduce") return scenario_allreduce();
-    if (scenario == "stream") return scenario_stream();
-    if (scenario == "kill") return scenario_kill();
-    if (scenario == "abort") return scenario_abort();
-    std::cerr << "unknown scenario " << scenario << "\n";
-    return 2;
-  } catch (const std::exception& err) {
-    std::cerr << "rank " << g_rank << ": unexpected error: " << err.what() << "\n";
-    return 1;
-  }
+  return rf::comm::testing::run_scenario(scenario, {{"allreduce", scenario_allreduce},
+                                                    {"stream", scenario_stream},
+                                                    {"kill", scenario_kill},
+                                                    {"abort", scenario_abort}});
 }
 
 }  // namespace

@@ -31,6 +31,26 @@ inline int g_rank = -1;  // set once the child knows its rank
 
 namespace rf::comm::testing {
 
+// A scenario every rank runs: 0 when all its checks held.
+struct NamedScenario {
+  const char* name;
+  int (*run)();
+};
+
+// Runs the named scenario of the table on this rank: its result, 1 on an unexpected
+// exception (printed with the rank), 2 for a name the table does not hold.
+inline int run_scenario(const std::string& name, const std::vector<NamedScenario>& table) {
+  try {
+    for (const NamedScenario& s : table)
+      if (name == s.name) return s.run();
+    std::cerr << "unknown scenario " << name << "\n";
+    return 2;
+  } catch (const std::exception& err) {
+    std::cerr << "rank " << g_rank << ": unexpected error: " << err.what() << "\n";
+    return 1;
+  }
+}
+
 // A launch of this very program as `world` ranks with `args`, UCX's warnings and signal
 // handlers out of the way (leftovers of failed collectives are expected; the launcher
 // gives the account of how each rank ended).

@@ -221,12 +221,7 @@ inline void check_sum(const std::vector<float>& buf, size_t count, int W, const 
   EXPECT(bad == 0, what, " count ", count, ": ", bad, " wrong elements, first at ", first_bad);
 }
 
-// A scenario run by every rank: 0 when all its checks held.
-using Scenario = int (*)();
-struct NamedScenario {
-  const char* name;
-  Scenario run;
-};
+using rf::comm::testing::NamedScenario;
 std::vector<NamedScenario> collective_scenarios();
 std::vector<NamedScenario> fault_scenarios();
 std::vector<NamedScenario> single_copy_scenarios();
