@@ -23,11 +23,10 @@ struct Transfer {
   bool cancel_requested = false;
   bool exact_length = false;
   std::string cause;        // why it failed
-  // Single-copy rendezvous (ucx/single_copy.h); sc_phase 0 = an ordinary message.
-  uint8_t sc_phase = 0;
-  void* request2 = nullptr;  // sender: the receive of the Done
-  void* data = nullptr;      // receiver: where the bytes go
-  alignas(8) unsigned char ctrl[64] = {};  // the Offer (either side), then the Done
+  // The backend's own per-transfer state, zeroed when the transfer is posted; its layout
+  // is the backend's (UCX: its single-copy rendezvous, ucx/single_copy.h). Kept here so
+  // that a transfer costs no allocation.
+  alignas(8) unsigned char backend_state[96] = {};
   bool finished() const { return state == State::done || state == State::failed; }
 };
 
@@ -36,15 +35,16 @@ class Transport {
   virtual ~Transport() = default;
   virtual int rank() const = 0;
   virtual int world_size() const = 0;
-  // single_copy: the transport may move the bytes with its single-copy rendezvous (large
-  // messages to peers on this host). Both sides must pass the same value and agree on the
-  // size, which collectives do by construction; blobs pass false.
+  // bulk: both sides post this message with the same size and the same flag (collectives
+  // do by construction; blobs pass false), so the transport may move it by a rendezvous of
+  // its own instead of a plain message (UCX: a single-copy read between processes of one
+  // host, ucx/single_copy.h).
   virtual void post_send(Transfer& t, int peer, const void* data, size_t bytes, uint64_t tag,
-                         bool single_copy = false) = 0;
+                         bool bulk = false) = 0;
   // exact_length: a message of another size fails the transfer (blobs); collectives'
   // sizes agree by construction, so they skip the check (it costs UCX a request).
   virtual void post_recv(Transfer& t, int peer, void* data, size_t bytes, uint64_t tag, bool exact_length,
-                         bool single_copy = false) = 0;
+                         bool bulk = false) = 0;
   // Returns true once t is done or failed.
   virtual bool test(Transfer& t) = 0;
   // Asks for a pending receive to end (it then finishes as failed, "cancelled"); for a

@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <new>
+#include <type_traits>
 
 #include "base/enforce.h"
 #include "base/error.h"
@@ -13,6 +15,22 @@
 #include "comm/ucx/single_copy.h"
 
 namespace rf::comm {
+
+namespace {
+
+// What a single-copy transfer keeps in Transfer::backend_state (zeroed at post: phase 0, an
+// ordinary message).
+struct Rendezvous {
+  uint8_t phase;                      // 1: the Offer (sent, or awaited); 2: sending the Done
+  void* request2;                     // the sender: the receive of the Done
+  void* data;                         // the receiver: where the bytes go
+  alignas(8) unsigned char ctrl[64];  // the Offer (either side), then the Done
+};
+static_assert(std::is_trivial_v<Rendezvous> && sizeof(Rendezvous) <= sizeof(Transfer::backend_state));
+
+Rendezvous& rv(Transfer& t) { return *std::launder(reinterpret_cast<Rendezvous*>(t.backend_state)); }
+
+}  // namespace
 
 UcxTransport::UcxTransport(std::shared_ptr<UcxContext> context, int rank, int world, TagKey key)
     : context_(std::move(context)),
@@ -113,7 +131,7 @@ void UcxTransport::close_endpoints(bool force, TimePoint deadline) {
 }
 
 void UcxTransport::post_send(Transfer& t, int peer, const void* data, size_t bytes, uint64_t tag,
-                             bool single_copy) {
+                             bool bulk) {
   t = Transfer{};
   t.peer = peer;
   t.tag = tag;
@@ -124,29 +142,29 @@ void UcxTransport::post_send(Transfer& t, int peer, const void* data, size_t byt
     t.cause = p.error != UCS_OK ? rf::str("endpoint error: ", ucs_status_string(p.error)) : "endpoint closed";
     return;
   }
-  if (single_copy && p.sc_send && single_copy_bytes_ > 0 && bytes >= single_copy_bytes_) {
+  if (bulk && p.sc_send && single_copy_bytes_ > 0 && bytes >= single_copy_bytes_) {
     // Rendezvous (single_copy.h): wait for the Done first, then offer the region.
-    t.sc_phase = 1;
+    rv(t).phase = 1;
     t.state = Transfer::State::pending;
-    static_assert(sizeof(SingleCopyOffer) + sizeof(SingleCopyDone) <= sizeof(t.ctrl));
+    static_assert(sizeof(SingleCopyOffer) + sizeof(SingleCopyDone) <= sizeof(rv(t).ctrl));
     SingleCopyOffer offer;
     offer.pid = static_cast<int64_t>(getpid());
     offer.address = reinterpret_cast<uint64_t>(data);
     offer.bytes = bytes;
     offer.hold_address = hold_address();
     offer.hold_token = hold_token_;
-    std::memcpy(t.ctrl, &offer, sizeof(offer));
+    std::memcpy(rv(t).ctrl, &offer, sizeof(offer));
     ucp_request_param_t rp{};
     rp.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
     const uint64_t reply = tag | (uint64_t{1} << StepTag::kReplyBit);
-    ucs_status_ptr_t rr = ucp_tag_recv_nbx(worker_, t.ctrl + sizeof(SingleCopyOffer), sizeof(SingleCopyDone),
+    ucs_status_ptr_t rr = ucp_tag_recv_nbx(worker_, rv(t).ctrl + sizeof(SingleCopyOffer), sizeof(SingleCopyDone),
                                            key_.wire(reply), ~ucp_tag_t{0}, &rp);
     if (UCS_PTR_IS_ERR(rr)) {
       fail(t, UCS_PTR_STATUS(rr), "single-copy: receive of the done message");
       return;
     }
-    t.request2 = rr;
-    send_ctrl(t, peer, t.ctrl, sizeof(SingleCopyOffer), tag, &t.request);
+    rv(t).request2 = rr;
+    send_ctrl(t, peer, rv(t).ctrl, sizeof(SingleCopyOffer), tag, &t.request);
     return;
   }
   ucp_request_param_t param{};
@@ -163,21 +181,21 @@ void UcxTransport::post_send(Transfer& t, int peer, const void* data, size_t byt
 }
 
 void UcxTransport::post_recv(Transfer& t, int peer, void* data, size_t bytes, uint64_t tag, bool exact_length,
-                             bool single_copy) {
+                             bool bulk) {
   t = Transfer{};
   t.is_recv = true;
   t.peer = peer;
   t.tag = tag;
   t.bytes = bytes;
-  if (single_copy && peers_[peer]->sc_recv && single_copy_bytes_ > 0 && bytes >= single_copy_bytes_) {
+  if (bulk && peers_[peer]->sc_recv && single_copy_bytes_ > 0 && bytes >= single_copy_bytes_) {
     // Rendezvous (single_copy.h): the Offer first; test() reads and answers.
-    t.sc_phase = 1;
-    t.data = data;
+    rv(t).phase = 1;
+    rv(t).data = data;
     t.state = Transfer::State::pending;
     ucp_request_param_t rp{};
     rp.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL;  // so recv_info (the length) is always set
     ucs_status_ptr_t req =
-        ucp_tag_recv_nbx(worker_, t.ctrl, sizeof(SingleCopyOffer), key_.wire(tag), ~ucp_tag_t{0}, &rp);
+        ucp_tag_recv_nbx(worker_, rv(t).ctrl, sizeof(SingleCopyOffer), key_.wire(tag), ~ucp_tag_t{0}, &rp);
     if (UCS_PTR_IS_ERR(req)) fail(t, UCS_PTR_STATUS(req), "single-copy: receive of the offer");
     else t.request = req;
     return;
@@ -204,7 +222,7 @@ void UcxTransport::post_recv(Transfer& t, int peer, void* data, size_t bytes, ui
 
 bool UcxTransport::test(Transfer& t) {
   if (t.state != Transfer::State::pending) return t.finished();
-  if (t.sc_phase != 0) return test_single_copy(t);
+  if (rv(t).phase != 0) return test_single_copy(t);
   ucs_status_t st;
   ucp_tag_recv_info_t info{};
   if (t.is_recv) st = ucp_tag_recv_request_test(t.request, &info);
@@ -232,10 +250,10 @@ void UcxTransport::cancel(Transfer& t) {
   // STYLE.md trap: freeing a receive does not stop UCX writing into its buffer; cancel it
   // and let test() see it finish.
   if (t.state != Transfer::State::pending || t.cancel_requested) return;
-  if (t.sc_phase != 0) {
+  if (rv(t).phase != 0) {
     // Single-copy: the receive of the Offer (receiver) or of the Done (sender). A Done
     // being sent ends with the endpoint's force close.
-    void* r = t.is_recv ? (t.sc_phase == 1 ? t.request : nullptr) : t.request2;
+    void* r = t.is_recv ? (rv(t).phase == 1 ? t.request : nullptr) : rv(t).request2;
     if (r == nullptr) return;
     t.cancel_requested = true;
     ucp_request_cancel(worker_, r);
@@ -282,10 +300,10 @@ ucs_status_t poll_request(void*& req, ucp_tag_recv_info_t* info) {
 }  // namespace
 
 // The rendezvous's UCX requests are polled; on any failure the transfer fails, but only
-// once every request of it is freed (so nothing is left writing into t.ctrl).
+// once every request of it is freed (so nothing is left writing into rv(t).ctrl).
 bool UcxTransport::test_single_copy(Transfer& t) {
   if (!t.is_recv) return test_single_copy_send(t);
-  if (t.sc_phase == 1) return test_single_copy_offer(t);
+  if (rv(t).phase == 1) return test_single_copy_offer(t);
   // Sending the Done.
   const ucs_status_t st = poll_request(t.request, nullptr);
   if (st == UCS_INPROGRESS) return false;
@@ -298,15 +316,15 @@ bool UcxTransport::test_single_copy(Transfer& t) {
 bool UcxTransport::test_single_copy_send(Transfer& t) {
   const ucs_status_t s1 = poll_request(t.request, nullptr);
   ucp_tag_recv_info_t info{};
-  const bool waited = t.request2 != nullptr;
-  const ucs_status_t s2 = poll_request(t.request2, &info);
+  const bool waited = rv(t).request2 != nullptr;
+  const ucs_status_t s2 = poll_request(rv(t).request2, &info);
   if (s1 != UCS_OK && s1 != UCS_INPROGRESS && t.cause.empty()) fail(t, s1, "single-copy: send of the offer");
   if (s2 != UCS_OK && s2 != UCS_INPROGRESS && t.cause.empty()) fail(t, s2, "single-copy: waiting for the done message");
   if (waited && s2 == UCS_OK && info.length != sizeof(SingleCopyDone) && t.cause.empty()) {
     t.state = Transfer::State::failed;
     t.cause = rf::str("single-copy: malformed done message (", info.length, " bytes)");
   }
-  if (t.request != nullptr || t.request2 != nullptr) {
+  if (t.request != nullptr || rv(t).request2 != nullptr) {
     // A failed transfer still waits for its other request; make sure it ends.
     if (!t.cause.empty()) {
       t.state = Transfer::State::pending;
@@ -319,7 +337,7 @@ bool UcxTransport::test_single_copy_send(Transfer& t) {
     return true;
   }
   SingleCopyDone done;
-  std::memcpy(&done, t.ctrl + sizeof(SingleCopyOffer), sizeof(done));
+  std::memcpy(&done, rv(t).ctrl + sizeof(SingleCopyOffer), sizeof(done));
   if (done.magic != SingleCopyDone::kMagic) {
     t.state = Transfer::State::failed;
     t.cause = "single-copy: malformed done message";
@@ -340,18 +358,18 @@ bool UcxTransport::test_single_copy_offer(Transfer& t) {
     return true;
   }
   SingleCopyOffer offer;
-  std::memcpy(&offer, t.ctrl, sizeof(offer));
+  std::memcpy(&offer, rv(t).ctrl, sizeof(offer));
   if (const std::string why = read_offered(t, offer, info.length); !why.empty()) {
     t.state = Transfer::State::failed;
     t.cause = rf::str("single-copy read from rank ", t.peer, ": ", why);
     return true;
   }
   ++single_copy_reads_;
-  static_assert(sizeof(SingleCopyDone) <= sizeof(t.ctrl));
+  static_assert(sizeof(SingleCopyDone) <= sizeof(rv(t).ctrl));
   SingleCopyDone done;
-  std::memcpy(t.ctrl, &done, sizeof(done));
-  t.sc_phase = 2;
-  send_ctrl(t, t.peer, t.ctrl, sizeof(done), t.tag | (uint64_t{1} << StepTag::kReplyBit), &t.request);
+  std::memcpy(rv(t).ctrl, &done, sizeof(done));
+  rv(t).phase = 2;
+  send_ctrl(t, t.peer, rv(t).ctrl, sizeof(done), t.tag | (uint64_t{1} << StepTag::kReplyBit), &t.request);
   if (t.state == Transfer::State::failed) return true;
   if (t.request == nullptr) {
     t.state = Transfer::State::done;
@@ -361,7 +379,7 @@ bool UcxTransport::test_single_copy_offer(Transfer& t) {
 }
 
 // Checks the Offer against what this receive expects and reads the bytes it names; why it
-// cannot, or "" once the bytes are in t.data and the sender still held its buffer.
+// cannot, or "" once the bytes are in rv(t).data and the sender still held its buffer.
 std::string UcxTransport::read_offered(Transfer& t, const SingleCopyOffer& offer, size_t length) {
   const Peer& p = *peers_[t.peer];
   if (length != sizeof(offer) || offer.magic != SingleCopyOffer::kMagic) {
@@ -369,7 +387,7 @@ std::string UcxTransport::read_offered(Transfer& t, const SingleCopyOffer& offer
   }
   if (offer.bytes != t.bytes) return rf::str("offer of ", offer.bytes, " bytes, expected ", t.bytes);
   if (offer.pid != p.pid) return rf::str("offer names pid ", offer.pid, ", rank ", t.peer, " is pid ", p.pid);
-  std::string why = read_remote(static_cast<pid_t>(offer.pid), t.data, offer.address, t.bytes);
+  std::string why = read_remote(static_cast<pid_t>(offer.pid), rv(t).data, offer.address, t.bytes);
   uint64_t hold = 0;
   if (why.empty()) why = read_remote(static_cast<pid_t>(offer.pid), &hold, offer.hold_address, sizeof(hold));
   // The sender released its buffers (it failed or aborted) before we were done: the bytes

@@ -38,9 +38,9 @@ class UcxTransport : public Transport {
   int rank() const override { return rank_; }
   int world_size() const override { return world_; }
   void post_send(Transfer& t, int peer, const void* data, size_t bytes, uint64_t tag,
-                 bool single_copy = false) override;
+                 bool bulk = false) override;
   void post_recv(Transfer& t, int peer, void* data, size_t bytes, uint64_t tag, bool exact_length,
-                 bool single_copy = false) override;
+                 bool bulk = false) override;
   bool test(Transfer& t) override;
   void cancel(Transfer& t) override;
   unsigned progress() override;
