@@ -47,7 +47,10 @@ void write_snapshot_meta(SafetensorsWriter& w, const SnapshotMeta& m) {
     w.set_metadata("data_order", m.data_order);
   }
   if (!m.job_id.empty()) w.set_metadata("job_id", m.job_id);
+  if (!m.gradient_sum.empty()) w.set_metadata("gradient_sum", m.gradient_sum);
 }
+
+std::string gradient_sum_name(int micro_shards) { return micro_shards > 0 ? rf::str("exact/", micro_shards) : ""; }
 
 SnapshotMeta read_snapshot_meta(const SafetensorsReader& r) {
   if (need(r, "format") != kSnapshotFormat) {
@@ -76,6 +79,7 @@ SnapshotMeta read_snapshot_meta(const SafetensorsReader& r) {
       throw FormatError(r.source(), "", rf::str("metadata 'data_order' is not a JSON object: ", m.data_order));
   }
   if (auto it = r.metadata().find("job_id"); it != r.metadata().end()) m.job_id = it->second;
+  if (auto it = r.metadata().find("gradient_sum"); it != r.metadata().end()) m.gradient_sum = it->second;
   return m;
 }
 

@@ -13,6 +13,9 @@
 //   optimizer_hparams  e.g. {"lr":0.05,"momentum":0.9}
 //   data_order      optional: what decides which samples step s sees, as a JSON object,
 //                   e.g. {"batch":128,"samples":60000,"seed":0} (train_mlp / train_cnn)
+//   gradient_sum    optional: "exact/M" for a run in exact mode with M micro-shards
+//                   (docs/exact.md); absent for the float sum. Resuming across the two, or
+//                   with another M, is refused (RestoreExpect::gradient_sum)
 //   job_id          optional: the coordinator's id of the job that wrote it (under
 //                   `ringfence run`), so a whole-job restart restores only its own files
 //   crc32c, state_digest, metadata_crc32c   filled in by the writer, verified by the reader
@@ -44,7 +47,11 @@ struct SnapshotMeta {
   // resuming on other batches: the programs warn, as for other hyper-parameters.
   std::string data_order = "";
   std::string job_id = "";  // "" = not recorded (the key is absent)
+  std::string gradient_sum = "";  // "" = the float sum (the key is absent); else "exact/M"
 };
+
+// "exact/M" for exact mode with M micro-shards, "" for the float sum (micro_shards 0).
+std::string gradient_sum_name(int micro_shards);
 
 // Throws rf::InvalidInput when optimizer_hparams (or a non-empty data_order) is not a JSON
 // object.

@@ -183,6 +183,15 @@ SnapshotMeta restore_state(std::span<const std::byte> image, nn::Module& model, 
     throw ForeignStateError(source, "",
                             meta.job_id.empty() ? str("records no job id, expected job ", expect.job_id, "'s")
                                                 : str("was written by job ", meta.job_id, ", expected job ", expect.job_id));
+  if (expect.gradient_sum && meta.gradient_sum != *expect.gradient_sum) {
+    const auto mode = [](const std::string& g) {
+      return g.empty() ? std::string("with the float sum (no --exact)")
+                       : str("in exact mode with ", g.substr(g.find('/') + 1), " micro-shards (--exact --micro-shards ",
+                             g.substr(g.find('/') + 1), ")");
+    };
+    throw ForeignStateError(source, "", str("was trained ", mode(meta.gradient_sum), "; this run trains ",
+                                            mode(*expect.gradient_sum), ": resume with the same setting"));
+  }
   if (expect.step && meta.step != *expect.step)
     throw MismatchError(source, "", str("is the state of step ", meta.step, ", expected step ", *expect.step));
   if (!expect.digest.empty() && !same_digest(source, rf_digest, expect.digest, "its state digest against the expected"))

@@ -64,6 +64,9 @@ struct RestoreExpect {
   std::optional<int64_t> step = {};  // metadata "step" (recovery: T of the plan)
   std::string digest = {};           // rf_state_digest (recovery: the digest reported for T)
   std::string job_id = {};           // metadata "job_id" (a whole-job restart: its own job's)
+  // metadata "gradient_sum" ("" = the float sum, as a file without the key): resuming from
+  // disk checks it, since exact mode and the float sum (or two M) train different bits.
+  std::optional<std::string> gradient_sum = {};
 };
 
 // R6: validates the WHOLE image first — header, every tensor's CRC32C, the metadata CRC,

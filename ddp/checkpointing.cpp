@@ -78,6 +78,7 @@ void Checkpointing::save_if_due(const CheckpointOrigin& at, bool forced) {
   meta.optimizer = optimizer_.kind();
   meta.optimizer_hparams = opt_.optimizer_hparams;
   meta.data_order = opt_.data_order;
+  meta.gradient_sum = opt_.gradient_sum;
   meta.job_id = at.job_id;
   writer_->save(model_, optimizer_, meta, faults_ ? faults_(meta.step) : ckpt::StorageFault{});
   saved_step_ = state_.step();
@@ -105,6 +106,7 @@ bool Checkpointing::restore_newest(const std::string& job_id, uint64_t generatio
   expect.model = opt_.model_name;
   expect.optimizer = optimizer_.kind();
   expect.job_id = job_id;
+  expect.gradient_sum = opt_.gradient_sum;
   auto point = ckpt::resume_newest(opt_.dir, model_, optimizer_, expect, std::cerr);
   if (!point) return false;
   state_.set_step(point->meta.step);

@@ -53,6 +53,7 @@ struct CheckpointingOptions {
   // Recorded in every checkpoint (ckpt/snapshot_meta.h), as the single-process loop does.
   std::string optimizer_hparams = "{}";
   std::string data_order = "";
+  std::string gradient_sum = "";  // ckpt::gradient_sum_name(micro_shards); checked on resume
 };
 
 // Where a checkpoint's metadata comes from: the membership at the step it records.

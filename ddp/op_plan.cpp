@@ -22,6 +22,11 @@ OpPlan::OpPlan(const BucketLayout& layout, size_t cap_bytes) : num_buckets_(layo
                          " bytes of gradients need at least ", need, " bytes per bucket"));
 }
 
+comm::OpId OpPlan::exact_scales(uint64_t step) const {
+  RF_ENFORCE(num_buckets_ < kMaxBuckets, "no op left for the exact scales: ", num_buckets_, " buckets");
+  return {step, static_cast<uint32_t>(num_buckets_)};
+}
+
 comm::OpId OpPlan::bucket(uint64_t step, int b) const {
   RF_ENFORCE(b >= 0 && b < num_buckets_, "bucket ", b, " of ", num_buckets_);
   return {step, static_cast<uint32_t>(b)};

@@ -4,7 +4,9 @@
 // (generation, step, op, chunk) it was sent with, so two collectives of one step must
 // never share an op).
 //
-//   op  0 .. B-1           bucket b's all-reduce (B = the layout's bucket count)
+//   op  0 .. B-1           bucket b's all-reduce (B = the layout's bucket count); in exact
+//                          mode the integer all-reduce of the same bucket (ddp/exact_reducer.h)
+//   op  B                  exact mode: the all-gather of each tensor's largest |gradient|
 //   op  252                the state transfer's size message   (recovery step 6)
 //   op  253                the state transfer's image          (recovery step 6)
 //   op  254                the digest all-gather               (recovery step 7, verify_every)
@@ -44,6 +46,9 @@ class OpPlan {
   static comm::OpId transfer_size(uint64_t step) { return {step, kTransferSize}; }
   static comm::OpId transfer_image(uint64_t step) { return {step, kTransferImage}; }
   static comm::OpId verify(uint64_t step) { return {step, kVerify}; }
+  // Exact mode's scales (op B). RF_ENFORCE: B < kMaxBuckets (ExactReducer refuses a layout
+  // without that free op first).
+  comm::OpId exact_scales(uint64_t step) const;
 
  private:
   int num_buckets_ = 0;

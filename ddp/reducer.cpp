@@ -88,9 +88,8 @@ float* Reducer::tail() const { return buf(layout_.num_buckets() - 1) + layout_.b
 void Reducer::begin_step(comm::Communicator& comm, uint64_t step, const ControlBlock& local) {
   RF_ENFORCE(comm_ == nullptr, "begin_step while step ", step_, " is still open");
   // fill(0.0f) writes the bits memset(0) writes; on another device it only enqueues.
-  const kernels::Exec ex = rt_->exec();
+  zero_gradients();
   for (int b = 0; b < layout_.num_buckets(); ++b) {
-    rt_->ops().fill(ex, layout_.bucket_floats[b], 0.0f, buf(b));
     pending_[b] = static_cast<int>(layout_.bucket_params[b].size());
     work_[b].reset();
   }
@@ -105,6 +104,11 @@ void Reducer::begin_step(comm::Communicator& comm, uint64_t step, const ControlB
   timeline_.overlap = opt_.overlap;  // the step keeps this setting whatever set_overlap does
   timeline_.begin = Clock::now();
   timeline_.buckets = layout_.num_buckets();
+}
+
+void Reducer::zero_gradients() {
+  const kernels::Exec ex = rt_->exec();
+  for (int b = 0; b < layout_.num_buckets(); ++b) rt_->ops().fill(ex, layout_.bucket_floats[b], 0.0f, buf(b));
 }
 
 void Reducer::set_local_loss(const Tensor& loss_sum) {

@@ -118,6 +118,13 @@ class Reducer {
   double global_loss() const { return global_loss_; }
   const BucketLayout& layout() const { return layout_; }
   const OpPlan& ops() const { return ops_; }
+  // Exact mode (ddp/exact_reducer.h) computes each micro-shard's gradients into these same
+  // buckets, without the hooks' all-reduce (no begin_step), and sums them itself:
+  // bucket b's gradient floats (the parameters' device), zeroed by zero_gradients() (the
+  // control tail is left alone), and whether buckets are registered memory.
+  float* gradients(int b) const { return buf(b); }
+  void zero_gradients();
+  bool shared_buckets() const { return opt_.shared_buckets; }
   int num_buckets() const { return layout_.num_buckets(); }
   // Buckets started before finish() in the last step (how much overlapped backward).
   int started_during_backward() const { return timeline_.started_early; }

@@ -3,6 +3,7 @@
 #include <optional>
 
 #include "base/log.h"
+#include "base/str.h"
 #include "comm/errors.h"
 #include "core/autograd.h"
 #include "ddp/trainer_impl.h"
@@ -41,6 +42,7 @@ double StepRates::take_log_rate() {
 }
 
 WorkerEvent Trainer::Impl::train_generation() {
+  if (exact) check_micro_shards();
   StepRates rates;
   while (state.step() + 1 < cfg.steps) {
     if (recovery.generation_over()) return {WorkerEventKind::Revoked};
@@ -56,21 +58,32 @@ std::optional<WorkerEvent> Trainer::Impl::train_step(int64_t s, StepRates& rates
   const Duration comm_stall = watch.begin_step(s);
   // Without fault tolerance a stall is fatal: it keeps the fixed ceiling.
   if (recovery.client()) current.comm->set_stall_timeout(comm_stall);
-  const Batch batch = load_batch(s);
-  const ControlBlock cb = control_block(batch.size);
   const TraceArgs ta{.step = s, .generation = static_cast<int64_t>(current.plan.generation), .rank = current.rank};
   ControlBlock sums;
   try {
-    forward_backward(s, batch, cb, ta, t);
+    if (exact) {
+      const std::vector<Batch> shards = load_shards(s);
+      int64_t samples = 0;
+      for (const Batch& b : shards) samples += b.size;
+      shards_forward_backward(s, shards, control_block(samples), ta, t);
+    } else {
+      const Batch batch = load_batch(s);
+      forward_backward(s, batch, control_block(batch.size), ta, t);
+    }
     sums = reduce(s);
   } catch (const comm::CommError& e) {
     tracer.span("failed step", Tracer::kTrain, t.began, Clock::now(), ta);
     // R1: the gradient of s is incomplete; nothing is applied.
     log::warn("worker", "step ", s, " not applied: ", e.what());
     reducer.abandon();
+    if (exact) exact->abandon();
     if (!recovery.client()) throw;  // fault tolerance off: nothing to recover with
     recovery.failure(e);
     return WorkerEvent{WorkerEventKind::StepFailed, StepFailure::Transport};
+  } catch (const NonFiniteGradient& e) {
+    // Every rank throws it at the same step: a restart would meet it again. Stop the job.
+    report_fatal(e.what());
+    throw;
   }
   apply(s, ta, t);
   return after_apply(s, sums, rates);
@@ -90,6 +103,57 @@ Batch Trainer::Impl::load_batch(int64_t s) {
     batch.x = batch.x.to(reducer.device());
   }
   return batch;
+}
+
+std::vector<Batch> Trainer::Impl::load_shards(int64_t s) {
+  const std::vector<int64_t> all = sampler.global_batch(s);
+  const int m = exact->micro_shards();
+  std::vector<Batch> shards;
+  if (current.rank >= m) return shards;  // W > M: no shard for this rank
+  const auto [first, last] = data::Sampler::partition(m, current.rank, current.world);
+  const auto n = static_cast<int64_t>(all.size());
+  const int64_t lo = data::Sampler::partition(n, static_cast<int>(first), m).first;
+  y_buf.resize(static_cast<size_t>(n));
+  for (auto j = first; j < last; ++j) {
+    const auto [b, e] = data::Sampler::partition(n, static_cast<int>(j), m);
+    Batch shard;
+    shard.size = e - b;
+    shard.label_offset = b - lo;
+    if (shard.size) {
+      shard.x = Tensor::empty({shard.size, ds.c, ds.h, ds.w});
+      data::gather_batch(ds, std::span<const int64_t>(all).subspan(static_cast<size_t>(b), static_cast<size_t>(shard.size)),
+                         shard.x.data(), y_buf.data() + shard.label_offset);
+    }
+    shards.push_back(std::move(shard));
+  }
+  return shards;
+}
+
+void Trainer::Impl::check_micro_shards() {
+  const int m = exact->micro_shards();
+  if (current.world <= m) return;
+  if (current.plan.fresh_start && state.step() < 0) {  // the job's start
+    const InvalidInput e(str("--exact: ", current.world, " ranks for ", m, " micro-shards: a rank would have none; "
+                             "use at most ", m, " ranks or raise --micro-shards"));
+    report_fatal(e.what());
+    throw e;
+  }
+  if (!warned_idle_ranks)
+    log::warn("worker", "exact mode: W ", current.world, " > ", m, " micro-shards: ", current.world - m,
+              " rank(s) have no shard and only join the sums");
+  warned_idle_ranks = true;
+}
+
+// Every rank meets it alike, and so would every restart: the coordinator stops the job with
+// it (best effort; without fault tolerance the error alone ends the run).
+void Trainer::Impl::report_fatal(const std::string& what) {
+  log::error("worker", what);
+  if (elastic::Client* client = recovery.client()) {
+    try {
+      client->fatal(what);
+    } catch (const Error&) {
+    }
+  }
 }
 
 // This rank's samples and the R5 flags it heard from the coordinator.
@@ -122,17 +186,48 @@ void Trainer::Impl::forward_backward(int64_t s, const Batch& batch, const Contro
   tracer.span("backward", Tracer::kTrain, t.backward, t.wait, ta);
 }
 
+void Trainer::Impl::shards_forward_backward(int64_t s, const std::vector<Batch>& shards, const ControlBlock& cb,
+                                            const TraceArgs& ta, StepTimes& t) {
+  t.forward = Clock::now();
+  inj->at(FaultPhase::Forward, s);
+  exact->begin_step(*current.comm, static_cast<uint64_t>(s), cb, static_cast<int>(shards.size()));
+  bool backward_reached = false;
+  for (const Batch& shard : shards) {
+    exact->begin_shard();
+    if (shard.size == 0) {
+      exact->end_empty_shard();
+      continue;
+    }
+    const std::span<const int32_t> labels(y_buf.data() + shard.label_offset, static_cast<size_t>(shard.size));
+    Tensor loss = loss_fn(model(shard.x), labels);
+    if (!backward_reached) {
+      backward_reached = true;
+      t.backward = Clock::now();
+      inj->at(FaultPhase::Backward, s);
+    }
+    loss.backward();
+    exact->end_shard(loss);
+  }
+  if (!backward_reached) {
+    t.backward = Clock::now();
+    inj->at(FaultPhase::Backward, s);
+  }
+  t.wait = Clock::now();
+  tracer.span("forward", Tracer::kTrain, t.forward, t.backward, ta);
+  tracer.span("backward", Tracer::kTrain, t.backward, t.wait, ta);
+}
+
 // What backward left of the all-reduce, then the summed control block (R5 flags, samples).
 ControlBlock Trainer::Impl::reduce(int64_t s) {
   inj->at(FaultPhase::Allreduce, s);
   ActivityBoard::WaitScope waiting(watch.board());
-  return reducer.finish();
+  return exact ? exact->finish() : reducer.finish();
 }
 
 void Trainer::Impl::apply(int64_t s, const TraceArgs& ta, StepTimes& t) {
   t.optimizer = Clock::now();
   tracer.span("allreduce wait", Tracer::kTrain, t.wait, t.optimizer, ta);
-  trace_buckets(ta);
+  if (!exact) trace_buckets(ta);
   inj->at(FaultPhase::Optimizer, s);
   {
     NoGradGuard ng;
@@ -173,7 +268,7 @@ std::optional<WorkerEvent> Trainer::Impl::after_apply(int64_t s, const ControlBl
 // The launcher's live line (the global loss, the throughput over about a second), the audit
 // line, the program's on_step and rank 0's log line.
 void Trainer::Impl::report_progress(int64_t s, const ControlBlock& sums, StepRates& rates) {
-  const double loss = reducer.global_loss();
+  const double loss = step_loss();
   const double live = rates.add(sums.samples);
   if (recovery.client()) recovery.client()->set_progress(loss, live);
   result.final_loss = loss;

@@ -23,9 +23,16 @@ namespace rf::ddp {
 using elastic::FaultPhase;
 
 namespace {
+std::vector<std::string> parameter_names(nn::Module& m) {
+  std::vector<std::string> names;
+  for (const auto& [name, p] : m.named_parameters()) names.push_back(name);
+  return names;
+}
+
 CheckpointingOptions checkpointing_options(const TrainerConfig& c) {
   return {.dir = c.ckpt_dir, .every = c.ckpt_every, .keep = c.ckpt_keep, .resume = c.resume, .model_name = c.model_name,
-          .optimizer_hparams = c.ckpt_optimizer_hparams, .data_order = c.ckpt_data_order};
+          .optimizer_hparams = c.ckpt_optimizer_hparams, .data_order = c.ckpt_data_order,
+          .gradient_sum = ckpt::gradient_sum_name(c.micro_shards)};
 }
 
 std::string trace_path(const TrainerConfig& c) {
@@ -37,7 +44,9 @@ std::string trace_path(const TrainerConfig& c) {
 
 Trainer::Impl::Impl(nn::Module& m, LossFn l, const data::Dataset& d, optim::Optimizer& o, TrainerConfig c)
     : model(m), loss_fn(std::move(l)), ds(d), optimizer(o), cfg(std::move(c)),
-      sampler(d.n, cfg.global_batch, cfg.seed), reducer(m.named_parameters(), cfg.reducer), state(m, o, cfg.model_name),
+      sampler(d.n, cfg.global_batch, cfg.seed), reducer(m.named_parameters(), cfg.reducer),
+      exact(cfg.micro_shards > 0 ? std::make_unique<ExactReducer>(reducer, parameter_names(m), cfg.micro_shards) : nullptr),
+      state(m, o, cfg.model_name),
       watch(cfg.stall), checkpointing(checkpointing_options(cfg), m, o, state), tracer(trace_path(cfg)),
       recovery({cfg, current, state, reducer, watch, checkpointing, &tracer}) {}
 
@@ -147,6 +156,7 @@ void Trainer::Impl::resume_from_disk() {
 TrainerResult Trainer::Impl::run() {
   if (cfg.overlap_ab_period < 0)
     throw InvalidInput(str("overlap_ab_period must be >= 0 (0 = off), not ", cfg.overlap_ab_period));
+  if (cfg.micro_shards < 0) throw InvalidInput(str("micro_shards must be >= 0 (0 = the float sum), not ", cfg.micro_shards));
   if (!cfg.fault_tolerance) return run_plain();
   start_fault_tolerant(elastic::ClientOptions::from_env());
   if (cfg.resume) resume_from_disk();

@@ -48,6 +48,11 @@ struct TrainerConfig {
   uint64_t seed = 0;            // batch order (R3)
   int64_t steps = 100;          // train steps 0 .. steps-1
   ReducerOptions reducer;
+  // > 0: exact mode (ddp/exact_reducer.h, docs/exact.md): each step's global batch is cut
+  // into this many micro-shards, computed one by one and summed exactly, so the state has
+  // the same bits for any W and any membership history. 0: the float sum (bitwise equal
+  // for the same W). Recorded in checkpoints; resuming across the two is refused.
+  int micro_shards = 0;
   // > 0: paired A/B of the overlap in one job — overlap on for k steps, off for k, ...
   // (overlap_ab_on(step, k), reducer.h), the same switch step on every rank; the weights
   // are bitwise those of a run with overlap always on or always off. 0: reducer.overlap.

@@ -14,6 +14,7 @@
 #include "ddp/audit_log.h"
 #include "ddp/checkpointing.h"
 #include "ddp/control_block.h"
+#include "ddp/exact_reducer.h"
 #include "ddp/fault_injector.h"
 #include "ddp/recovery.h"
 #include "ddp/step_watch.h"
@@ -47,6 +48,7 @@ struct StepTimes {
 struct Batch {
   Tensor x;
   int64_t size = 0;
+  int64_t label_offset = 0;  // where its labels begin in y_buf (exact mode's micro-shards)
 };
 
 // The step loop (R1, R2, R5) and the order of a worker's life: join, then recovery's steps
@@ -59,6 +61,7 @@ struct Trainer::Impl {
   TrainerConfig cfg;
   data::Sampler sampler;
   Reducer reducer;
+  std::unique_ptr<ExactReducer> exact;  // exact mode (cfg.micro_shards > 0): sums the reducer's gradients
   TrainState state;
   std::unique_ptr<FaultInjector> inj;
   std::unique_ptr<AuditLog> audit_;
@@ -103,6 +106,18 @@ struct Trainer::Impl {
   // Step s; an event when the generation ends with it.
   std::optional<WorkerEvent> train_step(int64_t s, StepRates& rates);
   Batch load_batch(int64_t s);
+  // Exact mode: this rank's micro-shards of step s, one batch each (their labels one after
+  // another in y_buf), and their forward and backward one by one.
+  std::vector<Batch> load_shards(int64_t s);
+  void shards_forward_backward(int64_t s, const std::vector<Batch>& shards, const ControlBlock& cb,
+                               const TraceArgs& ta, StepTimes& t);
+  // The step's global mean loss (the reducer's, or exact mode's).
+  double step_loss() const { return exact ? exact->global_loss() : reducer.global_loss(); }
+  // Exact mode before a generation trains: W > M is refused at the job's start (a grown
+  // generation runs with ranks that have no shards, said once).
+  void check_micro_shards();
+  void report_fatal(const std::string& what);
+  bool warned_idle_ranks = false;
   ControlBlock control_block(int64_t samples) const;
   // Forward and backward with the bucketed all-reduce started inside it (the reduce).
   void forward_backward(int64_t s, const Batch& batch, const ControlBlock& cb, const TraceArgs& ta, StepTimes& t);

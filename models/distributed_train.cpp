@@ -123,6 +123,7 @@ TrainResult train_distributed(const TrainOptions& opt, std::ostream& log) {
   cfg.seed = opt.seed;
   cfg.steps = total_steps;
   cfg.verify_every = opt.verify_every;
+  cfg.micro_shards = opt.exact ? opt.micro_shards : 0;
   cfg.audit_log = opt.audit_log;
   if (!opt.flight_dir.empty()) {
     std::error_code ec;

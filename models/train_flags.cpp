@@ -150,6 +150,18 @@ void declare(CLI::App& app, std::map<const CLI::Option*, Setter>& setters, Train
         "needs --device cuda and a GPU of its own for each local rank",
         [&](auto& f, auto& v) { o.backend = parse_backend_flag(f, v); })
       ->group(run_only);
+  toggle("--exact",
+         "exact mode: each step's global batch in --micro-shards pieces,\n"
+         "each computed alone, the gradients summed in integers: the same\n"
+         "bits for any number of ranks and any shrink, grow or resume on\n"
+         "another W (docs/exact.md; CPU only)",
+         [&] { o.exact = true; })
+      ->group(run_only);
+  value("--micro-shards", "M",
+        "exact mode's pieces per global batch (default 8; it must divide\n"
+        "--batch, and at most M ranks start the job)",
+        [&](auto& f, auto& v) { o.micro_shards = static_cast<int>(parse_int(f, v, 1)); })
+      ->group(run_only);
   app.footer(
       "By hand, SIGTERM / SIGINT: stop after the current step (checkpointed with\n"
       "--ckpt-dir), exit 0. Under ringfence run, Ctrl-C the launcher instead.\n"
@@ -206,6 +218,13 @@ ParsedFlags parse_train_flags(const std::vector<std::string>& args, ModelKind ki
   if (o.backend == comm::Backend::Nccl && o.device.is_cpu())
     throw FlagError("--backend nccl: needs a GPU (--device cuda or cuda:N)");
   if (o.resume && !o.resume_from.empty()) throw FlagError("--resume and --resume-from: give one of them");
+  if (given.count("--micro-shards") && !o.exact) throw FlagError("--micro-shards: needs --exact");
+  if (o.exact && o.micro_shards > o.batch)
+    throw FlagError(str("--micro-shards ", o.micro_shards, " is more than the global batch (--batch ", o.batch, ")"));
+  if (o.exact && o.batch % o.micro_shards != 0)
+    throw FlagError(str("--micro-shards ", o.micro_shards, " does not divide the global batch (--batch ", o.batch,
+                        "): every micro-shard must hold the same number of samples"));
+  if (o.exact && !o.device.is_cpu()) throw FlagError("--exact: runs on the CPU only (--device cpu)");
   return out;
 }
 

@@ -49,7 +49,7 @@ ckpt::PartialWriteHook pause_in_write_hook(int64_t step) {
 int64_t restore_for_resume(const TrainOptions& opt, nn::Module& model, optim::SGD& sgd,
                            const ckpt::SnapshotMeta& ours, ckpt::AsyncCheckpointer* checkpointer, TrainResult& r,
                            std::ostream& log) {
-  const ckpt::RestoreExpect expect{.model = ours.model, .optimizer = ours.optimizer};
+  const ckpt::RestoreExpect expect{.model = ours.model, .optimizer = ours.optimizer, .gradient_sum = ours.gradient_sum};
   std::optional<ckpt::ResumePoint> point;
   if (!opt.resume_from.empty()) {
     point = ckpt::resume_from_file(opt.resume_from, model, sgd, expect);

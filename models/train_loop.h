@@ -64,6 +64,10 @@ struct TrainOptions {
   bool any_gpu = false;
   // How gradients are all-reduced under ringfence run (--backend); one process has none.
   comm::Backend backend = comm::Backend::Ucx;
+  // Exact mode (under ringfence run; docs/exact.md): the global batch cut into micro_shards
+  // pieces, each computed alone, their gradients summed exactly: the same bits for any W.
+  bool exact = false;
+  int micro_shards = 8;
 };
 
 struct TrainResult {
