@@ -13,7 +13,7 @@ namespace {
 constexpr int kTail = 5;  // samples, reconfigure, stop, checkpoint, then the loss sum
 }
 
-ExactReducer::ExactReducer(Reducer& reducer, std::vector<std::string> names, int micro_shards)
+ExactReducer::ExactReducer(Reducer& reducer, const std::vector<NamedTensor>& params, int micro_shards)
     : red_(reducer), m_(micro_shards) {
   if (m_ < 1) throw InvalidInput(str("exact mode: --micro-shards must be >= 1, got ", m_));
   if (!red_.device().is_cpu())
@@ -23,13 +23,13 @@ ExactReducer::ExactReducer(Reducer& reducer, std::vector<std::string> names, int
   if (l.num_buckets() >= OpPlan::kMaxBuckets)
     throw InvalidInput(str("exact mode: ", l.num_buckets(), " gradient buckets leave no op for the scales (at most ",
                            OpPlan::kMaxBuckets - 1, "): raise the bucket cap"));
-  RF_ENFORCE(names.size() == l.params.size(), names.size(), " names for ", l.params.size(), " parameters");
+  RF_ENFORCE(params.size() == l.params.size(), params.size(), " parameters for a layout of ", l.params.size());
   std::vector<int64_t> base(l.num_buckets(), 0);
   for (int b = 1; b < l.num_buckets(); ++b) base[b] = base[b - 1] + l.bucket_floats[b - 1];
   flat_floats_ = base.back() + l.bucket_floats.back();
   for (size_t k = 0; k < l.params.size(); ++k) {
     const ParamSlot& p = l.params[k];
-    params_.push_back({names[k], p.bucket, p.offset, base[p.bucket] + p.offset, p.numel});
+    params_.push_back({params[k].first, params[k].second, p.bucket, p.offset, base[p.bucket] + p.offset, p.numel});
   }
   for (int b = 0; b < l.num_buckets(); ++b) {
     const size_t n = static_cast<size_t>(l.bucket_floats[b]) + (b + 1 == l.num_buckets() ? kTail : 0);
@@ -61,13 +61,22 @@ void ExactReducer::begin_step(comm::Communicator& comm, uint64_t step, const Con
   shards_ = shards;
   done_ = 0;
   local_ = local;
-  if (static_cast<int>(kept_.size()) < shards) kept_.resize(shards);  // kept for the next steps
+  while (static_cast<int>(kept_.size()) < shards)  // allocated once, kept for the next steps
+    kept_.push_back(Storage::allocate(sizeof(float) * static_cast<size_t>(flat_floats_)));
   losses_.assign(shards, 0.0f);
+}
+
+void ExactReducer::point_gradients_at(const std::shared_ptr<Storage>& shard) {
+  for (Segment& p : params_) {
+    if (shard) p.param.set_grad_view(shard, p.flat);
+    else p.param.set_grad_view(red_.bucket_storage(p.bucket), p.offset);
+  }
 }
 
 void ExactReducer::begin_shard() {
   RF_ENFORCE(comm_ != nullptr && done_ < shards_, "shard ", done_, " of ", shards_, " outside a step");
-  red_.zero_gradients();
+  std::memset(kept_[done_]->data(), 0, sizeof(float) * static_cast<size_t>(flat_floats_));
+  point_gradients_at(kept_[done_]);
 }
 
 void ExactReducer::end_shard(const Tensor& loss_sum) {
@@ -75,18 +84,12 @@ void ExactReducer::end_shard(const Tensor& loss_sum) {
   if (loss_sum.numel() != 1)
     throw InvalidInput(str("exact mode: the local loss must be one value, got ", loss_sum.numel(), " elements"));
   losses_[done_] = *loss_sum.data();
-  std::vector<float>& keep = kept_[done_];
-  keep.resize(static_cast<size_t>(flat_floats_));
-  const BucketLayout& l = red_.layout();
-  for (int b = 0, at = 0; b < l.num_buckets(); at += static_cast<int>(l.bucket_floats[b]), ++b)
-    std::memcpy(keep.data() + at, red_.gradients(b), sizeof(float) * static_cast<size_t>(l.bucket_floats[b]));
   ++done_;
 }
 
 void ExactReducer::end_empty_shard() {
   RF_ENFORCE(comm_ != nullptr && done_ < shards_, "shard ", done_, " of ", shards_, " outside a step");
-  kept_[done_].assign(static_cast<size_t>(flat_floats_), 0.0f);
-  losses_[done_] = 0.0f;
+  losses_[done_] = 0.0f;  // begin_shard zeroed its gradients
   ++done_;
 }
 
@@ -96,7 +99,7 @@ std::vector<float> ExactReducer::agree_scales(int64_t step) {
   std::vector<float> mine(t, 0.0f);
   for (int k = 0; k < shards_; ++k) {
     for (size_t i = 0; i < params_.size(); ++i)
-      mine[i] = std::max(mine[i], exact::max_abs(kept_[k].data() + params_[i].flat, params_[i].numel));
+      mine[i] = std::max(mine[i], exact::max_abs(kept(k) + params_[i].flat, params_[i].numel));
     mine[t - 1] = std::max(mine[t - 1], exact::max_abs(&losses_[k], 1));
   }
   const int w = comm_->world_size();
@@ -119,11 +122,17 @@ std::vector<float> ExactReducer::agree_scales(int64_t step) {
 // Step 2, locally: the shards' fixed-point sums, and the control block as integers.
 void ExactReducer::sum_integers(const std::vector<int>& shifts) {
   for (size_t b = 0; b < ints_.size(); ++b) std::memset(ints_[b], 0, sizeof(int64_t) * int_counts_[b]);
-  for (int k = 0; k < shards_; ++k)
-    for (size_t i = 0; i < params_.size(); ++i) {
-      const Segment& p = params_[i];
-      exact::add_fixed(kept_[k].data() + p.flat, p.numel, shifts[i], ints_[p.bucket] + p.offset);
+  // In blocks that stay in L1 while every shard adds to them: the sums are read and written
+  // once, each shard's gradients streamed once.
+  constexpr int64_t kBlock = 2048;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const Segment& p = params_[i];
+    for (int64_t at = 0; at < p.numel; at += kBlock) {
+      const int64_t n = std::min(kBlock, p.numel - at);
+      for (int k = 0; k < shards_; ++k)
+        exact::add_fixed(kept(k) + p.flat + at, n, shifts[i], ints_[p.bucket] + p.offset + at);
     }
+  }
   int64_t* tail = ints_.back() + (int_counts_.back() - kTail);
   tail[0] = local_.samples;
   tail[1] = local_.reconfigure;
@@ -165,6 +174,7 @@ ControlBlock ExactReducer::round_into_gradients(const std::vector<int>& shifts) 
 ControlBlock ExactReducer::finish() {
   RF_ENFORCE(comm_ != nullptr, "finish without begin_step");
   RF_ENFORCE(done_ == shards_, "finish after ", done_, " of ", shards_, " shards");
+  point_gradients_at(nullptr);  // the optimizer reads the buckets, which step 3 fills
   ControlBlock sum;
   try {
     const std::vector<float> agreed = agree_scales(static_cast<int64_t>(step_));
@@ -181,6 +191,9 @@ ControlBlock ExactReducer::finish() {
   return sum;
 }
 
-void ExactReducer::abandon() { comm_ = nullptr; }
+void ExactReducer::abandon() {
+  point_gradients_at(nullptr);
+  comm_ = nullptr;
+}
 
 }  // namespace rf::ddp

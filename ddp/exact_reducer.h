@@ -5,8 +5,9 @@
 // The global batch of a step is cut into M micro-shards (shard j of n samples is
 // Sampler::partition(n, j, M)); rank r of W computes the contiguous shards
 // Sampler::partition(M, r, W), each forward and backward alone, so a shard's gradient has
-// the same bits whichever rank computes it. Each shard's gradients (in the Reducer's
-// buckets) are kept; finish() then
+// the same bits whichever rank computes it. Each shard's backward writes into a buffer of its
+// own (the parameters' gradients are pointed at it, laid out as the Reducer's buckets one
+// after another), which is kept; finish() then
 //   1. all-gathers every tensor's largest |g| over this rank's shards (op B, OpPlan) and
 //      takes the maximum: the same on every rank, in any order. A NaN or infinite gradient
 //      or loss on any rank throws NonFiniteGradient on every rank, naming the tensor;
@@ -14,7 +15,7 @@
 //      (ddp/fixed_point.h), then all-reduces the integers bucket by bucket (op b, the
 //      bucket's own) with the control block as exact integers in the last bucket's tail;
 //   3. rounds each sum to float once, divided by the global sample count, into the
-//      gradients the optimizer reads.
+//      Reducer's buckets, where the gradients point again for the optimizer.
 // The shard's loss sums travel the same way (one more tensor), so the step's mean loss has
 // the same bits for every W too. Nothing overlaps backward: the scales need every shard.
 // CPU parameters only (the constructor says so for others).
@@ -40,11 +41,11 @@ class NonFiniteGradient : public Error {
 
 class ExactReducer {
  public:
-  // `reducer` holds the gradients (its buckets; the parameters' grad views point there) and
-  // must outlive this; `names` are the parameters' names in registration order. Throws
+  // `reducer` holds the gradients the optimizer reads (its buckets) and must outlive this;
+  // `params` are the reducer's, in registration order (they must outlive this too). Throws
   // rf::InvalidInput for micro_shards < 1, parameters not on the CPU, or a layout with no op
   // left for the scales (OpPlan::kMaxBuckets buckets).
-  ExactReducer(Reducer& reducer, std::vector<std::string> names, int micro_shards);
+  ExactReducer(Reducer& reducer, const std::vector<NamedTensor>& params, int micro_shards);
   ~ExactReducer();
   ExactReducer(const ExactReducer&) = delete;
   ExactReducer& operator=(const ExactReducer&) = delete;
@@ -53,7 +54,7 @@ class ExactReducer {
   // Before the first shard of `step`: `local` is this rank's control block, `shards` how
   // many micro-shards it computes (0 when W > M leaves it none).
   void begin_step(comm::Communicator& comm, uint64_t step, const ControlBlock& local, int shards);
-  // Before each shard's forward: the gradients are zeroed.
+  // Before each shard's forward: the gradients point at the shard's own buffer, zeroed.
   void begin_shard();
   // After that shard's backward: its gradients and its loss (a sum over its samples, one
   // value) are kept.
@@ -64,12 +65,14 @@ class ExactReducer {
   // count. Returns the summed control block. comm::CommError as Reducer::finish (nothing to
   // apply); NonFiniteGradient; rf::Error when the global count is 0.
   ControlBlock finish();
+  // After a failure: the step is forgotten and the gradients point at the buckets again.
   void abandon();
   double global_loss() const { return global_loss_; }
 
  private:
-  struct Segment {        // one tensor: a parameter, or the loss (last)
+  struct Segment {        // one parameter
     std::string name;
+    Tensor param;
     int bucket = 0;
     int64_t offset = 0;   // in the bucket
     int64_t flat = 0;     // in a kept shard (the buckets one after another)
@@ -79,6 +82,7 @@ class ExactReducer {
   void sum_integers(const std::vector<int>& shifts);
   void allreduce_integers(uint64_t step);
   ControlBlock round_into_gradients(const std::vector<int>& shifts);
+  const float* kept(int k) const { return kept_[k]->data<float>(); }
   comm::Buffer int_buffer(int b) const;
 
   Reducer& red_;
@@ -91,7 +95,8 @@ class ExactReducer {
   std::vector<size_t> int_counts_;
   std::vector<std::shared_ptr<comm::RegisteredMemory>> registered_;
   std::vector<std::vector<int64_t>> plain_;
-  std::vector<std::vector<float>> kept_;  // per shard of the step, the gradients (reused)
+  void point_gradients_at(const std::shared_ptr<Storage>& shard);  // null: the buckets
+  std::vector<std::shared_ptr<Storage>> kept_;  // per shard of the step, its gradients (reused)
   std::vector<float> losses_;             // per shard of the step
   std::vector<float> gathered_;           // W x (tensors + 1) largest |g|
   comm::Communicator* comm_ = nullptr;

@@ -1,5 +1,7 @@
 #include "ddp/fixed_point.h"
 
+#include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 
@@ -23,22 +25,21 @@ int fixed_shift(float max_abs, int64_t addends) {
 }
 
 float max_abs(const float* x, int64_t n) {
-  float m = 0.0f;
-  bool finite = true;
-  for (int64_t i = 0; i < n; ++i) {
-    const float a = std::fabs(x[i]);
-    finite &= std::isfinite(a);
-    m = a > m ? a : m;
-  }
-  return finite ? m : std::numeric_limits<float>::infinity();
+  // On the bits: without the sign, finite floats order as their bit patterns, and infinity
+  // and every NaN lie above the largest finite one. An integer maximum (vectorised) finds
+  // both the largest |x| and whether anything is not finite.
+  uint32_t m = 0;
+  for (int64_t i = 0; i < n; ++i) m = std::max(m, std::bit_cast<uint32_t>(x[i]) & 0x7fffffffu);
+  const float largest = std::bit_cast<float>(m);
+  return std::isfinite(largest) ? largest : std::numeric_limits<float>::infinity();
 }
 
 void add_fixed(const float* x, int64_t n, int shift, int64_t* acc) {
   // 2^shift is exact in double for every shift fixed_shift makes (|shift| < 220), and so is
-  // x * 2^shift (a float's 24 bits, |value| < 2^62): the only rounding is nearbyint's, to
+  // x * 2^shift (a float's 24 bits, |value| < 2^62): the only rounding is rint's, to
   // nearest, ties to even (the default rounding mode, which nothing here changes).
   const double scale = std::ldexp(1.0, shift);
-  for (int64_t i = 0; i < n; ++i) acc[i] += static_cast<int64_t>(std::nearbyint(static_cast<double>(x[i]) * scale));
+  for (int64_t i = 0; i < n; ++i) acc[i] += static_cast<int64_t>(std::rint(static_cast<double>(x[i]) * scale));
 }
 
 void round_fixed(const int64_t* acc, int64_t n, int shift, double divisor, float* out) {

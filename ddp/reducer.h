@@ -123,6 +123,7 @@ class Reducer {
   // bucket b's gradient floats (the parameters' device), zeroed by zero_gradients() (the
   // control tail is left alone), and whether buckets are registered memory.
   float* gradients(int b) const { return buf(b); }
+  const std::shared_ptr<Storage>& bucket_storage(int b) const { return buffers_[b]; }
   void zero_gradients();
   bool shared_buckets() const { return opt_.shared_buckets; }
   int num_buckets() const { return layout_.num_buckets(); }

@@ -23,12 +23,6 @@ namespace rf::ddp {
 using elastic::FaultPhase;
 
 namespace {
-std::vector<std::string> parameter_names(nn::Module& m) {
-  std::vector<std::string> names;
-  for (const auto& [name, p] : m.named_parameters()) names.push_back(name);
-  return names;
-}
-
 CheckpointingOptions checkpointing_options(const TrainerConfig& c) {
   return {.dir = c.ckpt_dir, .every = c.ckpt_every, .keep = c.ckpt_keep, .resume = c.resume, .model_name = c.model_name,
           .optimizer_hparams = c.ckpt_optimizer_hparams, .data_order = c.ckpt_data_order,
@@ -45,7 +39,7 @@ std::string trace_path(const TrainerConfig& c) {
 Trainer::Impl::Impl(nn::Module& m, LossFn l, const data::Dataset& d, optim::Optimizer& o, TrainerConfig c)
     : model(m), loss_fn(std::move(l)), ds(d), optimizer(o), cfg(std::move(c)),
       sampler(d.n, cfg.global_batch, cfg.seed), reducer(m.named_parameters(), cfg.reducer),
-      exact(cfg.micro_shards > 0 ? std::make_unique<ExactReducer>(reducer, parameter_names(m), cfg.micro_shards) : nullptr),
+      exact(cfg.micro_shards > 0 ? std::make_unique<ExactReducer>(reducer, m.named_parameters(), cfg.micro_shards) : nullptr),
       state(m, o, cfg.model_name),
       watch(cfg.stall), checkpointing(checkpointing_options(cfg), m, o, state), tracer(trace_path(cfg)),
       recovery({cfg, current, state, reducer, watch, checkpointing, &tracer}) {}

@@ -4,7 +4,7 @@
 // compare between runs.
 //   ddp_worker --result-dir DIR [--audit-dir DIR] [--steps N] [--batch B] [--samples N]
 //              [--hidden H] [--seed S] [--verify-every N] [--bucket-kib K] [--no-overlap] [--overlap-ab K]
-//              [--stall-ms M] [--log-interval N] [--lr LR]
+//              [--stall-ms M] [--log-interval N] [--lr LR] [--micro-shards M]  (exact mode)
 //              [--ckpt-dir D --ckpt-every N [--resume]]
 //              [--corrupt-at STEP]                 slot 1 silently changes a weight after STEP
 //              [--replacement-waits-for-world N --event-log F]
@@ -67,6 +67,7 @@ int main(int argc, char** argv) {
       else if (f == "--bucket-kib") cfg.reducer.bucket_cap_bytes = std::stoull(val()) << 10;
       else if (f == "--no-overlap") cfg.reducer.overlap = false;
       else if (f == "--overlap-ab") cfg.overlap_ab_period = std::stoll(val());
+      else if (f == "--micro-shards") cfg.micro_shards = std::stoi(val());
       else if (f == "--stall-ms") cfg.stall.ceiling = std::chrono::milliseconds(std::stoll(val()));
       else if (f == "--log-interval") cfg.log_interval = std::stoll(val());
       else if (f == "--replacement-waits-for-world") wait_world = std::stoi(val());
