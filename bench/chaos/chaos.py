@@ -2,7 +2,7 @@
 """chaos — a seeded chaos soak of ringfence at its DEFAULT settings.
 
     chaos.py [--build build] [--seed 1] [--minutes 10] [--models mlp,cnn] [--world 4]
-             [--deadline 90] [--cases N] [--json OUT] [--keep DIR] [--list]
+             [--deadline 90] [--cases N] [--json OUT] [--keep DIR] [--list] [--exact M]
 
 For the seed it generates cases (bench/chaos/cases.py: injected faults of every kind and
 phase, one or two at once or the second during the first one's recovery; SIGSTOP/SIGCONT,
@@ -15,6 +15,10 @@ case must
     anywhere must have the reference's digest of that step;
   * need no recovery when its only faults are slow ranks (a slow rank is no failure);
   * leave no process behind (checked by PID; anything left is killed and the case fails).
+With --exact M the workers run in exact mode (M micro-shards, docs/exact.md) and one case in
+three is a shrink (`--max-restarts 0 --min-world W-2`: nobody replaced, the survivors go
+on): every case, shrinks included, must end on the one failure-free digest, and every step
+applied anywhere must have the reference's digest of that step, whatever the world size.
 A fault the workers never fired (the summary's not_fired: e.g. a phase=transfer spec in a
 rank that was neither source nor receiver) is noted on the case's row, not hidden.
 One table row per case; a case past its deadline is killed (its whole process tree) and
@@ -26,6 +30,7 @@ reference run failed (nothing can be judged).
 import argparse
 import json
 import os
+import random
 import shutil
 import signal
 import sys
@@ -37,9 +42,19 @@ from chaoslib import Job, signal_each, stop_on_sigterm, tail
 from auditlog import exactly_once_problems, step_digests  # (chaoslib put tests/ddp on the path)
 
 
+def exact_flags(args):
+    return ["--micro-shards", str(args.exact)] if args.exact else []
+
+
+def shrinks(args, case):
+    """Exact mode: one case in three (drawn apart from the case itself, so the seed's cases
+    stay those of the float soak) lets the job shrink instead of replacing anyone."""
+    return bool(args.exact) and random.Random(f"chaos-shrink-{case['seed']}-{case['index']}").random() < 1 / 3
+
+
 def run_reference(args, model, steps):
     work = tempfile.mkdtemp(prefix=f"chaos-ref-{model}-")
-    job = Job(args.build, work, args.world, model, steps, deadline_s=args.deadline).start()
+    job = Job(args.build, work, args.world, model, steps, worker_flags=exact_flags(args), deadline_s=args.deadline).start()
     rc = job.wait()
     problems = judge(job, None, None)
     if rc != 0 or problems:
@@ -64,8 +79,10 @@ def judge(job, case, ref):
         problems.append(f"processes left running after the launcher ended (killed): {job.left_running}")
     finals = job.finals()
     last = [d for s, d in finals.values() if s == job.steps - 1]
-    if job.rc == 0 and len(last) != job.world:
-        problems.append(f"{len(last)} worker(s) ended at step {job.steps - 1}, expected {job.world}: {finals}")
+    fewest = job.min_world if case and case.get("shrink") else job.world
+    if job.rc == 0 and not fewest <= len(last) <= job.world:
+        problems.append(f"{len(last)} worker(s) ended at step {job.steps - 1}, expected "
+                        f"{job.world if fewest == job.world else f'{fewest} to {job.world}'}: {finals}")
     if len(set(last)) > 1:
         problems.append(f"replicas differ at the end: {sorted(set(last))}")
     audits = job.audits()
@@ -178,8 +195,9 @@ def run_case(args, case, ref):
     ck = (tempfile.mkdtemp(prefix="chaos-ckpt-", dir="/dev/shm" if os.path.isdir("/dev/shm") else work)
           if case.get("ckpt_every") else None)
     flags = ["--ckpt-dir", ck, "--ckpt-every", str(case["ckpt_every"])] if ck else []
-    job = Job(args.build, work, args.world, case["model"], case["steps"], case["inject"], worker_flags=flags,
-              deadline_s=args.deadline).start()
+    launcher = ["--max-restarts", "0", "--min-world", str(max(1, args.world - 2))] if case.get("shrink") else []
+    job = Job(args.build, work, args.world, case["model"], case["steps"], case["inject"],
+              worker_flags=flags + exact_flags(args), launcher_flags=launcher, deadline_s=args.deadline).start()
     job.ckpt_dir = ck
     log = []
     try:
@@ -194,7 +212,7 @@ def run_case(args, case, ref):
     finally:
         if ck:
             shutil.rmtree(ck, ignore_errors=True)
-    row = {**case, "faults": describe(case), "passed": not problems, "problems": problems,
+    row = {**case, "faults": ("shrink, " if case.get("shrink") else "") + describe(case), "passed": not problems, "problems": problems,
            "wall_s": round(job.wall_s, 2), "recoveries": len(summ["recoveries"]) if "recoveries" in summ else None,
            "to_first_step": to_first_step(job, log), "external_log": log,
            "not_fired": [f"{x['spec']} ({x['reason']})" for x in summ.get("not_fired", [])],
@@ -240,6 +258,8 @@ def main():
     ap.add_argument("--json", help="write every case, reference and total here")
     ap.add_argument("--keep", help="copy failed cases' files into this folder (default: left in their temp folder)")
     ap.add_argument("--list", action="store_true", help="print the seed's cases (--cases, default 20) and exit")
+    ap.add_argument("--exact", type=int, default=0, metavar="M",
+                    help="exact mode with M micro-shards, one case in three a shrink (default 0: the float sum)")
     args = ap.parse_args()
     stop_on_sigterm()
     models = args.models.split(",")
@@ -257,7 +277,9 @@ def main():
         os.makedirs(args.keep, exist_ok=True)
     t_start = time.monotonic()
     print(f"# chaos: seed {args.seed}, budget {args.minutes:g} min, models {args.models}, W {args.world}, default "
-          f"timeouts, deadline {args.deadline:g} s per case", flush=True)
+          f"timeouts, deadline {args.deadline:g} s per case"
+          f"{f', exact mode with {args.exact} micro-shards (one case in three a shrink)' if args.exact else ''}",
+          flush=True)
     refs = {}
     for m in models:
         steps = STEPS[m]
@@ -273,6 +295,7 @@ def main():
         if numbers is not None and len(rows) == len(numbers):
             break
         case = make_case(args.seed, numbers[len(rows)] if numbers else len(rows), models, args.world)
+        case["shrink"] = shrinks(args, case)
         rows.append(run_case(args, case, refs[case["model"]]))
         print_row(rows[-1])
     passed = sum(r["passed"] for r in rows)
@@ -282,6 +305,7 @@ def main():
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"seed": args.seed, "minutes": args.minutes, "models": models, "world": args.world,
+                       "exact_micro_shards": args.exact,
                        "deadline_s": args.deadline, "references": refs, "cases": rows, "passed": passed,
                        "failed": len(rows) - passed, "recoveries": recoveries}, f, indent=1)
     return 0 if passed == len(rows) else 1

@@ -95,17 +95,21 @@ def proc_env(pid):
 
 class Job:
     """ringfence run -n world [--inject SPEC]... -- recovery_worker --model M --steps N.
-    Default timeouts always: only the fault specs and where files go are passed."""
+    Default timeouts always: only the fault specs, where files go and (exact mode's shrink
+    cases) --max-restarts 0 --min-world are passed."""
 
-    def __init__(self, build, work, world, model, steps, injects=(), worker_flags=(), deadline_s=90.0):
+    def __init__(self, build, work, world, model, steps, injects=(), worker_flags=(), launcher_flags=(),
+                 deadline_s=90.0):
         self.work, self.world, self.steps, self.deadline_s = work, world, steps, deadline_s
+        mw = list(launcher_flags)
+        self.min_world = int(mw[mw.index("--min-world") + 1]) if "--min-world" in mw else world
         self.aud = os.path.join(work, "aud")
         os.makedirs(self.aud, exist_ok=True)
         self.summary_path = os.path.join(work, "summary.json")
         self.events_path = os.path.join(work, "events.jsonl")
         self.output_path = os.path.join(work, "output.txt")
         self.cmd = [os.path.join(build, "bin", "ringfence"), "run", "-n", str(world), "--summary", self.summary_path,
-                    "--event-log", self.events_path]
+                    "--event-log", self.events_path, *launcher_flags]
         for spec in injects:
             self.cmd += ["--inject", spec]
         self.cmd += ["--", os.path.join(build, "bin", "recovery_worker"), "--model", model, "--steps", str(steps),

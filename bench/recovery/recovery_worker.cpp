@@ -155,6 +155,7 @@ int main(int argc, char** argv) {
       .integer("--bucket-mib", "gradient bucket cap in MiB (default: the reducer's)", bucket_mib, 1, 1 << 20)
       .text("--ckpt-dir", "DIR", "checkpoints into DIR (with --ckpt-every)", cfg.ckpt_dir)
       .integer("--ckpt-every", "a checkpoint every N steps (default 0: none)", cfg.ckpt_every, 0)
+      .integer("--micro-shards", "exact mode with M micro-shards (default 0: the float sum)", cfg.micro_shards, 0)
       .toggle("--resume", "continue from --ckpt-dir's last checkpoint", [&] { cfg.resume = true; })
       .toggle("--profile", "no job: time the start-up and one recovery's state operations here, one line each",
               [&] { prof = true; });
