@@ -8,7 +8,8 @@ faults, and checks what docs/protocol.md promises:
   * the job finishes (exit 0, phase DONE) with every worker at the last step;
   * every replica ends bitwise identical (same state digest);
   * replace mode (same W): the final digest equals the failure-free run's;
-    shrink mode: same steps, final loss within 1 % of the failure-free run's;
+    shrink mode: same steps, final loss within 1 % of the failure-free run's (exact mode,
+    --micro-shards: the failure-free digest);
   * the audit logs show every step applied exactly once on every lineage: within one
     worker, applied steps follow its last state (start -1, transfer T, apply s) by exactly
     one, and every application of a step s anywhere has the same digest;
