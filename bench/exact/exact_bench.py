@@ -19,19 +19,19 @@ Prints the machine's CPU. The peer is ringfence's own float mode: exact mode's c
 question, not ringfence against another framework.
 """
 import argparse
-import glob
-import gzip
 import json
 import os
 import re
 import shutil
-import struct
 import subprocess
 import sys
 import tempfile
 import time
 
 import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "parity"))
+from safetensors_io import read_idx, read_safetensors_f32  # noqa: E402  (torch-free)
 
 MEAN, STD = np.float32(0.2860), np.float32(0.3530)  # core/data/fashion_mnist.cpp
 
@@ -85,23 +85,6 @@ def wire(params, world, tensors):
 
 # ---- drift: a float64 MLP step in numpy ------------------------------------------------
 
-def read_idx(path, ndims):
-    with gzip.open(path, "rb") as f:
-        raw = f.read()
-    dims = struct.unpack(">" + "I" * ndims, raw[4:4 + 4 * ndims])
-    return np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndims).reshape(dims)
-
-
-def read_f32(path):
-    with open(path, "rb") as f:
-        raw = f.read()
-    (n,) = struct.unpack("<Q", raw[:8])
-    header = json.loads(raw[8:8 + n])
-    data = raw[8 + n:]
-    return {k: np.frombuffer(data[e["data_offsets"][0]:e["data_offsets"][1]], dtype="<f4").reshape(e["shape"])
-            for k, e in header.items() if k != "__metadata__" and e["dtype"] == "F32"}
-
-
 def mlp_grads(w, x, y):
     """Mean cross-entropy gradients of the reference MLP (784-512-512-10, ReLU), float64."""
     z1 = x @ w["1.weight"].T + w["1.bias"]
@@ -129,7 +112,7 @@ def drift(args, work, images, labels):
             log = os.path.join(work, f"batches-{mode}-{s}.jsonl")
             for steps in (s, s + 1):
                 train(args, "mlp", 4, steps, extra + ["--ckpt-dir", f"{d}-{steps}", "--batch-log", log], work)
-            before, after = (read_f32(os.path.join(f"{d}-{t + 1}", f"ckpt-{t:09d}.safetensors")) for t in (s - 1, s))
+            before, after = (read_safetensors_f32(os.path.join(f"{d}-{t + 1}", f"ckpt-{t:09d}.safetensors")) for t in (s - 1, s))
             with open(log) as f:
                 idx = next(json.loads(l)["indices"] for l in f if json.loads(l)["step"] == s)
             w = {k: before[k].astype(np.float64) for k in names}

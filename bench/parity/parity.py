@@ -47,7 +47,6 @@ Run it with Debian's /usr/bin/python3 (python3-torch):
 Exit status 0 when every comparison passes, 1 when one fails, 2 on a usage/set-up error.
 """
 import argparse
-import gzip
 import json
 import os
 import struct
@@ -59,6 +58,9 @@ import time
 import numpy as np
 import torch
 from torch import nn
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from safetensors_io import read_idx, read_safetensors_f32  # noqa: E402,F401  (torch-free: bench/exact uses them too)
 
 MEAN, STD = np.float32(0.2860), np.float32(0.3530)
 
@@ -113,22 +115,6 @@ def write_safetensors(path, tensors):
     return "hand-written"
 
 
-def read_safetensors_f32(path):
-    """Reads the F32 tensors of a safetensors file (u64 header length, JSON header, data)."""
-    with open(path, "rb") as f:
-        raw = f.read()
-    (n,) = struct.unpack("<Q", raw[:8])
-    header = json.loads(raw[8:8 + n])
-    data = raw[8 + n:]
-    out = {}
-    for name, e in header.items():
-        if name == "__metadata__" or e["dtype"] != "F32":
-            continue
-        b, end = e["data_offsets"]
-        out[name] = np.frombuffer(data[b:end], dtype="<f4").reshape(e["shape"]).copy()
-    return out
-
-
 def heldout_loss(kind, weights, test_x, test_y):
     """Mean cross-entropy of the model with `weights` on the test set, in float64."""
     model = make_model(kind).double()
@@ -136,16 +122,6 @@ def heldout_loss(kind, weights, test_x, test_y):
     model.load_state_dict({k: torch.from_numpy(np.asarray(weights[k])).double() for k in names})
     with torch.no_grad():
         return nn.functional.cross_entropy(model(test_x.double()), test_y).item()
-
-
-def read_idx(path, ndims):
-    with gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb") as f:
-        raw = f.read()
-    magic = raw[:4]
-    if magic[:3] != b"\x00\x00\x08" or magic[3] != ndims:
-        sys.exit(f"parity: {path}: not an unsigned-byte IDX file with {ndims} dimensions")
-    dims = struct.unpack(">" + "I" * ndims, raw[4:4 + 4 * ndims])
-    return np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndims).reshape(dims)
 
 
 def load_train(data_dir, prefix="train"):

@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include "ddp/comm_options.h"
+#include "tests/comm/null_communicator.h"
 
 using namespace rf;
 using namespace rf::ddp;
@@ -43,24 +44,10 @@ TEST_CASE("the regroup is the plan's: shrink_from g shrinks generation g's, 0 fo
 
 namespace {
 // A communicator of generation `g` that can (or cannot) be regrouped from; nothing else works.
-class KeptComm : public comm::Communicator {
+class KeptComm : public comm::testing::NullCommunicator {
  public:
   KeptComm(uint64_t g, bool regroup) : g_(g), regroup_(regroup) {}
-  int rank() const override { return 0; }
-  int world_size() const override { return 1; }
   uint64_t generation() const override { return g_; }
-  comm::WorkPtr allreduce_start(comm::Buffer, comm::OpId, comm::Stream) override { return nullptr; }
-  comm::WorkPtr broadcast_start(comm::Buffer, int, comm::OpId, comm::Stream) override { return nullptr; }
-  comm::WorkPtr allgather_start(comm::Buffer, comm::Buffer, comm::OpId, comm::Stream) override { return nullptr; }
-  comm::WorkPtr barrier_start(comm::OpId) override { return nullptr; }
-  comm::WorkPtr send_start(int, const void*, size_t, comm::OpId) override { return nullptr; }
-  comm::WorkPtr recv_start(int, void*, size_t, comm::OpId) override { return nullptr; }
-  void abort(const std::string&) override {}
-  void abort_failed(const std::string&) override {}
-  bool aborted() const override { return false; }
-  void inject_drop() override {}
-  void set_stall_timeout(Duration) override {}
-  Duration stall_timeout() const override { return {}; }
   bool can_regroup() const override { return regroup_; }
 
  private:

@@ -21,6 +21,7 @@
 #include "ddp/fixed_point.h"
 #include "ddp/reducer.h"
 #include "test_model.h"
+#include "tests/comm/null_communicator.h"
 
 using namespace rf;
 namespace ex = rf::ddp::exact;
@@ -115,12 +116,11 @@ struct Board {
   std::vector<std::vector<char>> slots;
 };
 
-class ThreadComm : public comm::Communicator {
+class ThreadComm : public comm::testing::NullCommunicator {
  public:
   ThreadComm(Board& b, int rank) : b_(b), rank_(rank) {}
   int rank() const override { return rank_; }
   int world_size() const override { return b_.world; }
-  uint64_t generation() const override { return 1; }
   comm::WorkPtr allreduce_start(comm::Buffer buf, comm::OpId, comm::Stream) override {
     REQUIRE(buf.dtype == comm::DType::i64);
     publish(buf.data, buf.bytes());
@@ -139,16 +139,6 @@ class ThreadComm : public comm::Communicator {
     b_.sync.arrive_and_wait();
     return std::make_shared<Done>();
   }
-  comm::WorkPtr broadcast_start(comm::Buffer, int, comm::OpId, comm::Stream) override { return nullptr; }
-  comm::WorkPtr barrier_start(comm::OpId) override { return nullptr; }
-  comm::WorkPtr send_start(int, const void*, size_t, comm::OpId) override { return nullptr; }
-  comm::WorkPtr recv_start(int, void*, size_t, comm::OpId) override { return nullptr; }
-  void abort(const std::string&) override {}
-  void abort_failed(const std::string&) override {}
-  bool aborted() const override { return false; }
-  void inject_drop() override {}
-  void set_stall_timeout(Duration) override {}
-  Duration stall_timeout() const override { return {}; }
 
  private:
   void publish(const void* p, size_t n) {

@@ -22,6 +22,7 @@
 #include "kernels/cpu/table.h"
 #include "kernels/op_table.h"
 #include "test_model.h"
+#include "tests/comm/null_communicator.h"
 #include "tests/ckpt/device_twin.h"
 #include "tests/core/sim_device.h"
 
@@ -44,12 +45,10 @@ class DoneWork : public comm::Work {
 
 // W identical ranks: sum = W x buffer. Records the order of the ops it was given and
 // whether backward was still running (a flag the test sets around backward).
-class TimesW : public comm::Communicator {
+class TimesW : public comm::testing::NullCommunicator {
  public:
   explicit TimesW(int w) : w_(w) {}
-  int rank() const override { return 0; }
   int world_size() const override { return w_; }
-  uint64_t generation() const override { return 1; }
   comm::WorkPtr allreduce_start(comm::Buffer b, comm::OpId id, comm::Stream) override {
     ops.push_back(id.op);
     steps.push_back(id.step);
@@ -66,18 +65,6 @@ class TimesW : public comm::Communicator {
     for (size_t i = 0; i < b.count; ++i) f[i] *= static_cast<float>(w_);
     return std::make_shared<DoneWork>();
   }
-  comm::WorkPtr broadcast_start(comm::Buffer, int, comm::OpId, comm::Stream) override { return nullptr; }
-  comm::WorkPtr allgather_start(comm::Buffer, comm::Buffer, comm::OpId, comm::Stream) override { return nullptr; }
-  comm::WorkPtr barrier_start(comm::OpId) override { return nullptr; }
-  comm::WorkPtr send_start(int, const void*, size_t, comm::OpId) override { return nullptr; }
-  comm::WorkPtr recv_start(int, void*, size_t, comm::OpId) override { return nullptr; }
-  void abort(const std::string&) override {}
-  void abort_failed(const std::string&) override {}
-  void inject_drop() override {}
-  void set_stall_timeout(rf::Duration t) override { stall = t; }
-  rf::Duration stall_timeout() const override { return stall; }
-  rf::Duration stall{};
-  bool aborted() const override { return false; }
 
   std::vector<uint32_t> ops;
   std::vector<uint64_t> steps;
