@@ -1,6 +1,9 @@
 #include "ddp/trainer.h"
 
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <memory>
 #include <optional>
 
@@ -27,6 +30,36 @@ CheckpointingOptions checkpointing_options(const TrainerConfig& c) {
   return {.dir = c.ckpt_dir, .every = c.ckpt_every, .keep = c.ckpt_keep, .resume = c.resume, .model_name = c.model_name,
           .optimizer_hparams = c.ckpt_optimizer_hparams, .data_order = c.ckpt_data_order,
           .gradient_sum = ckpt::gradient_sum_name(c.micro_shards)};
+}
+
+// A folder of its own under TMPDIR (or /tmp), removed with everything in it.
+class TempDir {
+ public:
+  explicit TempDir(const std::string& prefix) {
+    const char* base = std::getenv("TMPDIR");
+    std::string tmpl = str(base && *base ? base : "/tmp", "/", prefix, "XXXXXX");
+    if (!::mkdtemp(tmpl.data())) throw Error(str("cannot make a temporary folder ", tmpl, ": ", std::strerror(errno)));
+    path_ = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// Without fault tolerance: comm's local launcher's ranks, or one rank alone when none of its
+// variables is set (its store a temporary folder, removed by the returned guard).
+comm::RankEnv plain_rank_env(std::unique_ptr<TempDir>& store) {
+  const bool alone = !std::getenv("RF_RANK") && !std::getenv("RF_WORLD") && !std::getenv("RF_STORE");
+  if (!alone) return comm::rank_env_from_environment();
+  store = std::make_unique<TempDir>("ringfence-alone-");
+  return {.rank = 0, .world = 1, .store_dir = store->path()};
 }
 
 std::string trace_path(const TrainerConfig& c) {
@@ -69,7 +102,8 @@ TrainerResult Trainer::Impl::run_plain() {
   // One generation, always a fresh start: without a coordinator the ranks could not agree
   // on which checkpoint to continue from.
   if (cfg.resume) throw InvalidInput("resume needs fault tolerance (fault_tolerance = true, under ringfence run)");
-  const comm::RankEnv env = comm::rank_env_from_environment();
+  std::unique_ptr<TempDir> alone_store;
+  const comm::RankEnv env = plain_rank_env(alone_store);
   slot = env.rank;
   current.rank = env.rank;
   current.world = env.world;
@@ -239,6 +273,12 @@ WorkerEvent Trainer::Impl::leave() {
   }
   recovery.drop_comm();
   return {WorkerEventKind::Left};
+}
+
+bool launched_by_ringfence() {
+  for (const char* name : {"RINGFENCE_COORD", "RINGFENCE_ETCD"})
+    if (const char* v = std::getenv(name); v && *v) return true;
+  return false;
 }
 
 Trainer::Trainer(nn::Module& model, LossFn loss, const data::Dataset& dataset, optim::Optimizer& optimizer,

@@ -36,7 +36,9 @@ using LossFn = std::function<Tensor(const Tensor& output, std::span<const int32_
 struct TrainerConfig {
   // false: plain data-parallel training for comparison (the failure-free overhead of all
   // of this): no coordinator, no heartbeats, no recovery — ranks from comm's local
-  // launcher (RF_RANK, RF_WORLD, RF_STORE: a FileStore), and any failure is fatal.
+  // launcher (RF_RANK, RF_WORLD, RF_STORE: a FileStore), or with none of the three set one
+  // rank alone (a program run by hand), and any failure is fatal. A program that runs
+  // both ways sets it to launched_by_ringfence().
   // `resume` with it off is refused (InvalidInput): nothing would agree on the checkpoint.
   bool fault_tolerance = true;
   std::string model_name = "model";  // recorded in state images; a receiver checks it
@@ -130,6 +132,10 @@ struct TrainerProgress {
   bool stop_requested = false;     // graceful stop asked for: the next step carries it (R5)
   bool reconfigure_requested = false;  // a joiner waits: the next step carries it (R5)
 };
+
+// True when `ringfence run` started this process (RINGFENCE_COORD or, with coordinator
+// replicas, RINGFENCE_ETCD is set): fault tolerance has a job to join.
+bool launched_by_ringfence();
 
 class Trainer {
  public:

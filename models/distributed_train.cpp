@@ -40,11 +40,7 @@ std::ofstream open_step_log(const std::string& path, const char* flag, int64_t i
 
 }  // namespace
 
-bool launched_by_ringfence() {
-  for (const char* name : {"RINGFENCE_COORD", "RINGFENCE_ETCD"})
-    if (const char* v = std::getenv(name); v && *v) return true;
-  return false;
-}
+bool launched_by_ringfence() { return ddp::launched_by_ringfence(); }
 
 LocalPlacement local_placement_from_env() {
   LocalPlacement l;
