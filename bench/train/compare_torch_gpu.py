@@ -115,6 +115,9 @@ def dry_run(models, modes):
     failed = 0
     for name in models:
         for mode in modes:
+            if mode == "compile" and not hasattr(torch, "compile"):
+                print(f"  {name:4} {mode:8} not in torch {torch.__version__} (torch.compile is 2.0 and later)")
+                continue
             try:
                 step = torch_step(torch, "cpu", name, 8, mode)
                 for _ in range(3):
