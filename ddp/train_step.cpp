@@ -46,6 +46,7 @@ WorkerEvent Trainer::Impl::train_generation() {
   StepRates rates;
   while (state.step() + 1 < cfg.steps) {
     if (recovery.generation_over()) return {WorkerEventKind::Revoked};
+    if (!recovery.client() && cfg.stop_requested && cfg.stop_requested->load()) return {WorkerEventKind::StopRequested};
     // R2: contribute to s only after applying s-1.
     if (const auto ended = train_step(state.step() + 1, rates)) return *ended;
   }

@@ -11,6 +11,7 @@
 // R5 flags) in the last bucket, and the optimizer update as the only writer of S. After
 // recovery's step 8 the loop resumes at T+1; the batch of a step depends on (seed, s), its
 // split on (rank, W) (R3), so a redone step computes exactly the same samples.
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -98,6 +99,10 @@ struct TrainerConfig {
   // Spans of every step and recovery phase in Chrome trace format (base/trace.h,
   // docs/trace.md). "" = RINGFENCE_TRACE, which `ringfence run --trace` sets; unset: none.
   std::string trace;
+  // Without fault tolerance (a program run by hand): when this becomes true (a signal
+  // handler), training stops after the step in flight and the final checkpoint is written,
+  // as R5's stop does under ringfence run (where the launcher owns the stop). Null: never.
+  const std::atomic<bool>* stop_requested = nullptr;
   std::chrono::milliseconds plan_timeout{120000};
   std::chrono::milliseconds ready_timeout{60000};
 };

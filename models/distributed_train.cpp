@@ -73,12 +73,14 @@ void stop_job_before_start(const std::string& error, std::ostream& err) {
   }
 }
 
-TrainResult train_distributed(const TrainOptions& opt, std::ostream& log) {
+TrainResult train_distributed(const TrainOptions& opt, std::ostream& log, bool alone) {
   if (!opt.resume_from.empty())
-    throw InvalidInput("--resume-from: not supported under ringfence run (use --ckpt-dir DIR --resume)");
+    throw InvalidInput(alone ? "--resume-from: not supported with --exact by hand (use ringfence run -n 1 with --resume)"
+                             : "--resume-from: not supported under ringfence run (use --ckpt-dir DIR --resume)");
+  if (alone && opt.resume) throw InvalidInput("--resume with --exact: needs ringfence run (ringfence run -n 1 ...)");
   if (opt.ckpt_test_pause_step >= 0)
-    throw InvalidInput("--ckpt-test-pause-in-write: not supported under ringfence run");
-  const int slot = static_cast<int>(env_int("RINGFENCE_SLOT", -1));
+    throw InvalidInput(str("--ckpt-test-pause-in-write: not supported ", alone ? "with --exact" : "under ringfence run"));
+  const int slot = alone ? 0 : static_cast<int>(env_int("RINGFENCE_SLOT", -1));
   const int64_t incarnation = env_int("RINGFENCE_INCARNATION", 0);
   const bool job_ran = env_int("RINGFENCE_JOB_RAN", 0) == 1;  // started into a job that already ran
   const bool reporter = slot == 0;
@@ -120,6 +122,8 @@ TrainResult train_distributed(const TrainOptions& opt, std::ostream& log) {
   cfg.steps = total_steps;
   cfg.verify_every = opt.verify_every;
   cfg.micro_shards = opt.exact ? opt.micro_shards : 0;
+  cfg.fault_tolerance = !alone;
+  cfg.stop_requested = alone ? opt.stop_requested : nullptr;  // by hand, SIGINT / SIGTERM stop it
   cfg.audit_log = opt.audit_log;
   if (!opt.flight_dir.empty()) {
     std::error_code ec;
@@ -146,7 +150,8 @@ TrainResult train_distributed(const TrainOptions& opt, std::ostream& log) {
   };
 
   if (reporter && incarnation == 0)
-    log << "== " << prog << " under ringfence run: " << model->num_parameters() << " parameters, " << train_set.n
+    log << "== " << prog << (alone ? " alone (exact mode, one rank)" : " under ringfence run") << ": "
+        << model->num_parameters() << " parameters, " << train_set.n
         << " training samples, global batch " << opt.batch << ", " << total_steps << " steps, " << opt.threads
         << " thread(s) per rank"
         << (opt.device.is_cpu() ? std::string()

@@ -39,6 +39,8 @@ void stop_job_before_start(const std::string& error, std::ostream& err);
 // Throws rf::InvalidInput for flags the data-parallel path cannot honour (--resume-from,
 // --ckpt-test-pause-in-write), elastic::JobStopped when the coordinator stopped the job,
 // ddp::DivergenceError when replicas differ.
-TrainResult train_distributed(const TrainOptions& opt, std::ostream& log);
+// alone: the same trainer without `ringfence run` (one rank, no fault tolerance), for
+// --exact by hand: its digest is the one every W gives.
+TrainResult train_distributed(const TrainOptions& opt, std::ostream& log, bool alone = false);
 
 }  // namespace rf::models

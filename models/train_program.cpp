@@ -56,11 +56,6 @@ Device prepare_device(const TrainOptions& opt, const GpuInventory& inventory, bo
 int run_train_program(TrainOptions opt, const GpuInventory& inventory, std::ostream& out, std::ostream& err) {
   const std::string name = std::string("train_") + model_name(opt.model);
   const bool launched = launched_by_ringfence();
-  if (opt.exact && !launched) {
-    err << name << ": --exact: runs under ringfence run (one process: ringfence run -n 1 -- " << name
-        << " --exact ...)\n";
-    return 2;
-  }
   try {
     opt.device = prepare_device(opt, inventory, launched);
   } catch (const FlagError& e) {
@@ -70,8 +65,8 @@ int run_train_program(TrainOptions opt, const GpuInventory& inventory, std::ostr
     return 2;
   }
   try {
-    if (launched)
-      train_distributed(opt, out);
+    if (launched || opt.exact)  // exact mode by hand: the trainer alone, one rank
+      train_distributed(opt, out, !launched);
     else
       train(opt, out);
   } catch (const std::bad_alloc&) {

@@ -3,21 +3,26 @@
 
     exact_test.py RINGFENCE TRAIN_MLP TRAIN_CNN
 
-1. train_mlp --exact (Fashion-MNIST, 40 steps) at W = 1, 2, 3 and 4: one digest; the float
+1. train_mlp --exact (Fashion-MNIST, 40 steps) at W = 1, 2, 3 and 4, and by hand (one
+   process, no launcher): one digest; the float
    sum at W = 2 and 3: other digests (they differ from each other too). train_cnn --exact
    (10 steps) at W = 1 and 3: one digest.
 2. Resume on another W: a W = 4 exact job checkpointing every 10 steps is SIGKILLed
    (launcher and workers) once rank 0 froze before step 26; --resume with W = 3 ends
    bitwise equal to the uninterrupted run. Resuming the same directory without --exact is
    refused naming both settings.
+   By hand, SIGINT after step 5 stops it after the step in flight: exit 0, the final
+   checkpoint of that step written.
 3. Bad input, before any step: --micro-shards not dividing --batch, --micro-shards without
-   --exact, --exact in one process (exit 2 each, with the reason); W > M under ringfence
-   run: the job STOPs naming it, nobody restarted.
+   --exact (exit 2 each, with the reason), --exact --resume by hand (exit 1, naming
+   ringfence run); W > M under ringfence run: the job STOPs naming it, nobody restarted.
 Every run has a deadline; on expiry its process group is SIGKILLed and the test fails.
 """
 import glob
 import os
 import re
+import select
+import signal
 import subprocess
 import sys
 import tempfile
@@ -57,6 +62,9 @@ def main():
             check(rc == 0, f"mlp --exact W={w}: exit {rc}: {out[-600:]}")
             seen[w] = final_digests(out)
             check(len(seen[w]) == 1, f"mlp --exact W={w}: replicas disagree or no digest: {seen[w]}")
+        rc, out = run([*mlp, "--exact"], f"{tmp}/mlp-exact-alone.txt")
+        check(rc == 0, f"mlp --exact by hand: exit {rc}: {out[-600:]}")
+        seen["alone"] = final_digests(out)
         check(len(set().union(*seen.values())) == 1, f"mlp --exact: digests differ across W: {seen}")
         exact_digest = next(iter(seen[1]), None)
         floats = {}
@@ -73,7 +81,7 @@ def main():
             check(rc == 0, f"cnn --exact W={w}: exit {rc}: {out[-600:]}")
             cnn[w] = final_digests(out)
         check(len(cnn[1]) == 1 and cnn[1] == cnn[3], f"cnn --exact: digests differ across W: {cnn}")
-        print(f"exact mode: mlp {exact_digest} at W = 1..4 (float: W=2 {floats[2]}, W=3 {floats[3]}); cnn {cnn[1]}")
+        print(f"exact mode: mlp {exact_digest} at W = 1..4 and by hand (float: W=2 {floats[2]}, W=3 {floats[3]}); cnn {cnn[1]}")
 
         # 2. resume on another W after a kill -9 of the whole job
         long = [train_mlp, "--max-steps", "60", "--log-interval", "0", "--exact"]
@@ -111,13 +119,39 @@ def main():
         check("was trained in exact mode with 8 micro-shards" in out and "with the float sum" in out,
               f"the refusal does not name both settings: {out[-800:]}")
 
+        # by hand, a graceful stop: SIGINT once step 5 is logged
+        d2 = os.path.join(tmp, "alone-stop")
+        p = subprocess.Popen([train_mlp, "--exact", "--log-interval", "1", "--ckpt-dir", d2], stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        t_end, seen_step, lines = time.monotonic() + DEADLINE_S, False, []
+        while not seen_step and time.monotonic() < t_end and p.poll() is None:
+            if select.select([p.stdout], [], [], 1.0)[0]:
+                lines.append(p.stdout.readline())
+                seen_step = "step 5/" in lines[-1]
+        if seen_step:
+            p.send_signal(signal.SIGINT)
+        try:
+            rest, _ = p.communicate(timeout=max(1.0, t_end - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            rest, _ = p.communicate()
+        out = "".join(lines) + rest
+        stopped = re.findall(r"step (\d+), generation 1, world 1", out)
+        check(seen_step and p.returncode == 0 and len(stopped) == 1,
+              f"--exact by hand, SIGINT after step 5: exit {p.returncode}: {out[-600:]}")
+        if stopped:
+            ck = f"ckpt-{int(stopped[0]):09d}.safetensors"
+            check(os.path.exists(os.path.join(d2, ck)) and int(stopped[0]) < 468,
+                  f"--exact by hand, stopped at step {stopped[0]}: no {ck} in {os.listdir(d2)}")
+
         # 3. bad input
         for args, want_text in ((["--exact", "--micro-shards", "5"], "does not divide the global batch"),
                                 (["--micro-shards", "4"], "--micro-shards: needs --exact")):
             rc, out = run([*job(ringfence, 2), *mlp, *args], f"{tmp}/bad.txt")
             check(rc not in (0, None) and want_text in out, f"{args}: exit {rc}, output {out[-400:]}")
-        rc, out = run([*mlp, "--exact"], f"{tmp}/alone.txt")
-        check(rc == 2 and "--exact: runs under ringfence run" in out, f"--exact in one process: exit {rc}: {out[-300:]}")
+        rc, out = run([*mlp, "--exact", "--ckpt-dir", os.path.join(tmp, "alone-ckpt"), "--resume"], f"{tmp}/alone.txt")
+        check(rc == 1 and "--resume with --exact: needs ringfence run" in out,
+              f"--exact --resume by hand: exit {rc}: {out[-300:]}")
         rc, out = run([*job(ringfence, 3), *mlp, "--exact", "--micro-shards", "2", "--batch", "64"], f"{tmp}/w-gt-m.txt")
         check(rc == 1 and "3 ranks for 2 micro-shards" in out and "job STOPPED" in out,
               f"W > M: exit {rc}: {out[-600:]}")
