@@ -126,6 +126,17 @@ void declare(CLI::App& app, std::map<const CLI::Option*, Setter>& setters, Train
         "(tests) stop half-way through writing the\n"
         "checkpoint of STEP and wait to be killed",
         [&](auto& f, auto& v) { o.ckpt_test_pause_step = parse_int(f, v, 0); });
+  toggle("--exact",
+         "exact mode: each step's global batch in --micro-shards pieces,\n"
+         "each computed alone, the gradients summed in integers: the same\n"
+         "bits for any number of ranks and any shrink, grow or resume on\n"
+         "another W (docs/exact.md; CPU only; by hand: one rank, the same\n"
+         "bits, --resume only under ringfence run)",
+         [&] { o.exact = true; });
+  value("--micro-shards", "M",
+        "exact mode's pieces per global batch (default 8; it must divide\n"
+        "--batch, and at most M ranks start the job)",
+        [&](auto& f, auto& v) { o.micro_shards = static_cast<int>(parse_int(f, v, 1)); });
   toggle("--help", "this text", [&] { help = true; });
   toggle("-h", "", [&] { help = true; })->group("");
   const std::string run_only = "Under ringfence run only";
@@ -150,17 +161,6 @@ void declare(CLI::App& app, std::map<const CLI::Option*, Setter>& setters, Train
         "needs --device cuda and a GPU of its own for each local rank",
         [&](auto& f, auto& v) { o.backend = parse_backend_flag(f, v); })
       ->group(run_only);
-  toggle("--exact",
-         "exact mode: each step's global batch in --micro-shards pieces,\n"
-         "each computed alone, the gradients summed in integers: the same\n"
-         "bits for any number of ranks and any shrink, grow or resume on\n"
-         "another W (docs/exact.md; CPU only; by hand: one rank, the same\n"
-         "bits, --resume only under ringfence run)",
-         [&] { o.exact = true; });
-  value("--micro-shards", "M",
-        "exact mode's pieces per global batch (default 8; it must divide\n"
-        "--batch, and at most M ranks start the job)",
-        [&](auto& f, auto& v) { o.micro_shards = static_cast<int>(parse_int(f, v, 1)); });
   app.footer(
       "By hand, SIGTERM / SIGINT: stop after the current step (checkpointed with\n"
       "--ckpt-dir), exit 0. Under ringfence run, Ctrl-C the launcher instead.\n"
