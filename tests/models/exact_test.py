@@ -141,8 +141,10 @@ def main():
               f"--exact by hand, SIGINT after step 5: exit {p.returncode}: {out[-600:]}")
         if stopped:
             ck = f"ckpt-{int(stopped[0]):09d}.safetensors"
-            check(os.path.exists(os.path.join(d2, ck)) and int(stopped[0]) < 468,
-                  f"--exact by hand, stopped at step {stopped[0]}: no {ck} in {os.listdir(d2)}")
+            check(int(stopped[0]) < 468, f"--exact by hand: SIGINT after step 5 did not stop it (it ended at step "
+                                         f"{stopped[0]}, the last)")
+            check(os.path.exists(os.path.join(d2, ck)), f"--exact by hand, stopped at step {stopped[0]}: no {ck} in "
+                                                        f"{os.listdir(d2)}")
 
         # 3. bad input
         for args, want_text in ((["--exact", "--micro-shards", "5"], "does not divide the global batch"),
