@@ -118,13 +118,12 @@ class Reducer {
   double global_loss() const { return global_loss_; }
   const BucketLayout& layout() const { return layout_; }
   const OpPlan& ops() const { return ops_; }
-  // Exact mode (ddp/exact_reducer.h) computes each micro-shard's gradients into these same
-  // buckets, without the hooks' all-reduce (no begin_step), and sums them itself:
-  // bucket b's gradient floats (the parameters' device), zeroed by zero_gradients() (the
-  // control tail is left alone), and whether buckets are registered memory.
+  // For exact mode (ddp/exact_reducer.h), which never calls begin_step: it points the
+  // gradients at buffers of its own for each micro-shard, then back at the buckets
+  // (bucket_storage), and writes the rounded sums there (gradients: bucket b's floats); its
+  // integer buckets are registered memory when these are (shared_buckets).
   float* gradients(int b) const { return buf(b); }
   const std::shared_ptr<Storage>& bucket_storage(int b) const { return buffers_[b]; }
-  void zero_gradients();
   bool shared_buckets() const { return opt_.shared_buckets; }
   int num_buckets() const { return layout_.num_buckets(); }
   // Buckets started before finish() in the last step (how much overlapped backward).
@@ -138,6 +137,7 @@ class Reducer {
   Device device() const { return device_; }
 
  private:
+  void zero_gradients();  // every bucket's gradients (the control tail is left alone)
   void on_grad_ready(int param);
   void start_ready_buckets();
   void start_bucket(int b);

@@ -110,8 +110,8 @@ std::vector<Batch> Trainer::Impl::load_shards(int64_t s) {
   const std::vector<int64_t> all = sampler.global_batch(s);
   const int m = exact->micro_shards();
   std::vector<Batch> shards;
-  if (current.rank >= m) return shards;  // W > M: no shard for this rank
   const auto [first, last] = data::Sampler::partition(m, current.rank, current.world);
+  if (first == last) return shards;  // W > M: no shard for this rank
   const auto n = static_cast<int64_t>(all.size());
   const int64_t lo = data::Sampler::partition(n, static_cast<int>(first), m).first;
   y_buf.resize(static_cast<size_t>(n));

@@ -40,8 +40,6 @@ std::ofstream open_step_log(const std::string& path, const char* flag, int64_t i
 
 }  // namespace
 
-bool launched_by_ringfence() { return ddp::launched_by_ringfence(); }
-
 LocalPlacement local_placement_from_env() {
   LocalPlacement l;
   for (auto [name, out] : {std::pair{"RINGFENCE_LOCAL_RANK", &l.local_rank}, std::pair{"RINGFENCE_LOCAL_WORLD", &l.local_world}}) {

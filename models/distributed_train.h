@@ -14,14 +14,14 @@
 #include <string>
 #include <utility>
 
+#include "ddp/trainer.h"
 #include "models/device_choice.h"
 #include "models/train_loop.h"
 
 namespace rf::models {
 
-// True when `ringfence run` started this process (RINGFENCE_COORD or, with coordinator
-// replicas, RINGFENCE_ETCD is set).
-bool launched_by_ringfence();
+// Whether `ringfence run` started this process: ddp::launched_by_ringfence (ddp/trainer.h).
+using ddp::launched_by_ringfence;
 
 // This worker among its launcher's workers on this host: RINGFENCE_LOCAL_RANK and
 // RINGFENCE_LOCAL_WORLD (a launcher that sets neither: rank 0 of 1). FlagError when
