@@ -167,6 +167,12 @@ def same_digest(job, ref, what, world=6):
           f"{what}: every slot ends bitwise equal to the failure-free run {want} (got {job.digests})")
 
 
+def step_applied(job, at_least):
+    """Whether some worker's audit record says it applied a step >= at_least: exact to the
+    step, where the launchers' live lines come about once a second (50 steps apart here)."""
+    return any(r["event"] == "apply" and r["s"] >= at_least for rs in job.audits().values() for r in rs)
+
+
 def step_seen(job, host, at_least):
     """Whether host's launcher printed a live line at step >= at_least."""
     return any(int(s) >= at_least for s in re.findall(r"\| step (\d+) \|", job.text(host)))
