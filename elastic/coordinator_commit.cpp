@@ -36,21 +36,25 @@ bool Coordinator::Impl::commit_if_changed() {
   std::vector<EtcdOp> ops = std::move(uncommitted);
   uncommitted.clear();
   if (st != committed) ops.push_back(EtcdOp::put("state", st));
+  size_t bytes = 0;
+  for (const auto& op : ops) bytes += op.key.size() + op.value.size() + op.range_end.size();
+  const size_t n_ops = ops.size();
+  const TimePoint t0 = Clock::now();
   try {
     opt.leadership->commit(std::move(ops));
   } catch (const NotLeader& e) {
     lose(e.what());
     return false;
   }
+  // Every commit is a line: what it wrote and how long the loop waited for it (the loop
+  // sends nothing meanwhile), for docs/scale.md's costs per generation.
+  const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
   committed = std::move(st);
   committed_key = key;
-  const Phase phase = membership.phase();
-  if (membership.generation() != committed_generation || phase != committed_phase) {
-    committed_generation = membership.generation();
-    committed_phase = phase;
-    log.write({{"ts_us", rf::wall_us()}, {"event", "commit"}, {"g", committed_generation},
-               {"phase", to_string(phase)}});
-  }
+  committed_generation = membership.generation();
+  committed_phase = membership.phase();
+  log.write({{"ts_us", rf::wall_us()}, {"event", "commit"}, {"g", committed_generation},
+             {"phase", to_string(*committed_phase)}, {"ops", n_ops}, {"bytes", bytes}, {"ms", ms}});
   return true;
 }
 
