@@ -49,7 +49,8 @@ std::array<uint64_t, 2> data_plane_key(const std::string& token, const std::stri
   return k;
 }
 
-nlohmann::json authenticate(Connection& c, const std::string& token, nlohmann::json hello, TimePoint deadline) {
+nlohmann::json authenticate(Connection& c, const std::string& token, nlohmann::json hello, TimePoint deadline,
+                            TimePoint* auth_sent) {
   const std::string mine = random_token();
   hello["nonce"] = mine;
   const nlohmann::json challenge = c.call(hello, deadline);
@@ -67,6 +68,7 @@ nlohmann::json authenticate(Connection& c, const std::string& token, nlohmann::j
   const std::string role = hello.value("role", "");
   const int slot = hello.value("slot", -1);
   const int64_t inc = hello.value("incarnation", int64_t{0});
+  if (auth_sent) *auth_sent = Clock::now();  // read before the auth leaves: never later
   return c.call({{"type", "auth"}, {"mac", client_proof(token, theirs, mine, role, slot, inc)}}, deadline);
 }
 

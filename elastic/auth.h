@@ -40,7 +40,10 @@ std::array<uint64_t, 2> data_plane_key(const std::string& token, const std::stri
 // The client's half over an open connection: `hello` (type, role, slot, incarnation) gets
 // a fresh nonce, the challenge's proof is checked, the mac is sent, and the welcome is
 // returned. Throws Refused when the coordinator's proof is wrong or it refuses the mac
-// ("wrong job token"), and what Connection::call throws.
-nlohmann::json authenticate(Connection& c, const std::string& token, nlohmann::json hello, TimePoint deadline);
+// ("wrong job token"), and what Connection::call throws. `auth_sent`, when given, gets the
+// instant the mac left (read just before): the coordinator admits, and joins a member, on
+// that message, so a member's first lease counts from there (elastic/lease_renewal.h).
+nlohmann::json authenticate(Connection& c, const std::string& token, nlohmann::json hello, TimePoint deadline,
+                            TimePoint* auth_sent = nullptr);
 
 }  // namespace rf::elastic

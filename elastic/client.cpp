@@ -2,8 +2,13 @@
 
 #include "elastic/auth.h"
 
+#include <sys/eventfd.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <string_view>
 
 #include "base/str.h"
@@ -12,6 +17,7 @@
 #include "elastic/etcd_client.h"
 #include "elastic/frame.h"
 #include "elastic/leadership.h"
+#include "elastic/lease_renewal.h"
 #include "elastic/messages.h"
 #include "elastic/replies.h"
 
@@ -55,9 +61,15 @@ ClientOptions ClientOptions::from_env() {
   return o;
 }
 
-Client::Client(ClientOptions options) : opt_(std::move(options)) {}
+Client::Client(ClientOptions options) : opt_(std::move(options)) {
+  wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (wake_fd_ < 0) throw rf::Error(rf::str("eventfd: ", std::strerror(errno)));
+}
 
-Client::~Client() { close(); }
+Client::~Client() {
+  close();
+  ::close(wake_fd_);
+}
 
 void Client::on_revoked(std::function<void(const Revocation&)> cb) {
   std::lock_guard<std::mutex> l(cb_mu_);
@@ -96,7 +108,26 @@ std::pair<std::string, int> Client::locate() const {
   return parse_host_port(leader->addr);
 }
 
-void Client::connect_once(TimePoint deadline, json& welcome) {
+JoinInfo Client::join() {
+  stop_heartbeats();
+  const TimePoint deadline = Clock::now() + opt_.connect_timeout;
+  while (true) {
+    try {
+      return join_once(deadline);
+    } catch (const rf::Error& e) {
+      stop_heartbeats();
+      member_.close();
+      caller_.close();
+      if (!dynamic_cast<const ConnectionLost*>(&e) && !dynamic_cast<const CallTimeout*>(&e)) throw;
+      // With several replicas the leader may be changing: look it up again until the
+      // deadline (a poll interval, not a wait for something a notification could tell).
+      if (opt_.etcd.empty() || Clock::now() >= deadline) throw;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+}
+
+JoinInfo Client::join_once(TimePoint deadline) {
   member_.close();
   caller_.close();
   const auto [host, port] = locate();
@@ -107,29 +138,8 @@ void Client::connect_once(TimePoint deadline, json& welcome) {
   json hello = {{"type", "hello"}, {"role", "member"}, {"slot", opt_.slot}, {"incarnation", opt_.incarnation}};
   // A spare or a restart that arrives after every member left gets JobFinished (the
   // coordinator's "finished" code): nothing to do, not an error.
-  welcome = authenticate(member_, opt_.token, hello, deadline);
-  caller_.connect(host, port, deadline, opt_.etcd.empty());
-  hello["role"] = "caller";
-  authenticate(caller_, opt_.token, hello, deadline);
-}
-
-JoinInfo Client::join() {
-  stop_heartbeats();
-  const TimePoint deadline = Clock::now() + opt_.connect_timeout;
-  json w;
-  while (true) {
-    try {
-      connect_once(deadline, w);
-      break;
-    } catch (const rf::Error& e) {
-      if (!dynamic_cast<const ConnectionLost*>(&e) && !dynamic_cast<const CallTimeout*>(&e)) throw;
-      // With several replicas the leader may be changing: look it up again until the
-      // deadline (a poll interval, not a wait for something a notification could tell).
-      if (opt_.etcd.empty() || Clock::now() >= deadline) throw;
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-  }
-  const WelcomeReply welcome = decode_reply_as<WelcomeReply>(w);
+  TimePoint joined;
+  const WelcomeReply welcome = decode_reply_as<WelcomeReply>(authenticate(member_, opt_.token, hello, deadline, &joined));
   if (!welcome.phase || !welcome.heartbeat_ms || !welcome.lease_ms)
     throw ProtocolError("welcome: a member's welcome names the phase, heartbeat_ms and lease_ms");
   JoinInfo info;
@@ -142,75 +152,108 @@ JoinInfo Client::join() {
   active_ = 0;
   notified_ = 0;
   seen_ = info.generation;
-  {
-    std::lock_guard<std::mutex> l(hb_mu_);
-    hb_stop_ = false;
-  }
-  hb_thread_ = std::thread([this] { heartbeat_loop(); });
+  // The coordinator's lease runs from the join: heartbeats start now, not after the caller
+  // connection is made too (on a lossy link each lost SYN of it costs a second).
+  start_heartbeats(joined);
+  caller_.connect(host, port, deadline, opt_.etcd.empty());
+  hello["role"] = "caller";
+  authenticate(caller_, opt_.token, hello, deadline);
   return info;
 }
 
-void Client::heartbeat_loop() {
+void Client::start_heartbeats(TimePoint joined) {
+  uint64_t drained;
+  while (::read(wake_fd_, &drained, sizeof drained) > 0) {
+  }
+  hb_stop_ = false;
+  last_renewal_ = joined.time_since_epoch().count();
+  hb_thread_ = std::thread([this, joined] { heartbeat_loop(joined); });
+}
+
+json Client::heartbeat_message() const {
+  json beat = {{"type", "heartbeat"}, {"generation", active_.load()}, {"step", step_.load()}};
+  if (const double l = loss_.load(); l >= 0) beat["loss"] = l;
+  if (const double r = samples_per_s_.load(); r >= 0) beat["samples_per_s"] = r;
+  {
+    std::lock_guard<std::mutex> l(cb_mu_);
+    if (activity_) {
+      const Activity a = activity_();
+      const auto us = [](Duration d) { return std::chrono::duration_cast<std::chrono::microseconds>(d).count(); };
+      beat["activity"] = {{"kind", to_string(a.kind)}, {"elapsed_us", us(a.elapsed)},
+                          {"runnable_us", us(a.runnable)}, {"bound_us", us(a.bound)}, {"where", a.where}};
+    }
+  }
+  add_checkpoint_failures(beat);
+  return beat;
+}
+
+void Client::heartbeat_loop(TimePoint joined) {
   // The lease is renewed from here: it must run on time on an overloaded machine
   // (base/thread_sched.h); it sleeps almost always, so a real-time priority costs nothing.
   raise_to_control_plane();
-  TimePoint last_ok = Clock::now();
-  last_renewal_ = last_ok.time_since_epoch().count();
-  while (true) {
-    {
-      std::unique_lock<std::mutex> l(hb_mu_);
-      if (hb_cv_.wait_for(l, opt_.heartbeat, [&] { return hb_stop_; })) return;
-    }
-    json beat = {{"type", "heartbeat"}, {"generation", active_.load()}, {"step", step_.load()}};
-    if (const double l = loss_.load(); l >= 0) beat["loss"] = l;
-    if (const double r = samples_per_s_.load(); r >= 0) beat["samples_per_s"] = r;
-    {
-      std::lock_guard<std::mutex> l(cb_mu_);
-      if (activity_) {
-        const Activity a = activity_();
-        const auto us = [](Duration d) { return std::chrono::duration_cast<std::chrono::microseconds>(d).count(); };
-        beat["activity"] = {{"kind", to_string(a.kind)}, {"elapsed_us", us(a.elapsed)},
-                            {"runnable_us", us(a.runnable)}, {"bound_us", us(a.bound)}, {"where", a.where}};
-      }
-    }
-    add_checkpoint_failures(beat);
-    HeartbeatReply reply;
+  // D2/D4: heartbeats leave on the period's clock whatever is in flight, and the lease counts
+  // from the send instant of each one answered (elastic/lease_renewal.h).
+  LeaseRenewal lease({opt_.heartbeat, opt_.lease}, joined);
+  while (!hb_stop_.load()) {
+    const TimePoint now = Clock::now();
+    const RenewalDecision d = lease.decide(now);
     try {
-      // D4: a renewal that cannot complete within one lease of the last one fences us.
-      reply = decode_reply_as<HeartbeatReply>(member_.call(beat, last_ok + opt_.lease));
-      last_ok = Clock::now();
-      last_renewal_ = last_ok.time_since_epoch().count();
+      if (d.kind == RenewalDecision::Fence) {
+        fence(rf::str("could not renew the lease: no heartbeat answered within one lease (",
+                      std::chrono::duration_cast<std::chrono::milliseconds>(opt_.lease).count(),
+                      " ms) of the last renewal; ", lease.in_flight(), " unanswered"));
+        return;
+      }
+      if (d.kind == RenewalDecision::Send) {
+        member_.send(heartbeat_message(), lease.fence_at());
+        lease.sent(now);
+        continue;
+      }
+      const std::optional<json> m = member_.receive(d.until, wake_fd_);
+      if (!m) continue;
+      const HeartbeatReply reply = decode_reply_as<HeartbeatReply>(*m);
+      const std::optional<TimePoint> renewed = lease.answered();
+      if (!renewed) throw ProtocolError("a heartbeat reply came with no heartbeat in flight");
+      last_renewal_ = renewed->time_since_epoch().count();
+      if (!on_heartbeat_reply(reply)) return;
     } catch (const rf::Error& e) {
       fence(rf::str("could not renew the lease: ", e.what()));
       return;
     }
-    if (reply.fenced) {
-      fence("the coordinator evicted this worker");
-      return;
-    }
-    const uint64_t g = reply.generation;
-    seen_ = g;
-    // The flag belongs to the generation that runs now: a reply about an older one (or
-    // about a round still forming) must not make us leave the new generation again.
-    reconfigure_ = reply.reconfigure && reply.phase == Phase::Running && g == active_.load();
-    stop_ = reply.stop;
-    if (reply.phase == Phase::Stopped && !stopped_.exchange(true)) {
-      std::lock_guard<std::mutex> l(cb_mu_);
-      if (on_stopped_) on_stopped_();
-    }
-    const uint64_t active = active_.load();
-    if (active != 0 && g > active && g > notified_.load()) {
-      notified_ = g;
-      Revocation r{g, reply.planned, reply.cause};
-      std::lock_guard<std::mutex> l(cb_mu_);
-      if (on_revoked_) on_revoked_(r);
-    }
   }
+}
+
+bool Client::on_heartbeat_reply(const HeartbeatReply& reply) {
+  if (reply.fenced) {
+    fence("the coordinator evicted this worker");
+    return false;
+  }
+  const uint64_t g = reply.generation;
+  seen_ = g;
+  // The flag belongs to the generation that runs now: a reply about an older one (or
+  // about a round still forming) must not make us leave the new generation again.
+  reconfigure_ = reply.reconfigure && reply.phase == Phase::Running && g == active_.load();
+  stop_ = reply.stop;
+  if (reply.phase == Phase::Stopped && !stopped_.exchange(true)) {
+    std::lock_guard<std::mutex> l(cb_mu_);
+    if (on_stopped_) on_stopped_();
+  }
+  const uint64_t active = active_.load();
+  if (active != 0 && g > active && g > notified_.load()) {
+    notified_ = g;
+    Revocation r{g, reply.planned, reply.cause};
+    std::lock_guard<std::mutex> l(cb_mu_);
+    if (on_revoked_) on_revoked_(r);
+  }
+  return true;
 }
 
 void Client::fence(const std::string& why) {
   fenced_ = true;
-  member_.close();  // the coordinator must not count us as alive any more
+  // The coordinator must not count us as alive any more. Off the heartbeat thread (a lost
+  // leader seen by a call) the connection is only shut down: that thread may be waiting on it.
+  if (std::this_thread::get_id() == hb_thread_.get_id()) member_.close();
+  else member_.shutdown();
   // A call the training thread waits in may be to a leader that is gone or cut off: it must
   // not wait its whole timeout, the worker has to join the next leader.
   if (!opt_.etcd.empty()) caller_.shutdown();
@@ -224,11 +267,9 @@ void Client::fence(const std::string& why) {
 }
 
 void Client::stop_heartbeats() {
-  {
-    std::lock_guard<std::mutex> l(hb_mu_);
-    hb_stop_ = true;
-  }
-  hb_cv_.notify_all();
+  hb_stop_ = true;
+  const uint64_t one = 1;
+  [[maybe_unused]] const ssize_t n = ::write(wake_fd_, &one, sizeof one);
   if (hb_thread_.joinable() && hb_thread_.get_id() != std::this_thread::get_id()) hb_thread_.join();
 }
 

@@ -6,9 +6,10 @@
 // connection carries the blocking calls of the training thread (report, plan, ready,
 // store, failure report), so a long wait for a plan never delays a heartbeat.
 //
-// The heartbeat thread renews the lease every `heartbeat` and carries the current step and
-// what the training thread is doing (set_activity_source; the coordinator evicts a member
-// stuck past its stall bound, elastic/liveness.h).
+// The heartbeat thread renews the lease: a heartbeat every `heartbeat`, without waiting for
+// the previous reply, each carrying the current step and what the training thread is doing
+// (set_activity_source; the coordinator evicts a member stuck past its stall bound,
+// elastic/liveness.h). A renewal counts from when its heartbeat left (elastic/lease_renewal.h).
 // When a reply shows a generation newer than the one this worker works in, it calls
 // on_revoked once for that generation (the communicator's abort; docs/protocol.md step 1).
 // When it cannot renew for one `lease`, or the coordinator says this worker was evicted,
@@ -30,6 +31,7 @@
 #include "base/clock.h"
 #include "elastic/membership_types.h"
 #include "elastic/errors.h"
+#include "elastic/replies.h"
 #include "elastic/wire.h"
 
 namespace rf::elastic {
@@ -107,9 +109,9 @@ class Client {
   bool stop_requested() const { return stop_.load(); }
   bool fenced() const { return fenced_.load(); }
   std::string fence_reason() const;
-  // When the lease was last renewed (the last heartbeat reply; join counts as the first),
-  // on this process's steady clock. D4 fences one lease after it, never earlier: tests
-  // check the fence against this instead of their own clock.
+  // When the lease was last renewed (the send instant of the last heartbeat answered; the
+  // join counts as the first), on this process's steady clock. D4 fences one lease after it,
+  // never earlier: tests check the fence against this instead of their own clock.
   TimePoint last_renewal() const { return TimePoint(Duration(last_renewal_.load())); }
 
   // --- recovery, docs/protocol.md steps 2-4 and 7 --------------------------------------------
@@ -157,9 +159,14 @@ class Client {
   nlohmann::json call(const nlohmann::json& req, Duration timeout);
   // Where the coordinator is: host/port, or the leader etcd names (ConnectionLost: none).
   std::pair<std::string, int> locate() const;
-  void connect_once(TimePoint deadline, nlohmann::json& welcome);
+  // One try: the member connection joins and its heartbeats start, then the caller connects.
+  JoinInfo join_once(TimePoint deadline);
   nlohmann::json base(const char* type) const;
-  void heartbeat_loop();
+  void start_heartbeats(TimePoint joined);
+  void heartbeat_loop(TimePoint joined);
+  nlohmann::json heartbeat_message() const;
+  // Acts on one heartbeat reply; false when it fenced this worker.
+  bool on_heartbeat_reply(const HeartbeatReply& reply);
   void add_checkpoint_failures(nlohmann::json& message) const;
   void fence(const std::string& why);
   void stop_heartbeats();
@@ -168,9 +175,8 @@ class Client {
   Connection member_, caller_;
   std::mutex call_mu_;  // one caller request at a time
   std::thread hb_thread_;
-  std::mutex hb_mu_;
-  std::condition_variable hb_cv_;
-  bool hb_stop_ = false;
+  std::atomic<bool> hb_stop_{false};
+  int wake_fd_ = -1;  // an eventfd: stop_heartbeats() ends the heartbeat thread's wait at once
   std::atomic<int64_t> step_{-1};
   std::atomic<double> loss_{-1.0};          // < 0: none yet
   std::atomic<double> samples_per_s_{-1.0};  // < 0: none yet

@@ -101,13 +101,22 @@ void Connection::shutdown() {
 void Connection::close() {
   if (fd_ >= 0) ::close(fd_);
   fd_ = -1;
+  reader_ = FrameReader();
 }
 
 json Connection::call(const json& request, TimePoint deadline) {
+  send(request, deadline);
+  if (std::optional<json> reply = receive(deadline)) return *std::move(reply);
+  close();
+  throw CallTimeout(rf::str("no reply from the coordinator to '", request.value("type", "?"), "' before the deadline"));
+}
+
+void Connection::send(const json& request, TimePoint deadline) {
   if (fd_ < 0) throw ConnectionLost("not connected to the coordinator");
   const std::string out = encode_frame(request);
   size_t sent = 0;
   const std::string type = request.value("type", "?");
+  last_type_ = type;
   while (sent < out.size()) {
     ssize_t n = ::send(fd_, out.data() + sent, out.size() - sent, MSG_NOSIGNAL);
     if (n > 0) {
@@ -126,41 +135,42 @@ json Connection::call(const json& request, TimePoint deadline) {
     close();
     throw ConnectionLost(rf::str("connection to the coordinator lost while sending '", type, "'"));
   }
-  FrameReader reader;
+}
+
+std::optional<json> Connection::receive(TimePoint deadline, int wake_fd) {
+  if (fd_ < 0) throw ConnectionLost("not connected to the coordinator");
   char buf[65536];
   while (true) {
-    std::optional<std::string> payload;
+    json reply;
     try {
-      payload = reader.next();
+      const std::optional<std::string> payload = reader_.next();
+      if (payload) reply = parse_message(*payload);
     } catch (const ProtocolError&) {
       close();
       throw;
     }
-    if (payload) {
-      json reply = parse_message(*payload);
+    if (!reply.is_null()) {
       if (reply["type"] == "error") {
         close();
-        const std::string what = rf::str("coordinator refused '", type, "': ", reply.value("error", "?"));
+        const std::string what = rf::str("coordinator refused '", last_type_, "': ", reply.value("error", "?"));
         if (reply.value("code", "") == "finished") throw JobFinished(what);
         throw Refused(what);
       }
       return reply;
     }
-    pollfd p{fd_, POLLIN, 0};
-    int pr = ::poll(&p, 1, remaining_ms(deadline));
-    if (pr == 0) {
-      close();
-      throw CallTimeout(rf::str("no reply from the coordinator to '", type, "' before the deadline"));
-    }
+    pollfd p[2] = {{fd_, POLLIN, 0}, {wake_fd, POLLIN, 0}};
+    const int pr = ::poll(p, wake_fd >= 0 ? 2 : 1, remaining_ms(deadline));
+    if (pr == 0) return std::nullopt;
     if (pr < 0 && errno == EINTR) continue;
+    if (wake_fd >= 0 && (p[1].revents & POLLIN)) return std::nullopt;
     ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
     if (n > 0) {
-      reader.feed(buf, static_cast<size_t>(n));
+      reader_.feed(buf, static_cast<size_t>(n));
       continue;
     }
     if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
     close();
-    throw ConnectionLost(rf::str("connection to the coordinator closed while waiting for the reply to '", type, "'"));
+    throw ConnectionLost(rf::str("connection to the coordinator closed while waiting for the reply to '", last_type_, "'"));
   }
 }
 
