@@ -291,6 +291,11 @@ bool Recovery::connect() {
     cur_.comm = std::move(c);
   } catch (const comm::CommError& e) {
     log::warn("recovery", "connect failed: ", e.what());
+    // Reported like a failed transfer or verify: the round has a plan and waits for every
+    // rank's ready, so without a revocation this worker's next report (for g+1) would find
+    // no open round until the ready timeout. An abort is not reported (the coordinator
+    // revoked g, or a peer that failed says so itself).
+    failure(e);
     return false;
   }
   return !generation_over();  // revoked before the abort hook could see comm

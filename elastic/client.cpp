@@ -229,12 +229,13 @@ bool Client::on_heartbeat_reply(const HeartbeatReply& reply) {
     return false;
   }
   const uint64_t g = reply.generation;
-  seen_ = g;
+  if (seen_.exchange(g) != g) notify_generation_waiters();
   // The flag belongs to the generation that runs now: a reply about an older one (or
   // about a round still forming) must not make us leave the new generation again.
   reconfigure_ = reply.reconfigure && reply.phase == Phase::Running && g == active_.load();
   stop_ = reply.stop;
   if (reply.phase == Phase::Stopped && !stopped_.exchange(true)) {
+    notify_generation_waiters();
     std::lock_guard<std::mutex> l(cb_mu_);
     if (on_stopped_) on_stopped_();
   }
@@ -248,12 +249,24 @@ bool Client::on_heartbeat_reply(const HeartbeatReply& reply) {
   return true;
 }
 
+void Client::notify_generation_waiters() {
+  { std::lock_guard<std::mutex> l(gen_mu_); }  // a waiter between its check and its wait sees the change
+  gen_cv_.notify_all();
+}
+
+bool Client::wait_generation_above(uint64_t g, TimePoint deadline) {
+  std::unique_lock<std::mutex> l(gen_mu_);
+  gen_cv_.wait_until(l, deadline, [&] { return seen_.load() > g || fenced_.load() || stopped_.load(); });
+  return seen_.load() > g;
+}
+
 void Client::fence(const std::string& why) {
   fenced_ = true;
   // The coordinator must not count us as alive any more. Off the heartbeat thread (a lost
   // leader seen by a call) the connection is only shut down: that thread may be waiting on it.
   if (std::this_thread::get_id() == hb_thread_.get_id()) member_.close();
   else member_.shutdown();
+  notify_generation_waiters();
   // A call the training thread waits in may be to a leader that is gone or cut off: it must
   // not wait its whole timeout, the worker has to join the next leader.
   if (!opt_.etcd.empty()) caller_.shutdown();
@@ -308,12 +321,23 @@ Plan Client::next_plan(const std::function<StateReport()>& state, Duration timeo
   const TimePoint deadline = Clock::now() + timeout;
   const uint64_t active = active_.load();
   uint64_t round = active == 0 ? 0 : (seen_.load() > active ? seen_.load() : active + 1);
+  std::string waited;  // why the last report was not taken, for the timeout's error
   for (int attempt = 0; attempt < 1000 && Clock::now() < deadline; ++attempt) {
     Answer a = report(round, state());
     if (a.kind == Answer::Fenced) throw Refused(rf::str("slot ", opt_.slot, " is fenced: join again"));
     if (a.kind == Answer::Finished) throw JobFinished(a.reason);
     if (a.kind == Answer::Stopped) throw JobStopped(rf::str("the coordinator stopped the job: ", a.reason));
-    if (a.kind != Answer::Accepted) {  // stale or not open: follow the coordinator's number
+    if (a.kind == Answer::Refused && active != 0) {
+      // The round after `active` is not open: generation `active` still forms (this worker
+      // left its recovery) or runs, and only its revocation opens the round. Asking again
+      // before a heartbeat reply shows it would spin through the attempts in milliseconds.
+      waited = a.reason;
+      if (!wait_generation_above(std::max(active, a.generation), deadline)) continue;  // fenced, stopped or late
+      round = seen_.load();
+      continue;
+    }
+    if (a.kind != Answer::Accepted) {  // stale: follow the coordinator's number
+      waited = a.reason;
       round = active == 0 ? 0 : (a.generation == active ? active + 1 : a.generation);
       continue;
     }
@@ -333,8 +357,8 @@ Plan Client::next_plan(const std::function<StateReport()>& state, Duration timeo
       break;  // revoked: report again for the new round
     }
   }
-  throw CallTimeout(rf::str("slot ", opt_.slot, " got no plan within ",
-                            std::chrono::duration<double>(timeout).count(), " s"));
+  throw CallTimeout(rf::str("slot ", opt_.slot, " got no plan within ", std::chrono::duration<double>(timeout).count(),
+                            " s", waited.empty() ? "" : rf::str(" (the coordinator's last answer: ", waited, ")")));
 }
 
 ReadyQuery Client::ready(uint64_t generation, Duration timeout) {

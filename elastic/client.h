@@ -119,9 +119,11 @@ class Client {
   PlanQuery wait_plan(uint64_t round, Duration timeout);
   // Reports `state()` for the round this worker must join (the open one, or g+1 after
   // a planned change, or "the next" for a new worker) and waits for its plan, reporting
-  // again whenever the round is revoked. `timeout` bounds the whole wait, standby
-  // included (a spare waits until a hole opens: give it a long one). Throws JobStopped,
-  // JobFinished, Refused (fenced) or CallTimeout.
+  // again whenever the round is revoked. A round not open yet (this worker left generation
+  // g's recovery, whose revocation has not come) is waited for, not asked again: the next
+  // report goes when a heartbeat reply shows the coordinator past g. `timeout` bounds the
+  // whole wait, standby included (a spare waits until a hole opens: give it a long one).
+  // Throws JobStopped, JobFinished, Refused (fenced) or CallTimeout.
   Plan next_plan(const std::function<StateReport()>& state, Duration timeout);
   // Step 7: ready(g), then wait until g runs (Running) or was revoked (Revoked).
   ReadyQuery ready(uint64_t generation, Duration timeout);
@@ -170,6 +172,10 @@ class Client {
   void add_checkpoint_failures(nlohmann::json& message) const;
   void fence(const std::string& why);
   void stop_heartbeats();
+  // Waits until a heartbeat reply shows a generation above g, this worker fences or the job
+  // stops, or the deadline; returns whether the generation moved.
+  bool wait_generation_above(uint64_t g, TimePoint deadline);
+  void notify_generation_waiters();
 
   ClientOptions opt_;
   Connection member_, caller_;
@@ -177,6 +183,8 @@ class Client {
   std::thread hb_thread_;
   std::atomic<bool> hb_stop_{false};
   int wake_fd_ = -1;  // an eventfd: stop_heartbeats() ends the heartbeat thread's wait at once
+  std::mutex gen_mu_;  // with gen_cv_: wait_generation_above's wait for seen_, fenced_, stopped_
+  std::condition_variable gen_cv_;
   std::atomic<int64_t> step_{-1};
   std::atomic<double> loss_{-1.0};          // < 0: none yet
   std::atomic<double> samples_per_s_{-1.0};  // < 0: none yet

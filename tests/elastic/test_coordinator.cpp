@@ -205,6 +205,29 @@ TEST_CASE("two workers form, run, exchange addresses, and one failure revokes th
   CHECK_THROWS_AS(late.join(), JobFinished);
 }
 
+// Step 5 failed on one rank (its connect timed out): it goes back to step 2 while the round
+// of g, planned, waits for every rank's ready. The round after g is not open until g is
+// revoked, and the worker waits for that instead of asking again (it once spun through its
+// 1000 attempts in milliseconds and exited saying it got no plan within its timeout).
+TEST_CASE("a worker that left its planned round waits for the revocation, then gets the next plan") {
+  const std::string token = random_token();
+  Coordinator coord(opts(2, token));
+  coord.start();
+  Client a(copts(coord, token, 0)), b(copts(coord, token, 1));
+  a.join();
+  b.join();
+  auto fa = std::async(std::launch::async, [&] { return a.next_plan([] { return at(-1); }, 5s); });
+  const Plan pb = b.next_plan([] { return at(-1); }, 5s);
+  REQUIRE(fa.get().generation == pb.generation);
+  auto again = std::async(std::launch::async, [&] { return a.next_plan([] { return at(-1); }, 5s); });
+  CHECK(again.wait_for(600ms) == std::future_status::timeout);  // waiting, not failed
+  // b's connect failed too, and it reports it (Recovery::connect): g is revoked.
+  REQUIRE(b.failure_report(pb.generation, -1, std::nullopt, "connect failed").ok());
+  auto fb = std::async(std::launch::async, [&] { return b.next_plan([] { return at(-1); }, 5s); });
+  CHECK(again.get().generation == pb.generation + 1);
+  CHECK(fb.get().generation == pb.generation + 1);
+}
+
 // A worker whose GPU is stuck reports itself (kind gpu_stuck): the coordinator evicts it (the
 // other member hears the revocation, cause gpu_stuck; it is fenced), and the survivor, which
 // kept generation 1's communicator, gets a plan that shrinks it (Plan::shrink_from, over the wire).
