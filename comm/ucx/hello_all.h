@@ -16,10 +16,11 @@ namespace rf::comm {
 // not only by its ring neighbours). Each rank then probes whether it can read each peer's
 // memory (process_vm_readv of the hold word: same host, same uid, ptrace allowed) and a
 // second pass tells every peer the answer, so both ends of a pair agree on the single-copy
-// path (single_copy.h). Then 80 more passes of 8000-byte messages: the shared-memory FIFO
-// between two ranks has 64 elements of ~8 KiB whose pages are only faulted in as messages
-// first fill them (~13 us per 4 KiB page here, measured: the first ~100 ms of collectives
-// ran 2-3x slower); that cost belongs to connecting, not to the first collectives.
+// path (single_copy.h). Then 80 more passes of 8000-byte messages between the ranks of one
+// host: the shared-memory FIFO between two ranks has 64 elements of ~8 KiB whose pages are
+// only faulted in as messages first fill them (~13 us per 4 KiB page here, measured: the
+// first ~100 ms of collectives ran 2-3x slower); that cost belongs to connecting, not to the
+// first collectives. Ranks on other hosts share no FIFO and skip these passes.
 class HelloAll : public Collective {
  public:
   static constexpr uint64_t kWarmPasses = 80;

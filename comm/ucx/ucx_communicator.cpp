@@ -123,7 +123,11 @@ HelloAll::Identity UcxCommunicator::identity() {
 void UcxCommunicator::handshake(const HelloAll::Identity& me) {
   auto hello_coll = std::make_unique<HelloAll>(rank_, world_, me, opt_.single_copy, shm_.get());
   const HelloAll& hello = *hello_coll;  // owned by the Work until it is released
-  auto work = start(std::move(hello_coll), false);
+  // Bounded by the connect deadline, not by the stall bound of the steps to come: its first
+  // message to each peer waits for that pair's TCP connection, and on a lossy link each lost
+  // SYN or SYN-ACK costs a second (a recovery's stall bound is 1.5 s). A peer that dies
+  // still fails it at once (D1), a revocation still aborts it.
+  auto work = start(std::move(hello_coll), false, opt_.connect_timeout);
   work->wait(Clock::now() + opt_.connect_timeout);
   std::lock_guard dl(driver_mu_);
   take_single_copy_paths(hello);
@@ -206,10 +210,11 @@ UcxCommunicator::~UcxCommunicator() {
   shm_.reset();  // our segment and the peers' mappings go (a peer's mapping of ours stays valid)
 }
 
-WorkPtr UcxCommunicator::start(std::unique_ptr<Collective> c, bool wake_progress_thread) {
+WorkPtr UcxCommunicator::start(std::unique_ptr<Collective> c, bool wake_progress_thread, Duration stall_bound) {
   auto p = std::make_shared<Pending>(this, std::move(c));
   p->id = p->coll->id();
   p->name = p->coll->name();
+  p->stall_bound = stall_bound;
   if (enqueue(*p, p, false) && wake_progress_thread) cv_.notify_one();
   return p;
 }

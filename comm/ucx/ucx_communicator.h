@@ -163,7 +163,8 @@ class UcxCommunicator : public Communicator {
   class Pending;  // one started collective; its Work handle
 
  private:
-  WorkPtr start(std::unique_ptr<Collective> c, bool wake_progress_thread);
+  // stall_bound: the collective's own (zero: stall_timeout(), as every step's).
+  WorkPtr start(std::unique_ptr<Collective> c, bool wake_progress_thread, Duration stall_bound = Duration::zero());
   // Puts p in the queue (or fails it at once when poisoned or aborting: false). With
   // driver_held the caller holds driver_mu_ and active_ is rebuilt under the same lock.
   bool enqueue(Pending& p, const std::shared_ptr<Pending>& owner, bool driver_held);
@@ -193,6 +194,7 @@ class UcxCommunicator : public Communicator {
   // dead peers noticed, then every runnable collective advanced. True when it moved.
   bool pump();
   bool poison_if_aborted_or_dropped();  // true: it poisoned
+  Duration stall_bound(const Pending& p) const;  // p's own, else stall_timeout()
   bool check_dead_peers();               // true: a dead peer poisoned us
   enum class Step : uint8_t { running, finished, poisoned };
   Step advance_one(Pending& p, bool check_stall, TimePoint now, bool& moved);

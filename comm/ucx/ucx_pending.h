@@ -78,6 +78,10 @@ class UcxCommunicator::Pending : public Work {
   bool finished = false;  // all rounds done, not yet handed back (driver only)
   bool progress_seen = false;  // a transfer finished since the last stall check (driver only)
   TimePoint last_progress{};
+  // Its own stall bound (zero: the communicator's stall_timeout()). The handshake's is the
+  // connect deadline: connecting waits on TCP's connection set-up, whose lost SYN is sent
+  // again after a second, not on a collective's pace (docs/protocol.md step 5).
+  Duration stall_bound{};
 };
 
 }  // namespace rf::comm

@@ -223,13 +223,17 @@ UcxCommunicator::Step UcxCommunicator::advance_one(Pending& p, bool check_stall,
     p.last_progress = now;
     return Step::running;
   }
-  if (now - p.last_progress <= stall_timeout()) return Step::running;
+  if (now - p.last_progress <= stall_bound(p)) return Step::running;
   fail_stalled(p, now);  // D3
   return Step::poisoned;
 }
 
+Duration UcxCommunicator::stall_bound(const Pending& p) const {
+  return p.stall_bound > Duration::zero() ? p.stall_bound : stall_timeout();
+}
+
 void UcxCommunicator::fail_stalled(Pending& p, TimePoint now) {
-  const Duration stall = stall_timeout();
+  const Duration stall = stall_bound(p);
   CommErrorInfo i;
   p.coll->waiting_on(i.peer, i.chunk);
   i.collective = p.name;
