@@ -16,6 +16,10 @@ learned stall bound):
   slow_link          host 2's link is throttled to 100 Mbit/s (tbf) for the last steps:
                      slower, but no failure is declared (generation 1 throughout), bitwise
                      equal.
+  lossy_host         host 2 drops 20 % of what it sends (iptables statistic) from its
+                     launchers' start to the end: DONE at W = 6, exactly once, bitwise equal,
+                     and host 2's workers either stay members (no recovery) or one of them
+                     is evicted once; never a second eviction, a restart loop or a STOP.
 
   faults_test.py BUILD_BIN_DIR CASE     exit 0 passed, 1 failed, 77 skipped (no namespaces)
 """
@@ -180,8 +184,43 @@ def case_slow_link(bindir, tmp):
     return [ref, job]
 
 
+def events(job):
+    out = []
+    for line in jobs.read(os.path.join(job.tmp, f"{job.name}-events.jsonl")).splitlines():
+        if line.strip():
+            out.append(json.loads(line))
+    return out
+
+
+def case_lossy_host(bindir, tmp):
+    ref = jobs.run_job(bindir, tmp, "ref", steps=STEPS)
+
+    def lossy(lab, job, procs):
+        lab.loss(2, 20)  # from before the workers join: admission, forming, training, leaving
+
+    job = jobs.run_job(bindir, tmp, "lossy", steps=STEPS, during=lossy, deadline_s=90)
+    job_done(job, "20 % loss on host 2")
+    same_digest(job, ref, "20 % loss on host 2")
+    # What happened, from the coordinator's event log: every worker that failed or was
+    # evicted (one (slot, incarnation) may have several lines: evicted, then its exit).
+    gone = sorted({(e["worker"]["slot"], e["worker"]["incarnation"]) for e in events(job)
+                   if e["event"] in ("fail", "evict") and e.get("worker")})
+    causes = sorted({e["cause"] for e in events(job) if e["event"] in ("fail", "evict")})
+    done = re.search(r"job DONE \(exit 0\): generation (\d+), (\d+) restart\(s\), (\d+) recovery", job.text(0))
+    recoveries = int(done.group(3)) if done else -1
+    if not gone and recoveries == 0:
+        print("lossy_host: host 2 stayed a member: generation 1 throughout, no recovery")
+    elif len(gone) == 1 and gone[0][0] in (4, 5) and recoveries == 1:
+        print(f"lossy_host: slot {gone[0][0]} was evicted once ({', '.join(causes)}), one recovery, then DONE")
+    check((not gone and recoveries == 0) or (len(gone) == 1 and gone[0][0] in (4, 5) and recoveries == 1),
+          f"lossy_host: host 2 stays a member or one of its workers is evicted once (failed or evicted: {gone}, "
+          f"causes {causes}, recoveries {recoveries})")
+    return [ref, job]
+
+
 CASES = {"host_lost_spares": case_host_lost_spares, "host_lost_shrink": case_host_lost_shrink,
-         "partition": case_partition, "oneway": case_oneway, "slow_link": case_slow_link}
+         "partition": case_partition, "oneway": case_oneway, "slow_link": case_slow_link,
+         "lossy_host": case_lossy_host}
 
 
 def main():
