@@ -4,10 +4,12 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <poll.h>
+#include <sys/epoll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -23,6 +25,9 @@ using nlohmann::json;
 namespace {
 
 constexpr size_t kMaxOutBytes = 8u << 20;  // a client that stops reading is cut off
+
+// What an epoll event names when it is not a connection.
+char kWakeTag, kListenTag;
 
 void set_nonblocking(int fd) {
   int fl = fcntl(fd, F_GETFL, 0);
@@ -55,6 +60,14 @@ CoordinatorOptions Coordinator::Impl::prepared(CoordinatorOptions o, const std::
     if (prev->phase == Phase::Running || prev->phase == Phase::Recovering) o.membership.previous_members = prev->members;
   }
   if (o.membership.job_id.empty()) o.membership.job_id = random_token();
+  if (o.max_connections == 0) {
+    o.max_connections = std::max<size_t>(4096, 4 * static_cast<size_t>(std::max(0, o.membership.target_world)));
+    rlimit lim{};
+    if (::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
+      lim.rlim_cur = lim.rlim_max;
+      ::setrlimit(RLIMIT_NOFILE, &lim);
+    }
+  }
   return o;
 }
 
@@ -87,6 +100,14 @@ Coordinator::Impl::Impl(CoordinatorOptions o, Coordinator* self)
   bound_port = ntohs(addr.sin_port);
   set_nonblocking(listen_fd);
   if (::pipe2(wake, O_CLOEXEC | O_NONBLOCK) != 0) throw rf::Error("pipe2 failed");
+  epoll_fd = ::epoll_create1(EPOLL_CLOEXEC);
+  if (epoll_fd < 0) throw rf::Error(rf::str("epoll_create1: ", std::strerror(errno)));
+  for (auto [fd, tag] : {std::pair{wake[0], &kWakeTag}, std::pair{listen_fd, &kListenTag}}) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.ptr = tag;  // not a connection
+    ::epoll_ctl(epoll_fd, EPOLL_CTL_ADD, fd, &ev);
+  }
   last_generation = membership.generation();
   log.write({{"ts_us", rf::wall_us()}, {"event", "listening"}, {"host", opt.host}, {"port", bound_port},
              {"target_world", opt.membership.target_world}, {"min_world", opt.membership.min_world},
@@ -105,6 +126,7 @@ Coordinator::Impl::Impl(CoordinatorOptions o, Coordinator* self)
 Coordinator::Impl::~Impl() {
   for (auto& c : conns) ::close(c.fd);
   if (listen_fd >= 0) ::close(listen_fd);
+  if (epoll_fd >= 0) ::close(epoll_fd);
   for (int fd : wake)
     if (fd >= 0) ::close(fd);
 }
@@ -113,9 +135,23 @@ int64_t Coordinator::Impl::wall(TimePoint t) const {
   return std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch()).count() + wall_offset_us;
 }
 
+void Coordinator::Impl::touch(Conn& c) {
+  if (c.touched) return;
+  c.touched = true;
+  touched.push_back(&c);
+}
+
 void Coordinator::Impl::send(Conn& c, json reply) {
   if (c.dead) return;
+  touch(c);
   c.out += encode_frame(std::move(reply));
+  if (c.out.size() > kMaxOutBytes) c.dead = true;
+}
+
+void Coordinator::Impl::send_frame(Conn& c, const std::string& frame) {
+  if (c.dead) return;
+  touch(c);
+  c.out += frame;
   if (c.out.size() > kMaxOutBytes) c.dead = true;
 }
 
@@ -130,37 +166,42 @@ void Coordinator::Impl::run() {
   const ThreadPriority prio = raise_to_control_plane();
   log.write({{"ts_us", rf::wall_us()}, {"event", "scheduling"}, {"thread", "coordinator"},
              {"priority", to_string(prio)}});
-  std::vector<pollfd> fds;
+  std::vector<epoll_event> events(1024);
   commit_if_changed();  // a new leader's term and first generation, before anyone hears of it
+  next_tick = Clock::now();
   while (!stopping.load()) {
     if (opt.leadership && !opt.leadership->leading(Clock::now())) {
       lose(opt.leadership->lost_reason());
       break;
     }
-    fds.clear();
-    fds.push_back({wake[0], POLLIN, 0});
-    fds.push_back({listen_fd, POLLIN, 0});
-    for (auto& c : conns)
-      fds.push_back({c.fd, static_cast<short>(POLLIN | (c.out.empty() ? 0 : POLLOUT)), 0});
-    const int timeout_ms = std::max(1, static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(opt.tick).count()));
-    int n = ::poll(fds.data(), fds.size(), timeout_ms);
-    if (n < 0 && errno != EINTR) throw rf::Error(rf::str("poll: ", std::strerror(errno)));
-    if (fds[0].revents & POLLIN) {
-      char buf[64];
-      while (::read(wake[0], buf, sizeof buf) > 0) {
+    // Rounded up: a wait rounded down to 0 ms would spin until the tick.
+    const auto until_tick = std::chrono::ceil<std::chrono::milliseconds>(next_tick - Clock::now()).count();
+    const int n = ::epoll_wait(epoll_fd, events.data(), static_cast<int>(events.size()),
+                               static_cast<int>(std::max<int64_t>(0, until_tick)));
+    if (n < 0 && errno != EINTR) throw rf::Error(rf::str("epoll_wait: ", std::strerror(errno)));
+    for (int i = 0; i < n; ++i) {
+      const epoll_event& ev = events[static_cast<size_t>(i)];
+      if (ev.data.ptr == &kListenTag) {
+        accept_all();
+        continue;
       }
-    }
-    if (fds[1].revents & POLLIN) accept_all();
-    size_t i = 2;
-    for (auto& c : conns) {
-      if (i >= fds.size()) break;  // accepted in this iteration: polled next time
-      const short re = fds[i++].revents;
-      if (re & (POLLIN | POLLHUP | POLLERR)) read_from(c);
-      if (!c.dead && !c.out.empty()) write_to(c);
+      if (ev.data.ptr == &kWakeTag) {
+        char buf[64];
+        while (::read(wake[0], buf, sizeof buf) > 0) {
+        }
+        continue;
+      }
+      Conn* c = static_cast<Conn*>(ev.data.ptr);
+      touch(*c);
+      if (ev.events & (EPOLLIN | EPOLLHUP | EPOLLERR)) read_from(*c);
     }
     const TimePoint now = Clock::now();
-    membership.tick(now);
-    after_events(now);
+    const bool tick_due = now >= next_tick;
+    if (tick_due) {
+      membership.tick(now);
+      next_tick = now + opt.tick;
+    }
+    after_events(now, tick_due);
   }
 }
 
@@ -176,13 +217,18 @@ void Coordinator::Impl::accept_all() {
     }
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    Conn c;
+    Conn& c = conns.emplace_back();
+    c.self = std::prev(conns.end());
     c.fd = fd;
     c.accepted_at = Clock::now();
     char ip[INET_ADDRSTRLEN] = "?";
     inet_ntop(AF_INET, &addr.sin_addr, ip, sizeof ip);
     c.peer = rf::str(ip, ":", ntohs(addr.sin_port));
-    conns.push_back(std::move(c));
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.ptr = &c;
+    ::epoll_ctl(epoll_fd, EPOLL_CTL_ADD, fd, &ev);
+    unadmitted.insert(&c);
   }
 }
 
@@ -219,11 +265,24 @@ void Coordinator::Impl::write_to(Conn& c) {
       c.out.erase(0, static_cast<size_t>(n));
       continue;
     }
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
     if (n < 0 && errno == EINTR) continue;
     c.dead = true;
     return;
   }
+  watch_output(c);
+}
+
+// EPOLLOUT only while output waits for the socket: a writable socket would wake the loop
+// at every turn.
+void Coordinator::Impl::watch_output(Conn& c) {
+  const bool want = !c.out.empty();
+  if (want == c.polls_out) return;
+  epoll_event ev{};
+  ev.events = EPOLLIN | (want ? EPOLLOUT : 0u);
+  ev.data.ptr = &c;
+  ::epoll_ctl(epoll_fd, EPOLL_CTL_MOD, c.fd, &ev);
+  c.polls_out = want;
 }
 
 void Coordinator::Impl::process_frames(Conn& c) {
@@ -234,6 +293,8 @@ void Coordinator::Impl::process_frames(Conn& c) {
       Request req = decode_request(m);
       if (c.pending) throw ProtocolError(rf::str("request '", request_name(req), "' sent while another is pending"));
       handle(c, req, now);
+      if (c.hello) unadmitted.erase(&c);
+      if (c.pending && !parked.count(&c)) park(c, now);
       if (c.closing) return;
     }
   } catch (const ProtocolError& e) {
@@ -245,37 +306,13 @@ void Coordinator::Impl::process_frames(Conn& c) {
     log.write({{"ts_us", rf::wall_us()}, {"event", "internal_error"}, {"peer", c.peer}, {"error", e.what()}});
     send_error(c, rf::str("internal error: ", e.what()));
   }
-  // after_events() runs once per loop iteration, not here: it may erase connections
-  // while the loop is iterating over them.
+  // after_events() closes connections, not here: the loop may still hold this one.
 }
 
-void Coordinator::Impl::after_events(TimePoint now) {
-  for (auto& c : conns)
-    if (c.pending && !c.dead)
-      if (auto reply = try_pending(c, now)) {
-        c.pending.reset();
-        send(c, std::move(*reply));
-      }
-  for (auto& c : conns)
-    if (!c.hello && !c.closing && now - c.accepted_at > opt.hello_timeout)
-      send_error(c, "no hello before the deadline");
-  // Close what is finished; a member connection closing is D1.
-  for (auto it = conns.begin(); it != conns.end();) {
-    Conn& c = *it;
-    if (c.closing && !c.dead && !c.out.empty()) write_to(c);
-    if (c.dead || (c.closing && c.out.empty())) {
-      // Gone between our challenge and its answer: a client whose token did not match our
-      // proof (it refuses us first: elastic/auth.h), or a stranger that gave up.
-      if (c.challenged)
-        log.write({{"ts_us", rf::wall_us()}, {"event", "refused"}, {"cause", "challenge_unanswered"}, {"peer", c.peer}});
-      report_lost(c, now);
-      if (c.hello && c.role == Role::Launcher) --owner->launchers_;
-      ::close(c.fd);
-      it = conns.erase(it);
-    } else {
-      ++it;
-    }
-  }
+void Coordinator::Impl::after_events(TimePoint now, bool tick_due) {
+  // The event log first: a transition other than a member's own report, ready or join (a
+  // failure, an eviction, a leave, a plan, a stop) may change a parked request's answer.
+  bool moved = false;
   for (const auto& t : membership.take_transitions()) {
     json line = {{"ts_us", wall(t.at)}, {"event", to_string(t.event)}, {"cause", t.cause}, {"worker", worker_json(t.worker)},
                  {"g", t.generation}, {"s", t.step}};
@@ -285,7 +322,22 @@ void Coordinator::Impl::after_events(TimePoint now) {
     }
     if (!t.detail.empty()) line["detail"] = t.detail;
     log.write(line);
+    moved |= t.event != TransitionEvent::Report && t.event != TransitionEvent::Ready &&
+             t.event != TransitionEvent::Join && t.event != TransitionEvent::HeartbeatStale &&
+             t.event != TransitionEvent::Injected;
   }
+  answer_parked(now, tick_due, moved);
+  if (tick_due)
+    for (Conn* c : unadmitted)
+      if (!c->closing && now - c->accepted_at > opt.hello_timeout) send_error(*c, "no hello before the deadline");
+  // Only a connection touched this turn can have output waiting or have finished.
+  for (size_t i = 0; i < touched.size(); ++i) {  // finish() never adds to it
+    Conn& c = *touched[i];
+    c.touched = false;
+    if (!c.dead && !c.out.empty()) write_to(c);
+    if (c.dead || (c.closing && c.out.empty())) finish(c, now);
+  }
+  touched.clear();
   for (const auto& w : membership.take_evictions())
     evictions.push_back({{"slot", w.slot}, {"incarnation", w.incarnation}});
   if (membership.generation() != last_generation) {
@@ -296,6 +348,59 @@ void Coordinator::Impl::after_events(TimePoint now) {
     }
   }
   owner->phase_.store(static_cast<int>(membership.phase()));
+}
+
+// Closes a finished connection; a member connection closing is D1.
+void Coordinator::Impl::finish(Conn& c, TimePoint now) {
+  // Gone between our challenge and its answer: a client whose token did not match our
+  // proof (it refuses us first: elastic/auth.h), or a stranger that gave up.
+  if (c.challenged)
+    log.write({{"ts_us", rf::wall_us()}, {"event", "refused"}, {"cause", "challenge_unanswered"}, {"peer", c.peer}});
+  report_lost(c, now);
+  if (c.hello && c.role == Role::Launcher) --owner->launchers_;
+  unpark(c);
+  unadmitted.erase(&c);
+  ::close(c.fd);  // and out of the epoll set
+  conns.erase(c.self);
+}
+
+// A request that must wait: answered now if it can be, else indexed by its deadline and
+// (kv_wait) its key.
+void Coordinator::Impl::park(Conn& c, TimePoint now) {
+  if (try_pending(c, now)) {
+    c.pending.reset();
+    return;
+  }
+  parked.insert(&c);
+  c.deadline_at = deadlines.emplace(c.pending->deadline, &c);
+  if (const auto* w = std::get_if<KvWait>(&c.pending->req))
+    c.kv_waiting = kv_waiters.emplace(std::make_pair(w->generation, w->key), &c);
+}
+
+void Coordinator::Impl::unpark(Conn& c) {
+  if (!parked.erase(&c)) return;
+  deadlines.erase(c.deadline_at);
+  if (c.kv_waiting) kv_waiters.erase(*c.kv_waiting);
+  c.kv_waiting.reset();
+  c.pending.reset();
+}
+
+void Coordinator::Impl::answer_parked(TimePoint now, bool tick_due, bool moved) {
+  std::vector<Conn*> look;
+  const auto key = std::make_tuple(membership.generation(), static_cast<int>(membership.phase()),
+                                   membership.plan().has_value());
+  if (key != parked_key || moved) {
+    parked_key = key;
+    for (Conn* c : parked)
+      if (!std::holds_alternative<KvWait>(c->pending->req)) look.push_back(c);
+  }
+  for (const auto& k : kv_written)
+    for (auto [it, end] = kv_waiters.equal_range(k); it != end; ++it) look.push_back(it->second);
+  kv_written.clear();
+  if (tick_due)
+    for (auto it = deadlines.begin(); it != deadlines.end() && it->first <= now; ++it) look.push_back(it->second);
+  for (Conn* c : look)
+    if (parked.count(c) && !c->dead && try_pending(*c, now)) unpark(*c);
 }
 
 Coordinator::Coordinator(CoordinatorOptions options) : impl_(std::make_unique<Impl>(std::move(options), this)) {}

@@ -26,7 +26,11 @@ struct CoordinatorOptions {
   MembershipOptions membership;
   std::string event_log;           // JSON-lines file; "" = none
   Duration tick = std::chrono::milliseconds(5);  // leases and deadlines are checked this often
-  size_t max_connections = 4096;
+  // Connections beyond this are closed at once (a bound on what strangers can make us
+  // hold). 0: 4096 or four per member of the target world, whichever is more (a worker holds
+  // two, launchers, spares and status calls the rest); the process's open-file limit is
+  // raised to its hard limit to match.
+  size_t max_connections = 0;
   Duration hello_timeout = std::chrono::seconds(10);  // a connection silent this long is closed
   // One of several replicas (`ringfence coord --etcd`): the elected leader's hold on etcd
   // (elastic/leadership.h). The coordinator then continues from the state the previous

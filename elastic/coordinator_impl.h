@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <tuple>
+#include <unordered_set>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -47,6 +48,11 @@ struct Coordinator::Impl {
     bool lost_reported = false;
     TimePoint accepted_at;  // connection_lost() called exactly once per member connection
     std::optional<Pending> pending;
+    std::list<Conn>::iterator self;  // its place in `conns`
+    std::multimap<TimePoint, Conn*>::iterator deadline_at;  // while parked
+    std::optional<std::multimap<std::pair<uint64_t, std::string>, Conn*>::iterator> kv_waiting;
+    bool touched = false;  // in `touched` this loop turn
+    bool polls_out = false;  // registered for EPOLLOUT (output waits for the socket)
   };
 
   // With a Leadership: what the previous leader committed (loaded before anything else).
@@ -56,11 +62,28 @@ struct Coordinator::Impl {
   int listen_fd = -1;
   int wake[2] = {-1, -1};
   int bound_port = 0;
+  int epoll_fd = -1;
   std::atomic<bool> stopping{false};
   Membership membership;
   KvStore kv;
   EventLog log;
+  // The loop's work is proportional to what happened, not to the connections: epoll names
+  // the sockets with events, `touched` the connections read, written or answered this turn
+  // (only they can have output or be finished), `unadmitted` those without a hello yet
+  // (their deadline, at each tick). A parked request is looked at only when its answer may
+  // have changed: a plan or a ready when the generation, the phase or the round's plan did
+  // (parked_key) or a transition other than a report, a ready or a join was logged (a
+  // failure, an eviction, a leave), a kv_wait when its key was written, any of them at its
+  // deadline.
   std::list<Conn> conns;
+  std::vector<Conn*> touched;
+  std::unordered_set<Conn*> parked, unadmitted;
+  std::multimap<TimePoint, Conn*> deadlines;
+  std::multimap<std::pair<uint64_t, std::string>, Conn*> kv_waiters;
+  std::vector<std::pair<uint64_t, std::string>> kv_written;  // this turn
+  std::tuple<uint64_t, int, bool> parked_key{0, -1, false};
+  std::pair<uint64_t, std::string> plan_frame{0, {}};  // a generation's plan reply, encoded once
+  TimePoint next_tick;
   std::map<int, Progress> progress;  // the live line's figures, by slot (coordinator_replies.h)
   CheckpointHealth ckpt_health;      // disk checkpoints the writers could not write (heartbeats, leaves)
   int64_t wall_offset_us;
@@ -86,6 +109,7 @@ struct Coordinator::Impl {
   ~Impl();
   int64_t wall(TimePoint t) const;
   void send(Conn& c, nlohmann::json reply);
+  void send_frame(Conn& c, const std::string& frame);  // already encoded
   void send_error(Conn& c, const std::string& what, const char* code = "refused");
   void run();
   void accept_all();
@@ -93,7 +117,13 @@ struct Coordinator::Impl {
   void report_lost(Conn& c, TimePoint now);
   void write_to(Conn& c);
   void process_frames(Conn& c);
-  void after_events(TimePoint now);
+  void touch(Conn& c);
+  void watch_output(Conn& c);
+  void after_events(TimePoint now, bool tick_due);
+  void finish(Conn& c, TimePoint now);
+  void park(Conn& c, TimePoint now);
+  void unpark(Conn& c);
+  void answer_parked(TimePoint now, bool tick_due, bool moved);
 
   // coordinator_requests.cpp: admission and requests
   void note_checkpoints(WorkerId w, uint64_t g, int64_t s, std::optional<int64_t> failed, const std::string& error);
@@ -121,7 +151,7 @@ struct Coordinator::Impl {
   void challenge(Conn& c, const Hello& h);
   void handle_auth(Conn& c, const Auth& a, TimePoint now);
   void handle_hello(Conn& c, const Hello& h, TimePoint now);
-  std::optional<nlohmann::json> try_pending(Conn& c, TimePoint now);
+  bool try_pending(Conn& c, TimePoint now);
 
   // coordinator_commit.cpp: the committed state (with a Leadership)
   ControlState control_state() const;

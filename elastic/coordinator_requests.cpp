@@ -89,6 +89,7 @@ void Coordinator::Impl::on(Conn& c, const KvSet& r, TimePoint) {
     throw ProtocolError(e.what());
   }
   if (opt.leadership) uncommitted.push_back(EtcdOp::put(kv_entry_key(r.generation, r.key), r.value));
+  kv_written.emplace_back(r.generation, r.key);
   send(c, {{"type", "kv_set_reply"}});
 }
 
@@ -104,6 +105,7 @@ void Coordinator::Impl::on(Conn& c, const KvCas& r, TimePoint) {
   } catch (const rf::InvalidInput& e) {
     throw ProtocolError(e.what());
   }
+  if (res.first) kv_written.emplace_back(r.generation, r.key);
   send(c, {{"type", "kv_cas_reply"}, {"swapped", res.first}, {"value", res.second ? json(*res.second) : json(nullptr)}});
 }
 
@@ -205,28 +207,37 @@ void Coordinator::Impl::handle_hello(Conn& c, const Hello& h, TimePoint now) {
   c.hello = true;
 }
 
-// A parked request: its reply, or nullopt while it must keep waiting.
-std::optional<json> Coordinator::Impl::try_pending(Conn& c, TimePoint now) {
+// A parked request: sends its reply when it is due (true), or leaves it parked (false).
+bool Coordinator::Impl::try_pending(Conn& c, TimePoint now) {
   const Pending& p = *c.pending;
   const bool expired = now >= p.deadline;
   if (const auto* r = std::get_if<PlanRequest>(&p.req)) {
-    PlanQuery q = membership.plan_for(c.worker, r->round);
-    if (q.kind == PlanQuery::Pending && !expired) return std::nullopt;
+    PlanQuery q = membership.plan_for(c.worker, r->round, /*with_plan=*/false);
+    if (q.kind == PlanQuery::Pending && !expired) return false;
     json j = {{"type", "plan_reply"}, {"status", q.kind == PlanQuery::Pending ? "timeout" : to_string(q.kind)},
               {"generation", q.generation}, {"error", q.error}};
-    if (q.kind == PlanQuery::Ready) j["plan"] = plan_json(q.plan);
-    return j;
+    if (q.kind != PlanQuery::Ready) return send(c, std::move(j)), true;
+    // Every worker of a round gets the same plan (a generation's plan never changes): it is
+    // encoded once, not once per worker (W of them, each W ranks long).
+    if (plan_frame.first != q.plan.generation) {
+      j["plan"] = plan_json(membership.plan_for(c.worker, r->round).plan);
+      plan_frame = {q.plan.generation, encode_frame(std::move(j))};
+    }
+    send_frame(c, plan_frame.second);
+    return true;
   }
   if (const auto* r = std::get_if<Ready>(&p.req)) {
     ReadyQuery q = membership.ready_state(c.worker, r->generation);
-    if (q.kind == ReadyQuery::Pending && !expired) return std::nullopt;
-    return json{{"type", "ready_reply"}, {"status", q.kind == ReadyQuery::Pending ? "timeout" : to_string(q.kind)},
-                {"generation", q.generation}, {"reason", q.error}};
+    if (q.kind == ReadyQuery::Pending && !expired) return false;
+    send(c, {{"type", "ready_reply"}, {"status", q.kind == ReadyQuery::Pending ? "timeout" : to_string(q.kind)},
+             {"generation", q.generation}, {"reason", q.error}});
+    return true;
   }
   const auto& w = std::get<KvWait>(p.req);
   auto v = kv.get(w.generation, w.key);
-  if (!v && !expired) return std::nullopt;
-  return json{{"type", "kv_wait_reply"}, {"found", v.has_value()}, {"value", v ? json(*v) : json(nullptr)}};
+  if (!v && !expired) return false;
+  send(c, {{"type", "kv_wait_reply"}, {"found", v.has_value()}, {"value", v ? json(*v) : json(nullptr)}});
+  return true;
 }
 
 }  // namespace rf::elastic

@@ -39,7 +39,7 @@ Membership::Membership(MembershipOptions options, TimePoint now) : opt_(options)
   if (!opt_.previous_members.empty()) {
     // A new leader: its first round recovers the generation that ran under the old one.
     phase_ = Phase::Recovering;
-    members_ = opt_.previous_members;  // as during any recovery: the generation being recovered
+    set_members(opt_.previous_members);  // as during any recovery: the generation being recovered
     for (const auto& m : opt_.previous_members) {
       round_.expected.insert(m.slot);
       prev_slots_.push_back(m.slot);
@@ -73,7 +73,14 @@ bool Membership::in_round(int slot) const {
 }
 
 bool Membership::is_member(WorkerId w) const {
-  return std::find(members_.begin(), members_.end(), w) != members_.end();
+  const auto it = member_index_.find(w.slot);
+  return it != member_index_.end() && it->second == w.incarnation;
+}
+
+void Membership::set_members(std::vector<WorkerId> m) {
+  members_ = std::move(m);
+  member_index_.clear();
+  for (const auto& w : members_) member_index_[w.slot] = w.incarnation;
 }
 
 bool Membership::counted_on(const Worker& w) const {
@@ -250,18 +257,18 @@ ReportResult Membership::report(WorkerId w, uint64_t round, const StateReport& s
   return r;
 }
 
-PlanQuery Membership::plan_for(WorkerId w, uint64_t round) const {
+PlanQuery Membership::plan_for(WorkerId w, uint64_t round, bool with_plan) const {
   PlanQuery q;
   const Worker* wk = live_worker(w);
   if (settle_wait(q, generation_, phase_, error_, wk != nullptr)) return q;
   if (phase_ == Phase::Running && round == generation_ && running_plan_ && running_plan_->find(w.slot) &&
       running_plan_->find(w.slot)->worker == w)
-    return q.kind = PlanQuery::Ready, q.plan = *running_plan_, q;
+    return q.kind = PlanQuery::Ready, q.plan = with_plan ? *running_plan_ : Plan{}, q.plan.generation = running_plan_->generation, q;
   if (wk->report_round == 0u) return q;  // waiting (joiner or standby)
   if (wk->report_round == generation_ && phase_ != Phase::Running) {
     if (round_plan_) {
       if (const PlanRank* pr = round_plan_->find(w.slot); pr && pr->worker == w)
-        return q.kind = PlanQuery::Ready, q.plan = *round_plan_, q;
+        return q.kind = PlanQuery::Ready, q.plan = with_plan ? *round_plan_ : Plan{}, q.plan.generation = round_plan_->generation, q;
     }
     return q;
   }

@@ -34,7 +34,8 @@ class Membership {
   // Step 2. round = the generation being formed as the worker knows it (from a heartbeat
   // reply); 0 = "the next round that will include me" (new and restarted workers).
   ReportResult report(WorkerId w, uint64_t round, const StateReport& state, TimePoint now);
-  PlanQuery plan_for(WorkerId w, uint64_t round) const;
+  // with_plan false: q.plan holds only the generation (no copy of W ranks).
+  PlanQuery plan_for(WorkerId w, uint64_t round, bool with_plan = true) const;
   Answer ready(WorkerId w, uint64_t generation, TimePoint now);
   ReadyQuery ready_state(WorkerId w, uint64_t generation) const;
   // A worker saw a peer fail (transport error, D3 stall): kind comm. Stale generations are
@@ -148,6 +149,8 @@ class Membership {
   uint64_t generation_ = 1;  // FORMING builds generation first_generation (1 for a new job)
   std::map<int, Worker> workers_;  // by slot; only the newest incarnation of a slot
   std::vector<WorkerId> members_;
+  std::map<int, int64_t> member_index_;  // members_ by slot (incarnation): is_member in log N
+  void set_members(std::vector<WorkerId> m);
   std::vector<int> prev_slots_;
   Round round_;
   std::optional<Plan> round_plan_;

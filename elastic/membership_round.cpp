@@ -181,10 +181,10 @@ void Membership::try_close_round(TimePoint now) {
 
 void Membership::become_running(TimePoint now) {
   phase_ = Phase::Running;
-  members_.clear();
+  std::vector<WorkerId> members;
   prev_slots_.clear();
   for (const auto& pr : round_plan_->ranks) {
-    members_.push_back(pr.worker);
+    members.push_back(pr.worker);
     prev_slots_.push_back(pr.worker.slot);
     if (Worker* wk = live_worker(pr.worker)) {
       wk->report.reset();
@@ -192,6 +192,7 @@ void Membership::become_running(TimePoint now) {
       wk->step = round_plan_->target_step;
     }
   }
+  set_members(std::move(members));
   if (in_episode_) {
     RecoveryRecord& rec = recoveries_.back();
     rec.generation = generation_;

@@ -108,7 +108,13 @@ def one(bindir, n, control, steady_s, tmp):
                             "--members", str(n), "--coord-pid", str(procs[0].pid), "--steady-s", str(steady_s)],
                            capture_output=True, text=True, timeout=600)
         if r.returncode != 0:
-            return {"N": n, "broke": (r.stderr.strip().splitlines() or ["?"])[-1]}
+            # What the coordinator saw meanwhile: members it evicted, and why.
+            causes = {}
+            for e in events(ev):
+                if e.get("event") in ("evict", "fail"):
+                    causes[e.get("cause")] = causes.get(e.get("cause"), 0) + 1
+            seen = ", ".join(f"{k} x{v}" for k, v in sorted(causes.items())) or "no eviction"
+            return {"N": n, "broke": f"{(r.stderr.strip().splitlines() or ['?'])[-1]} (coordinator: {seen})"}
         out = json.loads(r.stdout)
         evs = events(ev)
         row = {"N": n, "formation_ms": out["formation_ms"], **{k: out["steady"][k] for k in (
