@@ -5,6 +5,7 @@
   busbw.png            all-reduce busbw against size, each backend and peer, one host and across hosts
   recovery_phases.png  recovery time by phase, stacked, for each fault
   vs_pytorch.png       samples/s against PyTorch, one process and data-parallel
+  scale.png            the coordinator's costs against N simulated members, before and after
 
   /usr/bin/python3 bench/plots.py [--out docs/img]
 
@@ -131,6 +132,34 @@ def vs_pytorch(out):
     save(fig, out, "vs_pytorch.png")
 
 
+def scale(out):
+    """Cost against N, log-log, before and after the coordinator's design change (and with
+    etcd): steady CPU, heartbeat round trip p99, revoke to RUNNING, memory. A run that broke
+    at some N ends its line there."""
+    runs = [(f"{c}, {lab}", load(f"scale_{c}_{lab}")) for c in ("embedded", "etcd") for lab in ("before", "after")
+            if os.path.exists(os.path.join(OUT, f"scale_{c}_{lab}.json"))]
+    panels = [("coord_cpu_pct", "coordinator CPU, steady (% of a core)"), ("rtt_p99_ms", "heartbeat round trip p99 (ms)"),
+              ("d1_revoke_to_running_ms", "revoke -> RUNNING (ms)"), ("coord_rss_mb", "coordinator memory (MB)")]
+    fig, axes = plt.subplots(2, 2, figsize=(11, 8))
+    for ax, (key, title) in zip([a for row in axes for a in row], panels):
+        for name, d in runs:
+            rows = [r for r in d["rows"] if key in r and r[key]]
+            ax.plot([r["N"] for r in rows], [r[key] for r in rows], marker="o", label=name,
+                    linestyle="--" if "before" in name else "-")
+        ns = sorted({r["N"] for _, d in runs for r in d["rows"]})
+        if ns:  # a linear reference through the first point of the first run
+            ax.plot(ns, [ns[i] / ns[0] for i in range(len(ns))], color="grey", alpha=0.3, label="linear (shape)")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("simulated members N")
+        ax.set_title(title, fontsize=10)
+        ax.grid(True, which="major", alpha=0.3)
+    axes[0][0].legend(fontsize=8)
+    if runs:
+        fig.suptitle(f"Control plane against N (bench/scale/scale_bench.py; {source(runs[-1][1])})", fontsize=10)
+    save(fig, out, "scale.png")
+
+
 def save(fig, out, name):
     path = os.path.join(out, name)
     fig.savefig(path, dpi=100, metadata={"Software": None})
@@ -146,6 +175,7 @@ def main():
     busbw(a.out)
     recovery(a.out)
     vs_pytorch(a.out)
+    scale(a.out)
 
 
 if __name__ == "__main__":
