@@ -46,6 +46,24 @@ class ActivityBoard {
    private:
     ActivityBoard& b_;
   };
+  // Waiting on the coordinator (a call on the caller connection, with its own timeout):
+  // idle, never judged. On a lossy link one call waits for TCP's retransmission timer, a
+  // second and more, which is no hang of this worker. Back to what it was doing (a new
+  // start) when the scope ends.
+  class IdleScope {
+   public:
+    explicit IdleScope(ActivityBoard& b)
+        : b_(b), was_(static_cast<elastic::Activity::Kind>(b.kind_.load(std::memory_order_relaxed))) {
+      b_.set_kind(elastic::Activity::Idle);
+    }
+    ~IdleScope() { b_.set_kind(was_); }
+    IdleScope(const IdleScope&) = delete;
+    IdleScope& operator=(const IdleScope&) = delete;
+
+   private:
+    ActivityBoard& b_;
+    elastic::Activity::Kind was_;
+  };
   // The heartbeat thread only: it keeps the samples of the CPU-wait counter.
   elastic::Activity read(TimePoint now);
 

@@ -133,6 +133,7 @@ void Recovery::failure(const comm::CommError& e) {
     log::warn("recovery", "this worker's GPU is stuck (", e.what(), "); reporting it");
     if (client_->fenced()) return;
     try {
+      ActivityBoard::IdleScope talking(watch_.board());
       client_->failure_report(cur_.plan.generation, state_.step(), copt_.slot, e.what(), elastic::FailureKind::gpu_stuck);
     } catch (const Error& re) {
       log::warn("recovery", "failure report: ", re.what());
@@ -146,6 +147,7 @@ void Recovery::failure(const comm::CommError& e) {
   std::optional<int> peer_slot;
   if (e.peer() >= 0 && e.peer() < cur_.world) peer_slot = cur_.plan.ranks[e.peer()].worker.slot;
   try {
+    ActivityBoard::IdleScope talking(watch_.board());
     client_->failure_report(cur_.plan.generation, state_.step(), peer_slot, e.what());
   } catch (const Error& re) {
     log::warn("recovery", "failure report: ", re.what());
@@ -216,6 +218,7 @@ bool Recovery::form_steps() {
   const double verify_ms = ms_since(t0);
   client_->set_step(state_.step());
   log::set_step(state_.step());  // T, received or kept
+  ActivityBoard::IdleScope talking(watch_.board());  // the recovery's own work is done
   client_->phase_timing(cur_.plan.generation, "connect", connect_ms);
   client_->phase_timing(cur_.plan.generation, "transfer", transfer_ms);
   client_->phase_timing(cur_.plan.generation, "verify", verify_ms);
@@ -243,6 +246,7 @@ bool Recovery::plan() {
         // digests must agree, step 4; a worker that found none receives S_T from a holder).
         const std::string why = str("restored step ", state_.step(), " from disk after a whole-job failure; re-planning");
         log::info("recovery", why);
+        ActivityBoard::IdleScope talking(watch_.board());
         if (!generation_over()) client_->failure_report(plan.generation, state_.step(), std::nullopt, why);
         return false;
       }
@@ -332,6 +336,7 @@ bool Recovery::transfer() {
     // A damaged image (R6 kept the old state): this generation cannot start; say so and
     // report again (the next plan picks a source again).
     log::warn("recovery", "state transfer refused: ", e.what());
+    ActivityBoard::IdleScope talking(watch_.board());
     if (!generation_over()) client_->failure_report(plan.generation, state_.step(), std::nullopt, e.what());
     return false;
   }
@@ -434,6 +439,7 @@ void Recovery::verify(uint64_t tag_step, const char* when) {
 void Recovery::tell_fatal(const std::string& error) {
   if (!client_) return;
   try {
+    ActivityBoard::IdleScope talking(watch_.board());
     client_->fatal(error);
   } catch (const Error& fe) {
     log::warn("recovery", "could not tell the coordinator: ", fe.what());

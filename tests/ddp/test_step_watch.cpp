@@ -46,6 +46,29 @@ TEST_CASE("step watch: a recovery is judged by the state's size, the same bound 
   CHECK(w.board().read(Clock::now()).kind == Activity::Compute);
 }
 
+TEST_CASE("step watch: a call to the coordinator in a recovery is idle, however long it takes") {
+  // Reporting a failure or a phase's time on a lossy link can wait a second and more for
+  // TCP; that is the coordinator's wait (with its own timeout), not a hung worker (D3).
+  StepWatch w(StallBoundOptions{});
+  w.begin_recovery(4, 1'000'000);
+  {
+    ActivityBoard::IdleScope talking(w.board());
+    CHECK(w.board().read(Clock::now() + 1h).kind == Activity::Idle);
+  }
+  Activity a = w.board().read(Clock::now());
+  CHECK(a.kind == Activity::Compute);  // back to the recovery's work, a new start
+  CHECK(a.elapsed < 1s);
+  CHECK(a.where == "recovery to generation 4");
+  {
+    ActivityBoard::WaitScope waiting(w.board());
+    ActivityBoard::IdleScope talking(w.board());  // e.g. a fault about to fire mid-collective
+  }
+  CHECK(w.board().read(Clock::now()).kind == Activity::Compute);
+  ActivityBoard::WaitScope waiting(w.board());
+  { ActivityBoard::IdleScope talking(w.board()); }
+  CHECK(w.board().read(Clock::now()).kind == Activity::Wait);  // what it was doing before the call
+}
+
 TEST_CASE("step watch: without a coordinator the communicator keeps the fixed ceiling") {
   StallBoundOptions o;
   o.ceiling = 12s;
