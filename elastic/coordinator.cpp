@@ -360,7 +360,11 @@ void Coordinator::Impl::finish(Conn& c, TimePoint now) {
   if (c.hello && c.role == Role::Launcher) --owner->launchers_;
   unpark(c);
   unadmitted.erase(&c);
-  ::close(c.fd);  // and out of the epoll set
+  // Out of the epoll set first: close() alone leaves it there while another descriptor
+  // shares the socket (a child the launcher forks holds a copy until its exec), and a later
+  // event would name this Conn after it is freed.
+  ::epoll_ctl(epoll_fd, EPOLL_CTL_DEL, c.fd, nullptr);
+  ::close(c.fd);
   conns.erase(c.self);
 }
 

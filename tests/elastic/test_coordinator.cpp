@@ -7,6 +7,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <condition_variable>
@@ -370,4 +371,50 @@ TEST_CASE("a connection that never says hello is closed after the hello timeout"
   ::close(fd);
   CHECK(rf::Clock::now() - t0 < 2s);
   CHECK(error_text(got) == "no hello before the deadline");
+}
+
+TEST_CASE("a connection that closes while a forked child still holds its socket is never used after it is freed") {
+  // The launcher runs the coordinator in its own process and forks its workers: until a
+  // child's exec, it holds a copy of every socket of the coordinator's. A connection the
+  // coordinator closes then stays in its epoll set unless it is removed explicitly, and its
+  // end-of-file is reported on every later turn, naming a freed connection (a crash, or a
+  // heap-use-after-free under ASan).
+  const std::string token = random_token();
+  Coordinator coord(opts(2, token));
+  coord.start();
+  std::vector<int> fds;
+  for (int i = 0; i < 4; ++i) {  // each gets as far as the challenge: the server holds its socket
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(coord.port()));
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    const std::string hello = encode_frame({{"type", "hello"}, {"nonce", random_token()}, {"role", "caller"},
+                                            {"slot", i}, {"incarnation", 0}});
+    REQUIRE(::send(fd, hello.data(), hello.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(hello.size()));
+    pollfd p{fd, POLLIN, 0};
+    REQUIRE(::poll(&p, 1, 5000) == 1);  // the challenge: the connection exists on the server
+    fds.push_back(fd);
+  }
+  int gate[2];
+  REQUIRE(::pipe(gate) == 0);
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {  // holds the parent's descriptors (the server's sockets too) until released
+    ::close(gate[1]);  // its own copy of the write end: else the read below never ends
+    char b;
+    [[maybe_unused]] ssize_t n = ::read(gate[0], &b, 1);
+    ::_exit(0);
+  }
+  ::close(gate[0]);
+  for (int fd : fds) ::close(fd);  // the server reads end-of-file and closes its sockets
+  // Many loop turns while the child still holds them: every one would report them again.
+  AdminClient admin("127.0.0.1", coord.port(), token);
+  const auto until = rf::Clock::now() + 300ms;
+  while (rf::Clock::now() < until) CHECK(admin.status().phase == Phase::Forming);
+  ::close(gate[1]);  // the child exits
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  CHECK(admin.status().phase == Phase::Forming);
 }
