@@ -1,6 +1,6 @@
 #pragma once
 // Coordinator — the TCP server around Membership and KvStore. One event loop
-// thread owns everything: non-blocking sockets, poll(), a read buffer (FrameReader) and a
+// thread owns everything: non-blocking sockets, epoll, a read buffer (FrameReader) and a
 // write buffer per connection, and a timer tick. It never blocks on a client: a request
 // that must wait (plan, ready, kv_wait) is parked on its connection with a deadline and
 // answered by a later loop iteration. A malformed or oversized frame, a wrong token or a
