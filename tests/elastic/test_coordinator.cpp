@@ -403,6 +403,7 @@ TEST_CASE("a connection that closes while a forked child still holds its socket 
   REQUIRE(child >= 0);
   if (child == 0) {  // holds the parent's descriptors (the server's sockets too) until released
     ::close(gate[1]);  // its own copy of the write end: else the read below never ends
+    for (int fd : fds) ::close(fd);  // the clients' ends: only the server's sockets stay shared
     char b;
     [[maybe_unused]] ssize_t n = ::read(gate[0], &b, 1);
     ::_exit(0);
