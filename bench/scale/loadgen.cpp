@@ -22,10 +22,9 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
+#include <functional>
 #include <optional>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -341,12 +340,8 @@ void LoadGen::heartbeats(TimePoint now) {
 
 void LoadGen::pump(TimePoint until, const std::function<bool()>& done) {
   std::vector<epoll_event> evs(1024);
-  TimePoint last = Clock::now();
   while (!done()) {
     const TimePoint now = Clock::now();
-    if (getenv("RF_LOADGEN_DEBUG") && now - last > std::chrono::milliseconds(50))
-      std::fprintf(stderr, "loadgen: a loop turn took %.1f ms\n", us_since(last, now) / 1e3);
-    last = now;
     if (now >= until) throw rf::Error(rf::str("timed out; ", failure_.empty() ? "no error seen" : failure_));
     if (!failure_.empty()) throw rf::Error(failure_);
     // At most 256 handshakes in flight: the coordinator's listen backlog is finite.
@@ -375,9 +370,7 @@ json LoadGen::failure(Sim& victim, bool close) {
   TimePoint first = TimePoint::max(), last = TimePoint::min(), run_last = TimePoint::min();
   for (const auto& s : sims_) {
     if (s.dead || s.silent || s.running_at < t0) continue;
-    if (!s.spare || s.revoke_seen >= t0) {
-      if (s.revoke_seen >= t0) first = std::min(first, s.revoke_seen), last = std::max(last, s.revoke_seen);
-    }
+    if (s.revoke_seen >= t0) first = std::min(first, s.revoke_seen), last = std::max(last, s.revoke_seen);
     run_last = std::max(run_last, s.running_at);
   }
   // The base of D2's timing: its lease counts from its last heartbeat's arrival.

@@ -93,21 +93,9 @@ int main(int argc, char** argv) {
     std::cerr << "usage: comm_connect_slow_test <self,tcp | default>\n";
     return 2;
   }
-  LocalLaunch l;
-  char self[4096];
-  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-  l.program = n > 0 ? std::string(self, static_cast<size_t>(n)) : "/proc/self/exe";
-  l.args = {argv[1]};
-  l.world = 2;
-  l.deadline = std::chrono::seconds(30);
+  LocalLaunch l = rf::comm::testing::self_launch({argv[1]}, 2, std::chrono::seconds(30));
   if (std::string(argv[1]) != "default") l.env.push_back({"UCX_TLS", argv[1]});
-  if (!std::getenv("UCX_LOG_LEVEL")) l.env.push_back({"UCX_LOG_LEVEL", "error"});
-  if (!std::getenv("UCX_HANDLE_ERRORS")) l.env.push_back({"UCX_HANDLE_ERRORS", "none"});
-  int rc = 0;
-  for (const RankExit& x : run_local_ranks(l)) {
-    if (!x.ok()) rc = 1;
-    std::cerr << (x.ok() ? "  ok   " : "  FAIL ") << x.describe() << "\n";
-  }
+  const int rc = rf::comm::testing::run_and_report(l, [](int) { return ""; });
   std::cerr << "comm_connect_slow_test " << argv[1] << ": " << (rc ? "FAILED" : "passed") << "\n";
   return rc;
 }

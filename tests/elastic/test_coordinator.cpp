@@ -67,14 +67,20 @@ struct Signal {
   }
 };
 
-// Raw socket: sends bytes, returns what comes back until the server closes (bounded).
-std::string raw_exchange(int port, const std::string& bytes) {
+// A plain TCP connection to the coordinator on loopback.
+int connect_raw(int port) {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_port = htons(static_cast<uint16_t>(port));
   inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
   REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  return fd;
+}
+
+// Raw socket: sends bytes, returns what comes back until the server closes (bounded).
+std::string raw_exchange(int port, const std::string& bytes) {
+  const int fd = connect_raw(port);
   REQUIRE(::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(bytes.size()));
   ::shutdown(fd, SHUT_WR);  // we send nothing more: the server sees EOF after the bytes
   std::string got;
@@ -352,12 +358,7 @@ TEST_CASE("a connection that never says hello is closed after the hello timeout"
   o.hello_timeout = 100ms;
   Coordinator coord(o);
   coord.start();
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(coord.port()));
-  inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  const int fd = connect_raw(coord.port());
   std::string got;
   char buf[4096];
   const auto t0 = rf::Clock::now();
@@ -384,12 +385,7 @@ TEST_CASE("a connection that closes while a forked child still holds its socket 
   coord.start();
   std::vector<int> fds;
   for (int i = 0; i < 4; ++i) {  // each gets as far as the challenge: the server holds its socket
-    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(static_cast<uint16_t>(coord.port()));
-    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-    REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    const int fd = connect_raw(coord.port());
     const std::string hello = encode_frame({{"type", "hello"}, {"nonce", random_token()}, {"role", "caller"},
                                             {"slot", i}, {"incarnation", 0}});
     REQUIRE(::send(fd, hello.data(), hello.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(hello.size()));
