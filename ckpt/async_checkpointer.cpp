@@ -8,6 +8,7 @@
 #include "base/clock.h"
 #include "base/error.h"
 #include "base/str.h"
+#include "ckpt/staging.h"
 
 namespace rf::ckpt {
 
@@ -48,7 +49,7 @@ std::string AsyncCheckpointer::where_valid() const {
 }
 
 void AsyncCheckpointer::save(const nn::Module& model, const optim::Optimizer& optimizer, const SnapshotMeta& meta,
-                             const StorageFault& fault) {
+                             const StorageFault& fault, SaveKind kind) {
   std::unique_lock<std::mutex> lk(mu_);
   if (pending_) {
     const TimePoint t0 = Clock::now();
@@ -60,6 +61,7 @@ void AsyncCheckpointer::save(const nn::Module& model, const optim::Optimizer& op
   // The writer only reads copy_ while pending_, and it is not: capture is safe.
   copy_.capture(model, optimizer, meta);
   fault_ = fault;
+  kind_ = kind;
   pending_ = true;
   ++saves_;
   lk.unlock();
@@ -112,14 +114,24 @@ std::string AsyncCheckpointer::last_error() const {
 
 // The writer thread, mu_ not held. Out of space with a durable checkpoint of this
 // directory known (newest_durable), the older ones go and the write is tried once more
-// (with the same fault: an injected full disk stays full).
-std::string AsyncCheckpointer::write(int64_t step, const StorageFault& fault, int64_t newest_durable,
+// (with the same fault: an injected full disk stays full). Out of space with nothing to
+// remove, the final checkpoint is staged (ckpt/staging.h) when that would make it fit.
+std::string AsyncCheckpointer::write(int64_t step, const StorageFault& fault, SaveKind kind, int64_t newest_durable,
                                      std::string& note) {
   try {
     return write_checkpoint_file(opt_.dir, step, image_, opt_.partial_write_hook, fault);
   } catch (const StorageError& e) {
     const auto victims = room_to_make(e.err(), newest_durable, list_checkpoints(opt_.dir));
-    if (victims.empty()) throw;
+    if (victims.empty()) {
+      if (kind != SaveKind::Final || opt_.staging_dir.empty()) throw;
+      const StagingPlan plan = plan_staging(staging_input(opt_.dir, e.err(), step, image_.size(), fault));
+      if (plan.verdict != StagingVerdict::Stage) throw;
+      try {
+        return write_staged(opt_.dir, opt_.staging_dir, step, image_, plan, fault, opt_.partial_write_hook, note);
+      } catch (const StorageError& staging) {  // nothing in the directory was touched
+        throw rf::Error(rf::str(e.what(), "; ", staging.what()));
+      }
+    }
     for (const auto& v : victims) {
       std::error_code ec;
       if (std::filesystem::remove(v.path, ec))
@@ -137,15 +149,19 @@ void AsyncCheckpointer::run() {
     cv_.wait(lk, [&] { return pending_ || stop_; });
     if (!pending_) return;  // stop_ with nothing left to write
     const StorageFault fault = fault_;
+    const SaveKind kind = kind_;
     const int64_t newest_durable = newest_step_;
     lk.unlock();
     // copy_ is ours until pending_ is cleared: save() waits for that before capturing.
-    std::string note, error, path;
+    std::string note, error, path, staged;
     const int64_t step = copy_.meta().step;
     try {
       copy_.serialize(image_);
-      path = write(step, fault, newest_durable, note);
+      path = write(step, fault, kind, newest_durable, note);
       note += rf::str("ckpt: wrote ", path, " (", image_.size(), " bytes)\n");
+    } catch (const StagedOnly& e) {
+      error = e.what();
+      staged = e.staged_path();
     } catch (const std::exception& e) {
       error = e.what();
     }
@@ -165,6 +181,10 @@ void AsyncCheckpointer::run() {
     } else {
       ++failures_;
       failed_step_ = step;
+      if (!staged.empty()) {  // the older ones went: the staged copy is the newest valid one
+        newest_step_ = step;
+        newest_path_ = staged;
+      }
       last_error_ = error;
       // (Whether training goes on is the caller's: a periodic one's failure is a warning,
       // the final one's an error that flush() reports.)

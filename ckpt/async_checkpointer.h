@@ -17,8 +17,11 @@
 // warning naming the step, the error and the newest valid checkpoint is logged, failures()
 // counts it, and the next save() tries again. Out of space, a writer that already made a
 // checkpoint durable removes the older ones (room_to_make, never the newest valid) and
-// retries once. Only flush() reports a failure, and only of the newest save: the state the
-// caller is about to leave with is not on disk (CheckpointWriteFailed).
+// retries once. The final checkpoint (SaveKind::Final) that still finds no room is staged
+// on another filesystem first (ckpt/staging.h), so a directory with room for one
+// checkpoint ends with the final one. Only flush() reports a failure, and only of the
+// newest save: the state the caller is about to leave with is not on disk
+// (CheckpointWriteFailed).
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
@@ -41,12 +44,19 @@ class CheckpointWriteFailed : public rf::Error {
   using rf::Error::Error;
 };
 
+// A periodic checkpoint's failure is a warning; the final one (the end of training, a
+// stop) is the last chance to keep the state, and may be staged elsewhere to fit.
+enum class SaveKind { Periodic, Final };
+
 struct CheckpointerOptions {
   std::string dir;
   int64_t keep = 3;                   // checkpoints kept on disk (>= 1)
   // The writer thread's nice value (Linux: per thread). Checkpointing is background work:
   // on a busy machine it should take the CPU training leaves, not compete with it.
   int writer_nice = 10;
+  // Where a final checkpoint that does not fit next to the older ones is staged
+  // (ckpt/staging.h); "" : never staged.
+  std::string staging_dir = "/var/tmp";
   PartialWriteHook partial_write_hook = {};  // tests only (checkpoint_dir.h)
 };
 
@@ -62,7 +72,7 @@ class AsyncCheckpointer {
   // Copies the state now; the file DIR/ckpt-<meta.step>.safetensors appears later. `fault`
   // (--inject disk:...) strikes this write.
   void save(const nn::Module& model, const optim::Optimizer& optimizer, const SnapshotMeta& meta,
-            const StorageFault& fault = {});
+            const StorageFault& fault = {}, SaveKind kind = SaveKind::Periodic);
   // Waits until the writer is idle; throws CheckpointWriteFailed when the newest saved
   // state could not be written (earlier failures were warnings).
   void flush();
@@ -83,7 +93,8 @@ class AsyncCheckpointer {
 
  private:
   void run();
-  std::string write(int64_t step, const StorageFault& fault, int64_t newest_durable, std::string& note);
+  std::string write(int64_t step, const StorageFault& fault, SaveKind kind, int64_t newest_durable,
+                    std::string& note);
   std::string where_valid() const;  // mu_ held
   void wait_idle(std::unique_lock<std::mutex>& lk);
   void print_notes(std::unique_lock<std::mutex>& lk);
@@ -97,6 +108,7 @@ class AsyncCheckpointer {
   std::condition_variable cv_;
   bool pending_ = false, stop_ = false;
   StorageFault fault_;           // for the pending write
+  SaveKind kind_ = SaveKind::Periodic;
   int64_t last_written_ = -1;
   std::string newest_path_;      // the newest valid checkpoint (newest_valid())
   int64_t newest_step_ = -1;

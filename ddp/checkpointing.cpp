@@ -17,8 +17,8 @@ class AsyncWriter final : public CheckpointWriter {
   explicit AsyncWriter(const ckpt::CheckpointerOptions& o) : w_(o, &std::cerr) {}
   bool writing() const override { return w_.writing(); }
   void save(const nn::Module& m, const optim::Optimizer& o, const ckpt::SnapshotMeta& meta,
-            const ckpt::StorageFault& fault) override {
-    w_.save(m, o, meta, fault);
+            const ckpt::StorageFault& fault, ckpt::SaveKind kind) override {
+    w_.save(m, o, meta, fault, kind);
   }
   void report() override { w_.report(); }
   void flush() override { w_.flush(); }
@@ -40,13 +40,13 @@ Checkpointing::Checkpointing(CheckpointingOptions options, nn::Module& model, op
     : opt_(std::move(options)), model_(model), optimizer_(optimizer), state_(state),
       make_writer_(std::move(make_writer)) {}
 
-void Checkpointing::after_step(const CheckpointOrigin& at, bool forced) {
-  save_if_due(at, forced);
+void Checkpointing::after_step(const CheckpointOrigin& at, bool forced, ckpt::SaveKind kind) {
+  save_if_due(at, forced, kind);
   if (writer_) writer_->report();
 }
 
 void Checkpointing::final_save(const CheckpointOrigin& at) {
-  save_if_due(at, true);
+  save_if_due(at, true, ckpt::SaveKind::Final);
   if (!writer_) return;
   try {
     writer_->flush();
@@ -60,14 +60,14 @@ void Checkpointing::final_save(const CheckpointOrigin& at) {
 
 // Rank 0 alone writes (every replica holds the same S, R4); a worker that was rank 0 in an
 // earlier generation keeps its writer (report and flush still drain it).
-void Checkpointing::save_if_due(const CheckpointOrigin& at, bool forced) {
+void Checkpointing::save_if_due(const CheckpointOrigin& at, bool forced, ckpt::SaveKind kind) {
   if (opt_.dir.empty() || at.rank != 0 || state_.step() < 0 || state_.step() == saved_step_) return;
   const CheckpointAction act = checkpoint_action({.step = state_.step(), .every = opt_.every, .forced = forced,
                                                   .deferred = deferred_, .writer_busy = writer_ && writer_->writing()});
   deferred_ = act == CheckpointAction::Defer;
   if (act != CheckpointAction::Save) return;
   if (!writer_) {
-    writer_ = make_writer_(ckpt::CheckpointerOptions{.dir = opt_.dir, .keep = opt_.keep});
+    writer_ = make_writer_(ckpt::CheckpointerOptions{.dir = opt_.dir, .keep = opt_.keep, .staging_dir = opt_.staging_dir});
     if (resumed_step_ >= 0) writer_->set_newest_valid(resumed_step_, resumed_path_);
   }
   ckpt::SnapshotMeta meta;
@@ -80,7 +80,7 @@ void Checkpointing::save_if_due(const CheckpointOrigin& at, bool forced) {
   meta.data_order = opt_.data_order;
   meta.gradient_sum = opt_.gradient_sum;
   meta.job_id = at.job_id;
-  writer_->save(model_, optimizer_, meta, faults_ ? faults_(meta.step) : ckpt::StorageFault{});
+  writer_->save(model_, optimizer_, meta, faults_ ? faults_(meta.step) : ckpt::StorageFault{}, kind);
   saved_step_ = state_.step();
 }
 

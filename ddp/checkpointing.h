@@ -31,7 +31,7 @@ class CheckpointWriter {
   virtual ~CheckpointWriter() = default;
   virtual bool writing() const = 0;  // a saved state is not on disk yet
   virtual void save(const nn::Module& model, const optim::Optimizer& optimizer, const ckpt::SnapshotMeta& meta,
-                    const ckpt::StorageFault& fault) = 0;
+                    const ckpt::StorageFault& fault, ckpt::SaveKind kind) = 0;
   virtual void report() = 0;         // prints what finished since the last call; never waits
   // Waits until the writer is idle; ckpt::CheckpointWriteFailed when the newest saved state
   // could not be written.
@@ -48,6 +48,7 @@ struct CheckpointingOptions {
   std::string dir;            // "" = no disk checkpoints
   int64_t every = 0;          // periodic: after every `every` steps (0 = none)
   int64_t keep = 3;
+  std::string staging_dir = "/var/tmp";  // the final checkpoint's staging (ckpt/staging.h)
   bool resume = false;        // the job continues from the directory's checkpoints
   std::string model_name;
   // Recorded in every checkpoint (ckpt/snapshot_meta.h), as the single-process loop does.
@@ -75,8 +76,9 @@ class Checkpointing {
   void set_storage_faults(std::function<ckpt::StorageFault(int64_t step)> faults) { faults_ = std::move(faults); }
 
   // After an applied step: rank 0 saves S when the policy says so (forced: checkpoint-now,
-  // a stop, the end), then reports what the writer finished.
-  void after_step(const CheckpointOrigin& at, bool forced);
+  // a stop, the end; Final: the stop's or the job's last step), then reports what the
+  // writer finished.
+  void after_step(const CheckpointOrigin& at, bool forced, ckpt::SaveKind kind = ckpt::SaveKind::Periodic);
   // The final (or the stop's) state on disk before the worker leaves: forced, then flushed.
   // As rank 0, throws ckpt::CheckpointWriteFailed when it could not be written (another
   // rank's writer, left from when it was rank 0, only warns).
@@ -98,7 +100,7 @@ class Checkpointing {
   int64_t resumed_step() const { return resumed_step_; }
 
  private:
-  void save_if_due(const CheckpointOrigin& at, bool forced);
+  void save_if_due(const CheckpointOrigin& at, bool forced, ckpt::SaveKind kind = ckpt::SaveKind::Periodic);
   CheckpointingOptions opt_;
   nn::Module& model_;
   optim::Optimizer& optimizer_;

@@ -259,7 +259,11 @@ std::optional<WorkerEvent> Trainer::Impl::after_apply(int64_t s, const ControlBl
   report_progress(s, sums, rates);
   if (cfg.verify_every > 0 && (s + 1) % cfg.verify_every == 0)
     if (const auto failed = verify_replicas(s)) return failed;
-  checkpointing.after_step(origin(), sums.checkpoint > 0 || sums.stop > 0);
+  // The stop's step and the job's last hold the final state, whether saved here or (the
+  // writer busy: deferred) by final_save: a Final save may be staged (ckpt/staging.h).
+  const bool last = sums.stop > 0 || s + 1 == cfg.steps;
+  checkpointing.after_step(origin(), sums.checkpoint > 0 || sums.stop > 0,
+                           last ? ckpt::SaveKind::Final : ckpt::SaveKind::Periodic);
   report_checkpoint_failures();
   if (sums.stop > 0) return WorkerEvent{WorkerEventKind::StopRequested};      // R5: everyone stops after s
   if (sums.reconfigure > 0) return WorkerEvent{WorkerEventKind::Reconfigure};  // R5: everyone leaves g after s

@@ -27,7 +27,7 @@ using elastic::FaultPhase;
 
 namespace {
 CheckpointingOptions checkpointing_options(const TrainerConfig& c) {
-  return {.dir = c.ckpt_dir, .every = c.ckpt_every, .keep = c.ckpt_keep, .resume = c.resume, .model_name = c.model_name,
+  return {.dir = c.ckpt_dir, .every = c.ckpt_every, .keep = c.ckpt_keep, .staging_dir = c.ckpt_staging, .resume = c.resume, .model_name = c.model_name,
           .optimizer_hparams = c.ckpt_optimizer_hparams, .data_order = c.ckpt_data_order,
           .gradient_sum = ckpt::gradient_sum_name(c.micro_shards)};
 }

@@ -89,6 +89,7 @@ struct TrainerConfig {
   std::string ckpt_dir;
   int64_t ckpt_every = 0;
   int64_t ckpt_keep = 3;
+  std::string ckpt_staging = "/var/tmp";  // the final checkpoint's staging (ckpt/staging.h)
   bool resume = false;
   // Recorded in every checkpoint as the single-process programs record them
   // (models/train_setup.h checkpoint_meta): the optimizer's hyper-parameters, a JSON

@@ -133,6 +133,7 @@ TrainResult train_distributed(const TrainOptions& opt, std::ostream& log, bool a
   cfg.ckpt_dir = opt.ckpt_dir;
   cfg.ckpt_every = opt.ckpt_every;
   cfg.ckpt_keep = opt.ckpt_keep;
+  cfg.ckpt_staging = opt.ckpt_staging;
   cfg.resume = opt.resume;
   const ckpt::SnapshotMeta meta = checkpoint_meta(opt, train_set.n);  // as one process records it
   cfg.ckpt_optimizer_hparams = meta.optimizer_hparams;

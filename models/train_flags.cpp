@@ -115,6 +115,11 @@ void declare(CLI::App& app, std::map<const CLI::Option*, Setter>& setters, Train
   value("--ckpt-every", "N", "also checkpoint every N steps (default 0: only at the end)",
         [&](auto& f, auto& v) { o.ckpt_every = parse_int(f, v, 0); });
   value("--ckpt-keep", "K", "keep the K newest checkpoints (default 3)", [&](auto& f, auto& v) { o.ckpt_keep = parse_int(f, v, 1); });
+  value("--ckpt-staging", "DIR",
+        "where the final checkpoint is staged when the checkpoint\n"
+        "directory has room for it only without the older ones\n"
+        "(default /var/tmp; none: never)",
+        [&](auto&, auto& v) { o.ckpt_staging = v == "none" ? std::string() : v; });
   toggle("--resume",
          "continue from the newest valid checkpoint in --ckpt-dir\n"
          "(damaged ones are skipped with a warning; none: start fresh;\n"
@@ -211,7 +216,7 @@ ParsedFlags parse_train_flags(const std::vector<std::string>& args, ModelKind ki
   }
   if (o.threads > 1024) throw FlagError(str("--threads: ", o.threads, " is too many"));
   if (o.ckpt_dir.empty()) {
-    for (const char* f : {"--ckpt-every", "--ckpt-keep", "--resume", "--ckpt-test-pause-in-write"})
+    for (const char* f : {"--ckpt-every", "--ckpt-keep", "--ckpt-staging", "--resume", "--ckpt-test-pause-in-write"})
       if (given.count(f)) throw FlagError(str(f, ": needs --ckpt-dir"));
   }
   if (o.backend == comm::Backend::Nccl && o.device.is_cpu())

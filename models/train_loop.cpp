@@ -114,7 +114,7 @@ TrainResult train(const TrainOptions& opt, std::ostream& log) {
   std::unique_ptr<ckpt::AsyncCheckpointer> checkpointer;
   if (!opt.ckpt_dir.empty()) {
     checkpointer = std::make_unique<ckpt::AsyncCheckpointer>(
-        ckpt::CheckpointerOptions{.dir = opt.ckpt_dir, .keep = opt.ckpt_keep,
+        ckpt::CheckpointerOptions{.dir = opt.ckpt_dir, .keep = opt.ckpt_keep, .staging_dir = opt.ckpt_staging,
                                   .partial_write_hook = pause_in_write_hook(opt.ckpt_test_pause_step)},
         &log);
   }
@@ -147,10 +147,13 @@ TrainResult train(const TrainOptions& opt, std::ostream& log) {
     // The loss reaches the host once the whole step is issued: on a device, reading it
     // earlier would make backward wait for the forward (every step's loss is recorded).
     const float loss_value = loss.item();
-    // Step boundary: S is the state after `step` (R1). save() copies it and returns.
+    const bool stop = opt.stop_requested && opt.stop_requested->load(std::memory_order_relaxed);
+    // Step boundary: S is the state after `step` (R1). save() copies it and returns. The
+    // last step's (or the stop's) is the final checkpoint, whichever path saves it.
     if (checkpointer && opt.ckpt_every > 0 && (step + 1) % opt.ckpt_every == 0) {
       meta.step = step;
-      checkpointer->save(*model, sgd, meta);
+      const bool last = stop || step + 1 == end_step;
+      checkpointer->save(*model, sgd, meta, {}, last ? ckpt::SaveKind::Final : ckpt::SaveKind::Periodic);
       saved_step = step;
     }
     if (checkpointer) checkpointer->report();
@@ -161,7 +164,6 @@ TrainResult train(const TrainOptions& opt, std::ostream& log) {
     window_samples += b;
     if (loss_log.is_open()) loss_log << "{\"step\":" << step << ",\"loss\":" << nlohmann::json(loss_value).dump() << "}\n";
     if (batch_log.is_open()) batch_log << "{\"step\":" << step << ",\"indices\":" << nlohmann::json(idx).dump() << "}\n";
-    const bool stop = opt.stop_requested && opt.stop_requested->load(std::memory_order_relaxed);
     if (stop) {
       end_step = step + 1;  // the loop ends after this step; the final checkpoint below holds it
       r.stopped = true;
@@ -186,7 +188,7 @@ TrainResult train(const TrainOptions& opt, std::ostream& log) {
   if (checkpointer) {
     if (end_step - 1 > saved_step) {  // the final state, unless it was just saved
       meta.step = end_step - 1;
-      checkpointer->save(*model, sgd, meta);
+      checkpointer->save(*model, sgd, meta, {}, ckpt::SaveKind::Final);
     }
     try {
       checkpointer->flush();

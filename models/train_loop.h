@@ -39,6 +39,9 @@ struct TrainOptions {
   std::string ckpt_dir;
   int64_t ckpt_every = 0;
   int64_t ckpt_keep = 3;
+  // Where a final checkpoint that does not fit next to the older ones is staged first
+  // (ckpt/staging.h); "": never.
+  std::string ckpt_staging = "/var/tmp";
   bool resume = false;       // continue from the newest valid checkpoint in ckpt_dir
   std::string resume_from;   // continue from this file (an error if it is not valid)
   // Test hook: the write of the checkpoint of this step stops half-way (temp file half

@@ -23,6 +23,7 @@
 #include "ckpt/checkpoint_dir.h"
 #include "ckpt/format_error.h"
 #include "ckpt/resume.h"
+#include "ckpt/staging.h"
 #include "ckpt/storage_error.h"
 #include "core/nn/layers.h"
 #include "core/nn/sequential.h"
@@ -242,4 +243,153 @@ TEST_CASE("resume: a checkpoint truncated by a full disk is named as such and th
   CHECK(p->meta.step == 10);
   CAPTURE(warn.str());
   CHECK(warn.str().find("truncated: a write cut short, e.g. by a full disk") != std::string::npos);
+}
+
+TEST_CASE("plan_staging: only out of space, only with older checkpoints, only when they make room") {
+  using rf::ckpt::StagingVerdict;
+  const auto plan = [](int err, uint64_t available, std::vector<rf::ckpt::SizedCheckpoint> on_disk) {
+    return rf::ckpt::plan_staging(
+        {.err = err, .step = 50, .bytes = 5000, .available = available, .block = 1000, .on_disk = std::move(on_disk)});
+  };
+  const std::vector<rf::ckpt::SizedCheckpoint> one = {{{30, "c30"}, 5000}};
+  auto p = plan(ENOSPC, 1000, one);  // 1000 free + 5000 freed = 6000 = 5000 + a spare block
+  CHECK(p.verdict == StagingVerdict::Stage);
+  REQUIRE(p.remove.size() == 1);
+  CHECK(p.remove[0].path == "c30");
+  CHECK(plan(EDQUOT, 1000, one).verdict == StagingVerdict::Stage);
+  CHECK(plan(ENOSPC, 999, one).verdict == StagingVerdict::TooSmall);  // no spare block
+  CHECK(plan(ENOSPC, 999, one).remove.empty());
+  CHECK(plan(ENOSPC, 0, {{{30, "c30"}, 4001}}).verdict == StagingVerdict::TooSmall);  // 4001 takes 5000 in blocks
+  CHECK(plan(ENOSPC, 1000, {{{30, "c30"}, 4001}}).verdict == StagingVerdict::Stage);
+  CHECK(plan(EIO, 1 << 30, one).verdict == StagingVerdict::NotOutOfSpace);
+  CHECK(plan(EROFS, 1 << 30, one).verdict == StagingVerdict::NotOutOfSpace);
+  CHECK(plan(ENOSPC, 1 << 30, {}).verdict == StagingVerdict::NothingOlder);
+  // A newer file (an abandoned lineage) is not older: it neither goes nor makes room.
+  CHECK(plan(ENOSPC, 1 << 30, {{{60, "c60"}, 5000}}).verdict == StagingVerdict::NothingOlder);
+  p = plan(ENOSPC, 0, {{{60, "c60"}, 9000}, {{40, "c40"}, 3000}, {{30, "c30"}, 3000}});
+  CHECK(p.verdict == StagingVerdict::Stage);
+  CHECK(p.remove.size() == 2);
+}
+
+namespace {
+// An AsyncCheckpointer whose directory is full for the next `full` writes into it (its hook
+// throws as write() would; the staging directory has no hook), staging into `staging`.
+struct FullDisk {
+  TempDir d, staging;
+  Trainee t;
+  std::ostringstream log;
+  int full = 0;
+  std::unique_ptr<rf::ckpt::AsyncCheckpointer> ck;
+  explicit FullDisk(bool with_staging = true) {
+    ck = std::make_unique<rf::ckpt::AsyncCheckpointer>(
+        rf::ckpt::CheckpointerOptions{.dir = d.path, .keep = 3,
+                                      .staging_dir = with_staging ? staging.path : std::string(),
+                                      .partial_write_hook =
+                                          [this](const std::string& tmp, size_t, size_t) {
+                                            if (full > 0) {
+                                              --full;
+                                              throw StorageError(tmp, StorageOp::Write, ENOSPC);
+                                            }
+                                          }},
+        &log);
+    ck->save(*t.model, *t.sgd, meta_at(9));
+    ck->flush();
+  }
+  void save_final(int64_t step, const StorageFault& fault = {}) {
+    t.set(static_cast<float>(step));
+    ck->save(*t.model, *t.sgd, meta_at(step), fault, rf::ckpt::SaveKind::Final);
+  }
+};
+}  // namespace
+
+TEST_CASE("AsyncCheckpointer: a final checkpoint with room only without the older one is staged, then fits") {
+  FullDisk f;
+  f.full = 1;  // the first try finds the disk full; after step 9's file goes, 19 fits
+  f.save_final(19);
+  f.ck->flush();  // no throw: the final state is in the directory
+  CHECK(steps_in(f.d.path) == std::vector<int64_t>{19});
+  CHECK(f.ck->failures() == 0);
+  CHECK(f.ck->newest_valid() == f.d / "ckpt-000000019.safetensors");
+  CHECK(names_in(f.staging.path).empty());  // the staged copy is gone
+  const std::string log = f.log.str();
+  CHECK(log.find("ckpt: step 19's checkpoint does not fit next to the older ones in " + f.d.path +
+                 ": staged it as " + f.staging.path + "/ringfence-ckpt-") != std::string::npos);
+  CHECK(log.find("ckpt: removed " + f.d / "ckpt-000000009.safetensors" + " (step 19 is staged)") != std::string::npos);
+  CHECK(log.find("ckpt: moved the staged checkpoint of step 19 into " + f.d.path) != std::string::npos);
+  Trainee back(11);
+  std::ostringstream warn;
+  const auto p = rf::ckpt::resume_newest(f.d.path, *back.model, *back.sgd, {.model = "tiny"}, warn);
+  REQUIRE(p);
+  CHECK(p->meta.step == 19);
+  CHECK(back.digest() == f.t.digest());
+}
+
+TEST_CASE("AsyncCheckpointer: a periodic checkpoint is never staged; neither is an injected full disk's") {
+  FullDisk f;
+  f.full = 1;
+  f.t.set(19.0f);
+  f.ck->save(*f.t.model, *f.t.sgd, meta_at(19));  // periodic
+  CHECK_THROWS_AS(f.ck->flush(), rf::ckpt::CheckpointWriteFailed);
+  CHECK(steps_in(f.d.path) == std::vector<int64_t>{9});
+  CHECK(names_in(f.staging.path).empty());
+  // An injected full disk stays full: moving the older one out would not make room.
+  f.save_final(29, StorageFault{.err = ENOSPC});
+  const std::string named = "newest valid checkpoint is " + f.d / "ckpt-000000009.safetensors";
+  CHECK_THROWS_WITH_AS(f.ck->flush(), doctest::Contains(named.c_str()), rf::ckpt::CheckpointWriteFailed);
+  CHECK(steps_in(f.d.path) == std::vector<int64_t>{9});
+  CHECK(names_in(f.staging.path).empty());
+  // Not out of space: staging would not help.
+  f.save_final(39, StorageFault{.err = EIO});
+  CHECK_THROWS_AS(f.ck->flush(), rf::ckpt::CheckpointWriteFailed);
+  CHECK(steps_in(f.d.path) == std::vector<int64_t>{9});
+  CHECK(names_in(f.staging.path).empty());
+}
+
+TEST_CASE("AsyncCheckpointer: staging that fails touches nothing; without a staging directory none is tried") {
+  {
+    FullDisk f;
+    fs::remove_all(f.staging.path);  // the staging directory is gone: mkdtemp fails
+    f.full = 1;
+    f.save_final(19);
+    try {
+      f.ck->flush();
+      FAIL("flush did not throw");
+    } catch (const rf::ckpt::CheckpointWriteFailed& e) {
+      const std::string what = e.what();
+      CHECK(what.find("write failed: No space left on device; " + f.staging.path + ": create") != std::string::npos);
+      CHECK(what.find("the newest valid checkpoint is " + f.d / "ckpt-000000009.safetensors") != std::string::npos);
+    }
+    CHECK(steps_in(f.d.path) == std::vector<int64_t>{9});
+  }
+  FullDisk f(/*with_staging=*/false);
+  f.full = 1;
+  f.save_final(19);
+  CHECK_THROWS_AS(f.ck->flush(), rf::ckpt::CheckpointWriteFailed);
+  CHECK(steps_in(f.d.path) == std::vector<int64_t>{9});
+  CHECK(f.full == 0);  // one try only
+}
+
+TEST_CASE("AsyncCheckpointer: staged, then the directory fills again: the staged copy is the newest valid one") {
+  FullDisk f;
+  f.full = 2;  // full before staging and again after step 9's file went
+  f.save_final(19);
+  std::string staged;
+  try {
+    f.ck->flush();
+    FAIL("flush did not throw");
+  } catch (const rf::ckpt::CheckpointWriteFailed& e) {
+    const std::string what = e.what();
+    CHECK(what.find("(after staging); the final checkpoint stays at " + f.staging.path) != std::string::npos);
+    CHECK(what.find("the newest valid checkpoint is " + f.staging.path + "/ringfence-ckpt-") != std::string::npos);
+  }
+  staged = f.ck->newest_valid();
+  CHECK(staged.rfind(f.staging.path + "/ringfence-ckpt-", 0) == 0);
+  CHECK(steps_in(f.d.path).empty());  // step 9's went once 19 was durable in staging
+  Trainee back(11);
+  std::ostringstream warn;
+  const auto p = rf::ckpt::resume_newest(fs::path(staged).parent_path().string(), *back.model, *back.sgd,
+                                         {.model = "tiny"}, warn);
+  REQUIRE(p);
+  CHECK(p->meta.step == 19);
+  CHECK(back.digest() == f.t.digest());
 }

@@ -26,6 +26,7 @@ struct FakeLog {
   std::vector<int64_t> saved;  // steps, in order
   std::vector<ckpt::SnapshotMeta> metas;
   std::vector<ckpt::StorageFault> faults;
+  std::vector<ckpt::SaveKind> kinds;
   int reports = 0, flushes = 0, made = 0;
   bool busy = false;
   bool fail_flush = false;  // flush() says the newest saved state is not on disk
@@ -35,8 +36,9 @@ class FakeWriter final : public CheckpointWriter {
   explicit FakeWriter(FakeLog& log) : log_(log) {}
   bool writing() const override { return log_.busy; }
   void save(const nn::Module&, const optim::Optimizer&, const ckpt::SnapshotMeta& meta,
-            const ckpt::StorageFault& fault) override {
+            const ckpt::StorageFault& fault, ckpt::SaveKind kind) override {
     log_.saved.push_back(meta.step);
+    log_.kinds.push_back(kind);
     log_.metas.push_back(meta);
     log_.faults.push_back(fault);
   }
@@ -120,6 +122,21 @@ TEST_CASE("checkpointing: a forced save waits for nobody, and no step is saved t
   c.final_save(kRank0);  // the end of training at the step just saved: flushed, not saved again
   CHECK(log.saved == std::vector<int64_t>{6});
   CHECK(log.flushes == 1);
+}
+
+TEST_CASE("checkpointing: the final state's save is Final (it may be staged), a periodic one's Periodic") {
+  Worker w;
+  FakeLog log;
+  Checkpointing c(options("/nonexistent-not-written", /*every=*/2), *w.model, w.sgd, w.state, fake(log));
+  w.state.set_step(1);
+  c.after_step(kRank0, false);  // periodic
+  w.state.set_step(3);
+  c.after_step(kRank0, true, rf::ckpt::SaveKind::Final);  // the job's last step (or the stop's)
+  w.state.set_step(4);
+  c.final_save(kRank0);  // a step not saved yet
+  CHECK(log.saved == std::vector<int64_t>{1, 3, 4});
+  CHECK(log.kinds == std::vector<rf::ckpt::SaveKind>{rf::ckpt::SaveKind::Periodic, rf::ckpt::SaveKind::Final,
+                                                     rf::ckpt::SaveKind::Final});
 }
 
 TEST_CASE("checkpointing: only rank 0 saves; a former rank 0 still drains its writer") {

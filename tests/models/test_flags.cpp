@@ -75,6 +75,9 @@ TEST_CASE("checkpoint flags") {
   CHECK(p.options.ckpt_keep == 2);
   CHECK(p.options.resume);
   CHECK(p.options.ckpt_test_pause_step == 19);
+  CHECK(p.options.ckpt_staging == "/var/tmp");
+  CHECK(parse_train_flags({"--ckpt-dir", "/c", "--ckpt-staging", "/s"}, ModelKind::MLP).options.ckpt_staging == "/s");
+  CHECK(parse_train_flags({"--ckpt-dir", "/c", "--ckpt-staging", "none"}, ModelKind::MLP).options.ckpt_staging.empty());
   auto d = parse_train_flags({}, ModelKind::MLP).options;
   CHECK(d.ckpt_dir.empty());
   CHECK(d.ckpt_every == 0);
@@ -94,6 +97,7 @@ TEST_CASE("checkpoint flags") {
   CHECK(fails({"--resume"}, "--resume: needs --ckpt-dir"));
   CHECK(fails({"--ckpt-every", "5"}, "--ckpt-every: needs --ckpt-dir"));
   CHECK(fails({"--ckpt-keep=2"}, "--ckpt-keep: needs --ckpt-dir"));
+  CHECK(fails({"--ckpt-staging", "/s"}, "--ckpt-staging: needs --ckpt-dir"));
   CHECK(fails({"--ckpt-dir", "/c", "--ckpt-keep", "0"}, "minimum 1"));
   CHECK(fails({"--ckpt-dir", "/c", "--ckpt-every", "-1"}, "--ckpt-every"));
   CHECK(fails({"--ckpt-dir", "/c", "--resume", "--resume-from", "f"}, "give one of them"));
@@ -114,7 +118,7 @@ TEST_CASE("--help lists every flag, in columns, from the parser's own table") {
         std::string::npos);
   for (const char* f : {"--epochs", "--batch", "--lr", "--momentum", "--seed", "--data-dir", "--threads", "--device",
                         "--backend", "--log-interval", "--max-steps", "--synthetic", "--init", "--metrics",
-                        "--loss-log", "--batch-log", "--ckpt-dir", "--ckpt-every", "--ckpt-keep", "--resume",
+                        "--loss-log", "--batch-log", "--ckpt-dir", "--ckpt-every", "--ckpt-keep", "--ckpt-staging", "--resume",
                         "--resume-from", "--verify-every", "--audit-log", "--flight-dir",
                         "--ckpt-test-pause-in-write"})
     CHECK_MESSAGE(help.find(std::string("\n  ") + f + " ") != std::string::npos, f);
