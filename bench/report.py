@@ -37,7 +37,7 @@ their command, commit, date and machine into `bench/out/NAME.json`, then rerun t
 SECTIONS = ["Parity with PyTorch", "Training, one process", "Checkpoints", "Communication, one host",
             "Recovery, one host", "Data-parallel", "Across hosts (network namespaces)", "Coordinator fail-over",
             "Control plane at scale",
-            "GPU (one H200)"]
+            "GPU"]
 
 PHASES = ["detect", "agree", "connect", "transfer", "verify"]
 

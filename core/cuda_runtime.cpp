@@ -3,6 +3,7 @@
 #include "core/cuda_runtime.h"
 #include "core/free_lists.h"
 
+#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
 #include <array>
@@ -280,5 +281,10 @@ DeviceRuntime& provide(int index, const char* what) {
 void register_cuda_runtime() { set_cuda_runtime_provider(provide); }
 int cuda_device_count() { return visible().count; }
 std::string cuda_unavailable_reason() { return visible().count > 0 ? std::string() : visible().reason; }
+
+void cuda_profiler_range(bool on) {
+  if (visible().count == 0) return;
+  RF_CUDA_CHECK(on ? cudaProfilerStart() : cudaProfilerStop());
+}
 
 }  // namespace rf

@@ -31,4 +31,9 @@ int cuda_device_count();
 // empty when there is a GPU.
 std::string cuda_unavailable_reason();
 
+// Starts (on) or ends the range a profiler started with its collection off records
+// (cudaProfilerStart/Stop: Nsight Compute's --profile-from-start off): a benchmark profiles
+// its timed steps, not the warm-up. Does nothing without a GPU or CUDA in the build.
+void cuda_profiler_range(bool on);
+
 }  // namespace rf

@@ -6,6 +6,7 @@ namespace rf {
 
 void register_cuda_runtime() {}
 int cuda_device_count() { return 0; }
+void cuda_profiler_range(bool) {}
 std::string cuda_unavailable_reason() { return "this build has no CUDA (no nvcc was found when it was configured)"; }
 
 }  // namespace rf

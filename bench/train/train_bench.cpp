@@ -3,8 +3,8 @@
 // allocator is warm, as in a real run). Data loading is excluded: this measures the core.
 //
 //   train_bench [--model mlp|cnn|both] [--batch 128] [--threads 1] [--steps N] [--warmup W]
-//               [--device cpu|cuda|cuda:N] [--no-malloc-tuning]   (bench/flags.h: --help; a bad
-//               value exits 2)
+//               [--device cpu|cuda|cuda:N] [--no-malloc-tuning] [--profile]   (bench/flags.h:
+//               --help; a bad value exits 2)
 // Output, one line per model (parsed by compare_torch.py, compare_torch_gpu.py and
 // tests/models/page_faults.sh); on a GPU the line names the device after the steps:
 //   ringfence mlp batch 128 threads 1 steps 200: 37000 samples/s (5.4 ms/step, 5.3 cpu ms/step,
@@ -19,6 +19,9 @@
 // fault no page at all, since each costs ~13 us here. main() opts in to
 // rf::tune_malloc_for_training() as every training program should; --no-malloc-tuning
 // leaves glibc's defaults, to show what the tuning is for (Eigen's packing buffers fault).
+// --profile brackets the timed steps with cudaProfilerStart/Stop, so a profiler run with
+// its collection off at the start (ncu --profile-from-start off: bench/train/profile_gpu.py)
+// sees those steps' kernels only.
 #include <sys/resource.h>
 
 #include <cstdio>
@@ -57,7 +60,8 @@ struct BenchResult {
   long faults;
 };
 
-static BenchResult time_steps(models::ModelKind kind, int64_t batch, int steps, int warmup, Device device) {
+static BenchResult time_steps(models::ModelKind kind, int64_t batch, int steps, int warmup, Device device,
+                              bool profile) {
   auto model = models::make_model(kind, 0);
   models::move_parameters(*model, device);  // as the programs do (models/train_setup.h)
   optim::SGD sgd(model->named_parameters(), {.lr = 0.05f, .momentum = 0.9f});
@@ -79,8 +83,10 @@ static BenchResult time_steps(models::ModelKind kind, int64_t batch, int steps, 
   const long f0 = minor_faults();
   const double c0 = cpu_seconds();
   const TimePoint t0 = Clock::now();
+  if (profile) cuda_profiler_range(true);
   for (int i = 0; i < steps; ++i) step();
   rt.synchronize();
+  if (profile) cuda_profiler_range(false);
   const double wall = seconds_since(t0);
   return {wall, cpu_seconds() - c0, minor_faults() - f0};
 }
@@ -89,7 +95,7 @@ int main(int argc, char** argv) {
   std::string which = "both", device_text = "cpu";
   int64_t batch = 128;
   int threads = 1, steps = 0, warmup = 5;
-  bool tune_malloc = true;
+  bool tune_malloc = true, profile = false;
   rf::bench::Flags flags("train_bench", "train_bench [flags]   (samples/s of one training step, single process)");
   flags.text("--model", "mlp|cnn|both", "the reference model(s) (default both)", which)
       .integer("--batch", "batch size (default 128)", batch, 1)
@@ -98,7 +104,8 @@ int main(int argc, char** argv) {
       .integer("--warmup", "untimed steps first (default 5)", warmup, 1)
       .text("--device", "cpu|cuda|cuda:N", "where the model trains (default cpu)", device_text)
       .toggle("--no-malloc-tuning", "leave glibc's malloc defaults (see core/malloc_tuning.h)",
-              [&] { tune_malloc = false; });
+              [&] { tune_malloc = false; })
+      .toggle("--profile", "bracket the timed steps for a profiler (cudaProfilerStart/Stop)", [&] { profile = true; });
   if (const int rc = flags.parse_or_exit_code(argc, argv); rc >= 0) return rc;
   if (which != "mlp" && which != "cnn" && which != "both")
     return flags.fail("--model: '" + which + "' is not mlp, cnn or both");
@@ -124,7 +131,7 @@ int main(int argc, char** argv) {
   for (auto kind : {models::ModelKind::MLP, models::ModelKind::CNN}) {
     if (which != "both" && which != models::model_name(kind)) continue;
     const int n = steps > 0 ? steps : (kind == models::ModelKind::MLP ? 200 : 40);
-    const BenchResult r = time_steps(kind, batch, n, warmup, device);
+    const BenchResult r = time_steps(kind, batch, n, warmup, device, profile);
     const std::string on = device.is_cpu() ? "" : " on " + device_name(device);
     std::printf("ringfence %s batch %lld threads %d steps %d%s: %.0f samples/s (%.2f ms/step, "
                 "%.2f cpu ms/step, %.2f page faults/step)\n",
