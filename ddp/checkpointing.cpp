@@ -54,7 +54,7 @@ void Checkpointing::final_save(const CheckpointOrigin& at) {
     if (at.rank != 0) return;  // its failure was a warning when it was rank 0
     // The digest of what is lost: a user can compare it with a run that kept it.
     throw ckpt::CheckpointWriteFailed(
-        str("the final state (step ", state_.step(), ", state ", state_.digest(), ") is not on disk: ", e.what()));
+        str("the final state (step ", state_.step(), ", state ", state_.digest(), ") is not in the checkpoint directory: ", e.what()));
   }
 }
 

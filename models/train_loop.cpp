@@ -207,7 +207,7 @@ TrainResult train(const TrainOptions& opt, std::ostream& log) {
   finish_run(opt, *model, test_set, r, log);
   if (!not_on_disk.empty())
     throw ckpt::CheckpointWriteFailed(
-        str("the final state (step ", end_step - 1, ", state ", r.state_digest, ") is not on disk: ", not_on_disk));
+        str("the final state (step ", end_step - 1, ", state ", r.state_digest, ") is not in the checkpoint directory: ", not_on_disk));
   return r;
 }
 

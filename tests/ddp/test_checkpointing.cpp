@@ -268,7 +268,7 @@ TEST_CASE("checkpointing: the final state not on disk is rank 0's error; a forme
   log.fail_flush = true;
   CHECK_THROWS_WITH_AS(c.final_save(kRank0),
                        ("the final state (step 6, state " + w.state.digest() +
-                        ") is not on disk: the checkpoint of step 6 could not be written (full)").c_str(),
+                        ") is not in the checkpoint directory: the checkpoint of step 6 could not be written (full)").c_str(),
                        ckpt::CheckpointWriteFailed);
   CHECK(c.failures() == 1);
   CHECK(c.last_error() == "full");

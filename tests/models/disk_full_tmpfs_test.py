@@ -131,7 +131,7 @@ def main():
                       f"{tmp}/alone7_tiny.txt", DEADLINE_S)
         check(rc == 1, f"alone, 7 MiB, staging on 2 MiB: exit {rc}, expected 1 (the final state is not on disk): "
               f"{out[-1500:]}")
-        check(re.search(rf"train_mlp: error: the final state \(step 59, state {ref1}\) is not on disk: the checkpoint "
+        check(re.search(rf"train_mlp: error: the final state \(step 59, state {ref1}\) is not in the checkpoint directory: the checkpoint "
                         r"of step 59 could not be written \(.*No space left on device; .*\(staging the final "
                         rf"checkpoint\) failed: No space left on device\); the newest valid checkpoint is "
                         rf"{re.escape(newest)}", out),

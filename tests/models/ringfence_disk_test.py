@@ -140,7 +140,7 @@ def main():
             check(rc not in (0, None), f"{name}: exit {rc}, expected a failure: {out[-1500:]}")
             check(summ.get("restarts") == 0, f"{name}: {summ.get('restarts')} restart(s)")
             error = summ.get("error", "")
-            m = re.search(rf"the final state \(step {LAST}, state {ref[w]}\) is not on disk: the checkpoint of step {LAST} "
+            m = re.search(rf"the final state \(step {LAST}, state {ref[w]}\) is not in the checkpoint directory: the checkpoint of step {LAST} "
                           r"could not be written \(.*Input/output error\); the newest valid checkpoint is "
                           r"\S+/(ckpt-\d{9}\.safetensors) \(step \d+\)", error)
             check(m is not None, f"{name}: summary error {error!r}")
