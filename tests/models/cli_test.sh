@@ -8,7 +8,7 @@ trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
 for prog in train_mlp train_cnn; do
-  "$bin/$prog" --help | grep -q -- "--batch-log" || fail "$prog --help lacks --batch-log"
+  "$bin/$prog" --help | grep -- "--batch-log" > /dev/null || fail "$prog --help lacks --batch-log"
   set +e
   "$bin/$prog" --bogus 2>"$tmp/err"; rc=$?
   set -e
@@ -20,7 +20,7 @@ for prog in train_mlp train_cnn; do
   [[ $rc == 1 ]] || fail "$prog with a missing data dir exited $rc, want 1"
   grep -q "nowhere" "$tmp/err" || fail "$prog: missing-data error does not name the path"
   for flag in "--device D" "--backend B"; do
-    "$bin/$prog" --help | grep -q -- "$flag" || fail "$prog --help lacks $flag"
+    "$bin/$prog" --help | grep -- "$flag" > /dev/null || fail "$prog --help lacks $flag"
   done
   # --device / --backend: a bad value, NCCL on the CPU, exit 2 naming the flag.
   for bad in "--device gpu:--device" "--backend mpi:--backend" "--backend nccl:--backend nccl: needs a GPU"; do
