@@ -34,7 +34,13 @@ GraphStep::GraphStep(nn::Module& model, optim::SGD& sgd, Device device, int clas
       make_graph_(make_graph),
       policy_(make_graph_ != nullptr) {}
 
-GraphStep::~GraphStep() { drop(); }
+GraphStep::~GraphStep() {
+  try {
+    drop();
+  } catch (const Error&) {
+    // a destructor does not throw; the device's error shows again at its next checked call
+  }
+}
 
 // What the graph baked in: the batch's shape, the addresses of the parameters, their
 // gradients and the momentum, the learning rate, and whether SGD is past its first step.

@@ -151,6 +151,14 @@ if [[ -x "$bin/ringfence" ]]; then
   [[ $rc != 0 ]] && grep -q -- "--metrics $tmp/no/such/dir/m.json: cannot open for writing" "$tmp/err" \
     || fail "ringfence run with an unwritable --metrics: exit $rc, $(tail -5 "$tmp/err")"
   ! grep -q "test accuracy" "$tmp/out" || fail "ringfence run trained before refusing an unwritable --metrics"
+  # --cuda-graph is by hand only: under ringfence run every worker refuses it at its start
+  # (exit 2) and the job stops with the reason, nobody restarted.
+  set +e
+  "$bin/ringfence" run -n 1 --quiet -- "$bin/train_mlp" "${quick[@]}" --device cuda --cuda-graph \
+    > "$tmp/out" 2>"$tmp/err"; rc=$?
+  set -e
+  [[ $rc != 0 ]] && grep -q -- "--cuda-graph: only by hand (one process); under ringfence run the step is not captured" \
+    "$tmp/err" || fail "ringfence run with --cuda-graph: exit $rc, $(tail -5 "$tmp/err")"
   # --loss-log is written by slot 0 alone, but every worker checks it: when slot 0 alone
   # failed, the others waited out --min-world-timeout (once per incarnation of slot 0).
   set +e
