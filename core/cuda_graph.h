@@ -9,7 +9,8 @@
 // it). Nothing runs on the device then; replay() launches what was captured. A graph
 // reads and writes the addresses it saw during capture, so:
 //   * every device allocation made during capture comes from the runtime allocator's
-//     private pool, which only this graph's captures use: a block the captured work freed
+//     private pool (a new block: cudaMalloc, with the thread's capture mode Relaxed for
+//     that call), which only this graph's captures use: a block the captured work freed
 //     is never handed to other work while the graph can still write it. The pool's blocks
 //     go back to the runtime's cache at reset() (the work queued before is on the same
 //     stream, so it is ordered before any new user);

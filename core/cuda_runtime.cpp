@@ -128,7 +128,7 @@ class CudaAllocator final : public DeviceAllocator {
     if (pool_open_.load(std::memory_order_acquire) && pool_thread_ == std::this_thread::get_id()) {
       const size_t n = FreeLists::round(bytes);
       if (void* p = pool_.take(n)) return p;
-      void* p = cache_.obtain(n, false);  // no cudaFree to make room: it would break the capture
+      void* p = obtain_while_capturing(n);
       pool_.note_fresh(n);
       std::lock_guard<std::mutex> lock(pool_mu_);
       pool_blocks_.insert(p);
@@ -158,6 +158,25 @@ class CudaAllocator final : public DeviceAllocator {
   void empty_cache() override {
     make_current(index_);
     cache_.empty();
+  }
+
+  // cudaMalloc is a "potentially unsafe" call that a ThreadLocal capture refuses (it is not
+  // a stream operation, so the graph does not record it). Here it is safe: the block is the
+  // pool's until the graph is reset, so every replay finds it where the capture saw it. The
+  // thread's capture mode is Relaxed for this call only. No cudaFree to make room: that
+  // would break the capture.
+  void* obtain_while_capturing(size_t n) {
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    RF_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+    void* p = nullptr;
+    try {
+      p = cache_.obtain(n, false);
+    } catch (...) {
+      (void)cudaThreadExchangeStreamCaptureMode(&mode);
+      throw;
+    }
+    RF_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+    return p;
   }
 
   void open_pool() {
