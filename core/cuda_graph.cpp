@@ -40,7 +40,7 @@ void CudaGraph::capture(const std::function<void()>& work) {
   const int index = impl_->device.index;
   cudaStream_t stream = static_cast<cudaStream_t>(runtime(impl_->device, "CudaGraph").stream());
   impl_->stream = stream;
-  cuda_pool::open(index);
+  cuda_pool::open(index, this);
   impl_->pooled = true;
   cudaGraph_t graph = nullptr;
   try {
@@ -76,7 +76,7 @@ void CudaGraph::reset() {
   if (impl_->graph) RF_CUDA_CHECK(cudaGraphDestroy(impl_->graph));
   impl_->graph = nullptr;
   // The last replay may still run on the stream: cudaFree waits for the device first.
-  if (impl_->pooled) cuda_pool::drain(impl_->device.index);
+  if (impl_->pooled) cuda_pool::drain(impl_->device.index, this);
   impl_->pooled = false;
 }
 

@@ -11,16 +11,17 @@
 //   * every device allocation made during capture comes from the runtime allocator's
 //     private pool (a new block: cudaMalloc, with the thread's capture mode Relaxed for
 //     that call), which only this graph's captures use: a block the captured work freed
-//     is never handed to other work while the graph can still write it. The pool's blocks
-//     go back to the runtime's cache at reset() (the work queued before is on the same
-//     stream, so it is ordered before any new user);
+//     is never handed to other work while the graph can still write it. reset() frees
+//     the pool's free blocks (cudaFree, which waits for the last replay to end); a block
+//     still held (an output the caller kept) stays the pool's;
 //   * buffers allocated before capture (the model's state, the step's inputs) must stay
 //     alive, at the same address, as long as the graph is replayed: the caller keeps them;
 //   * work() must not synchronise with the device, copy from pageable host memory, or
 //     free device memory (cudaFree): capture fails with the CUDA error, capture() throws
 //     rf::CudaError, and the graph is empty again.
-// One graph per device at a time (the pool is the runtime's); a second one's capture
-// throws rf::Error. Not thread-safe; one thread issues the device's work.
+// One graph per device at a time: the pool is the runtime's, and a graph holds it from its
+// capture to its reset; another graph's capture meanwhile throws rf::Error. Not
+// thread-safe; one thread issues the device's work.
 // In a build without CUDA, constructing one throws rf::Error ("this build has no CUDA").
 #include <functional>
 #include <memory>

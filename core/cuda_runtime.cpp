@@ -179,9 +179,14 @@ class CudaAllocator final : public DeviceAllocator {
     return p;
   }
 
-  void open_pool() {
+  // The pool belongs to one graph (owner) from its first capture to its reset: another
+  // graph's capture would reuse blocks the first one still writes.
+  void open_pool(const void* owner) {
     std::lock_guard<std::mutex> lock(pool_mu_);
+    if (pool_owner_ && pool_owner_ != owner)
+      throw Error(str(device_name(Device::cuda(index_)), ": another CUDA graph holds the device's graph pool"));
     if (pool_open_.load()) throw Error(str(device_name(Device::cuda(index_)), ": a graph is being captured already"));
+    pool_owner_ = owner;
     pool_thread_ = std::this_thread::get_id();
     pool_has_blocks_.store(true, std::memory_order_release);
     pool_open_.store(true, std::memory_order_release);
@@ -189,9 +194,11 @@ class CudaAllocator final : public DeviceAllocator {
   void close_pool() { pool_open_.store(false, std::memory_order_release); }
   // The pool's free blocks go back to the system (cudaFree waits for the device: at a
   // graph's reset, never during a capture); blocks still held stay the pool's.
-  void drain_pool() {
+  void drain_pool(const void* owner) {
     make_current(index_);
     std::lock_guard<std::mutex> lock(pool_mu_);
+    if (pool_owner_ != owner) return;
+    pool_owner_ = nullptr;
     pool_.drain([this](void* p) {
       pool_blocks_.erase(p);
       RF_CUDA_CHECK(cudaFree(p));
@@ -207,6 +214,7 @@ class CudaAllocator final : public DeviceAllocator {
   std::atomic<bool> pool_open_{false};
   std::atomic<bool> pool_has_blocks_{false};  // ever opened: releases look the block up
   std::thread::id pool_thread_;
+  const void* pool_owner_ = nullptr;  // under pool_mu_
 };
 
 class CudaRuntime final : public DeviceRuntime {
@@ -366,9 +374,13 @@ DeviceRuntime& provide(int index, const char* what) {
 void register_cuda_runtime() { set_cuda_runtime_provider(provide); }
 
 namespace cuda_pool {
-void open(int index) { static_cast<CudaRuntime&>(provide(index, "graph capture")).cuda_allocator().open_pool(); }
+void open(int index, const void* owner) {
+  static_cast<CudaRuntime&>(provide(index, "graph capture")).cuda_allocator().open_pool(owner);
+}
 void close(int index) { static_cast<CudaRuntime&>(provide(index, "graph capture")).cuda_allocator().close_pool(); }
-void drain(int index) { static_cast<CudaRuntime&>(provide(index, "graph capture")).cuda_allocator().drain_pool(); }
+void drain(int index, const void* owner) {
+  static_cast<CudaRuntime&>(provide(index, "graph capture")).cuda_allocator().drain_pool(owner);
+}
 }  // namespace cuda_pool
 int cuda_device_count() { return visible().count; }
 std::string cuda_unavailable_reason() { return visible().count > 0 ? std::string() : visible().reason; }

@@ -105,7 +105,7 @@ TEST_CASE("graph step on a GPU: a lasting batch shape and a replaced state are r
   CHECK(graph.counts.replays == 9);
 }
 
-TEST_CASE("graph step on a GPU: a CudaGraph replays what it captured and frees its pool at reset") {
+TEST_CASE("graph step on a GPU: a CudaGraph replays what it captured, holds the device's pool until its reset") {
   DeviceRuntime& rt = runtime(kGpu);
   Tensor a = Tensor::from({4}, std::vector<float>{1, 2, 3, 4}, kGpu);
   Tensor out;
@@ -120,8 +120,18 @@ TEST_CASE("graph step on a GPU: a CudaGraph replays what it captured and frees i
   g.replay();
   back = out.to(Device::CPU);
   CHECK(std::vector<float>(back.values().begin(), back.values().end()) == std::vector<float>{20, 40, 60, 80});
+  // one graph per device: another one's capture is refused until this one is reset
+  CudaGraph other(kGpu);
+  Tensor out2;
+  CHECK_THROWS_WITH_AS(other.capture([&] { out2 = add(a, a); }),
+                       "cuda:0: another CUDA graph holds the device's graph pool", Error);
   out = Tensor();
   g.reset();
   CHECK_FALSE(g.captured());
   CHECK_THROWS(g.replay());
+  other.capture([&] { out2 = add(a, a); });
+  other.replay();
+  back = out2.to(Device::CPU);
+  CHECK(std::vector<float>(back.values().begin(), back.values().end()) == std::vector<float>{20, 40, 60, 80});
+  out2 = Tensor();
 }
