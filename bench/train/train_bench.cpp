@@ -14,9 +14,9 @@
 // after the warm-up steps and a device synchronisation and stops after the last step's
 // synchronisation, so it times the steps' kernels, not just their launches. With
 // --cuda-graph (a GPU only) the step is captured after the warm-up as a CUDA graph
-// (core/cuda_graph.h), with the labels on the device too, and the timed steps replay it on
-// the same batch, as compare_torch_gpu.py's PyTorch "graph" mode does; the line ends in
-// "(cuda graph)".
+// (core/cuda_graph.h), with the labels on the device too, replayed --warmup times untimed,
+// and the timed steps replay it on the same batch, as compare_torch_gpu.py's PyTorch
+// "graph" mode does; the line ends in "(cuda graph)".
 // cpu ms/step is the process's CPU time (user + system) over the timed steps: on a shared
 // machine it leaves out the time spent waiting for a core, which wall time does not.
 // Page faults are counted over the timed steps (getrusage): after warm-up a step should
@@ -98,7 +98,10 @@ static BenchResult time_steps(models::ModelKind kind, int64_t batch, int steps, 
       sgd.step();
     });
   }
-  if (graph) step = [&] { graph->replay(); };
+  if (graph) {
+    step = [&] { graph->replay(); };
+    for (int i = 0; i < warmup; ++i) step();  // untimed replays first, as PyTorch's graph mode has
+  }
   rt.synchronize();
   const long f0 = minor_faults();
   const double c0 = cpu_seconds();
