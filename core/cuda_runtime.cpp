@@ -1,6 +1,7 @@
 // The CUDA DeviceRuntime and its provider (core/cuda_runtime.h). Compiled into
 // rf_core_cuda only when the build has CUDA; core/cuda_runtime_none.cpp stands in otherwise.
 #include "core/cuda_runtime.h"
+#include "core/cuda_pool.h"
 #include "core/free_lists.h"
 
 #include <cuda_profiler_api.h>
@@ -11,6 +12,8 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <thread>
+#include <unordered_set>
 #include <vector>
 
 #include "base/error.h"
@@ -67,9 +70,17 @@ class BlockCache {
   void* allocate(size_t bytes) {
     const size_t n = FreeLists::round(bytes);
     if (void* p = lists_.take(n)) return p;
+    void* p = obtain(n, true);
+    lists_.note_fresh(n);
+    return p;
+  }
+  // A block of rounded size n from the system, not counted in this cache's statistics.
+  // may_empty: when the system has none, free the cache and try once more (cudaFree: never
+  // during a capture, core/cuda_graph.h).
+  void* obtain(size_t n, bool may_empty) {
     void* p = nullptr;
     cudaError_t e = alloc_(&p, n);
-    if (e == cudaErrorMemoryAllocation) {  // give the cache back to the system, try once more
+    if (e == cudaErrorMemoryAllocation && may_empty) {  // give the cache back to the system, try once more
       (void)cudaGetLastError();
       empty();
       e = alloc_(&p, n);
@@ -79,7 +90,6 @@ class BlockCache {
       throw Error(str(name_, ": out of memory allocating ", n, " bytes (", lists_.stats().live_bytes, " bytes live)"));
     }
     RF_CUDA_CHECK(e);
-    lists_.note_fresh(n);
     return p;
   }
   void release(void* p, size_t bytes) {
@@ -106,23 +116,106 @@ cudaError_t pinned_free(void* p) { return cudaFreeHost(p); }
 // Device memory (cudaMalloc aligns to 256 bytes). Blocks released while work on them is
 // still queued are safe to hand out again: the next user's work is on the same stream,
 // after it. Work on another stream must be ordered with this one before it releases.
+//
+// The private pool (core/cuda_pool.h, for core/cuda_graph.h): while it is open, the
+// opening thread's allocations come from the pool's own free lists, or fresh from the
+// system, and the block is the pool's; a pool block released (by any thread) goes back to
+// the pool, never to the cache, so only a capture hands it out again.
 class CudaAllocator final : public DeviceAllocator {
  public:
   CudaAllocator(int index, std::string name) : index_(index), cache_(std::move(name), device_malloc, device_free) {}
   void* allocate(size_t bytes) override {
     make_current(index_);
+    if (pool_open_.load(std::memory_order_acquire) && pool_thread_ == std::this_thread::get_id()) {
+      const size_t n = FreeLists::round(bytes);
+      if (void* p = pool_.take(n)) return p;
+      void* p = obtain_while_capturing(n);
+      pool_.note_fresh(n);
+      std::lock_guard<std::mutex> lock(pool_mu_);
+      pool_blocks_.insert(p);
+      return p;
+    }
     return cache_.allocate(bytes);
   }
-  void release(void* p, size_t bytes) override { cache_.release(p, bytes); }
-  Stats stats() const override { return cache_.stats(); }
+  void release(void* p, size_t bytes) override {
+    if (p && pool_has_blocks_.load(std::memory_order_acquire)) {
+      std::lock_guard<std::mutex> lock(pool_mu_);
+      if (pool_blocks_.count(p)) {
+        pool_.put(p, FreeLists::round(bytes));
+        return;
+      }
+    }
+    cache_.release(p, bytes);
+  }
+  Stats stats() const override {
+    Stats a = cache_.stats();
+    const Stats b = pool_.stats();
+    a.fresh_blocks += b.fresh_blocks;
+    a.reused_blocks += b.reused_blocks;
+    a.cached_bytes += b.cached_bytes;
+    a.live_bytes += b.live_bytes;
+    return a;
+  }
   void empty_cache() override {
     make_current(index_);
     cache_.empty();
   }
 
+  // cudaMalloc is a "potentially unsafe" call that a ThreadLocal capture refuses (it is not
+  // a stream operation, so the graph does not record it). Here it is safe: the block is the
+  // pool's until the graph is reset, so every replay finds it where the capture saw it. The
+  // thread's capture mode is Relaxed for this call only. No cudaFree to make room: that
+  // would break the capture.
+  void* obtain_while_capturing(size_t n) {
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    RF_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+    void* p = nullptr;
+    try {
+      p = cache_.obtain(n, false);
+    } catch (...) {
+      (void)cudaThreadExchangeStreamCaptureMode(&mode);
+      throw;
+    }
+    RF_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+    return p;
+  }
+
+  // The pool belongs to one graph (owner) from its first capture to its reset: another
+  // graph's capture would reuse blocks the first one still writes.
+  void open_pool(const void* owner) {
+    std::lock_guard<std::mutex> lock(pool_mu_);
+    if (pool_owner_ && pool_owner_ != owner)
+      throw Error(str(device_name(Device::cuda(index_)), ": another CUDA graph holds the device's graph pool"));
+    if (pool_open_.load()) throw Error(str(device_name(Device::cuda(index_)), ": a graph is being captured already"));
+    pool_owner_ = owner;
+    pool_thread_ = std::this_thread::get_id();
+    pool_has_blocks_.store(true, std::memory_order_release);
+    pool_open_.store(true, std::memory_order_release);
+  }
+  void close_pool() { pool_open_.store(false, std::memory_order_release); }
+  // The pool's free blocks go back to the system (cudaFree waits for the device: at a
+  // graph's reset, never during a capture); blocks still held stay the pool's.
+  void drain_pool(const void* owner) {
+    make_current(index_);
+    std::lock_guard<std::mutex> lock(pool_mu_);
+    if (pool_owner_ != owner) return;
+    pool_owner_ = nullptr;
+    pool_.drain([this](void* p) {
+      pool_blocks_.erase(p);
+      RF_CUDA_CHECK(cudaFree(p));
+    });
+  }
+
  private:
   int index_;
   BlockCache cache_;
+  FreeLists pool_;
+  std::mutex pool_mu_;
+  std::unordered_set<void*> pool_blocks_;  // every block of the pool, free or held
+  std::atomic<bool> pool_open_{false};
+  std::atomic<bool> pool_has_blocks_{false};  // ever opened: releases look the block up
+  std::thread::id pool_thread_;
+  const void* pool_owner_ = nullptr;  // under pool_mu_
 };
 
 class CudaRuntime final : public DeviceRuntime {
@@ -142,6 +235,7 @@ class CudaRuntime final : public DeviceRuntime {
   Device device() const override { return Device::cuda(index_); }
   const kernels::OpTable& ops() const override { return kernels::cuda_table(); }
   DeviceAllocator& allocator() override { return allocator_; }
+  CudaAllocator& cuda_allocator() { return allocator_; }
   kernels::Stream stream() const override {
     make_current(index_);  // the caller launches next: on this device
     return stream_;
@@ -279,6 +373,16 @@ DeviceRuntime& provide(int index, const char* what) {
 }  // namespace
 
 void register_cuda_runtime() { set_cuda_runtime_provider(provide); }
+
+namespace cuda_pool {
+void open(int index, const void* owner) {
+  static_cast<CudaRuntime&>(provide(index, "graph capture")).cuda_allocator().open_pool(owner);
+}
+void close(int index) { static_cast<CudaRuntime&>(provide(index, "graph capture")).cuda_allocator().close_pool(); }
+void drain(int index, const void* owner) {
+  static_cast<CudaRuntime&>(provide(index, "graph capture")).cuda_allocator().drain_pool(owner);
+}
+}  // namespace cuda_pool
 int cuda_device_count() { return visible().count; }
 std::string cuda_unavailable_reason() { return visible().count > 0 ? std::string() : visible().reason; }
 

@@ -33,10 +33,22 @@ Tensor nll_loss(const Tensor& logp, std::span<const int32_t> labels, Reduction r
     if (labels[i] < 0 || labels[i] >= cols)
       throw InvalidInput(str("nll_loss: label ", labels[i], " of row ", i, " is outside [0, ",
                              cols, ")"));
-  DeviceRuntime& rt = runtime(logp.device(), "nll_loss");
   // Backward needs the labels after the caller's buffer may have changed: a device copy.
   auto saved = Storage::allocate(sizeof(int32_t) * rows, logp.device());
-  rt.write(saved->data(), labels.data(), sizeof(int32_t) * rows);
+  runtime(logp.device(), "nll_loss").write(saved->data(), labels.data(), sizeof(int32_t) * rows);
+  return nll_loss(logp, std::move(saved), r);
+}
+
+Tensor nll_loss(const Tensor& logp, std::shared_ptr<Storage> saved, Reduction r) {
+  detail::require_dims("nll_loss", logp, 2, "log-probabilities");
+  const int64_t rows = logp.size(0), cols = logp.size(1);
+  if (rows == 0) throw InvalidInput("nll_loss: empty batch");
+  if (!saved || saved->bytes() < sizeof(int32_t) * static_cast<size_t>(rows))
+    throw InvalidInput(str("nll_loss: device labels hold fewer than ", rows, " rows"));
+  if (saved->device() != logp.device())
+    throw InvalidInput(str("nll_loss: labels on ", device_name(saved->device()), ", log-probabilities on ",
+                           device_name(logp.device())));
+  DeviceRuntime& rt = runtime(logp.device(), "nll_loss");
   const bool mean = r == Reduction::Mean;
   Tensor out = make_result(Shape{}, "nll_loss", {logp}, [=](TensorImpl& o) {
     if (float* d = grad_of(o.inputs[0])) {
@@ -50,6 +62,10 @@ Tensor nll_loss(const Tensor& logp, std::span<const int32_t> labels, Reduction r
 
 Tensor cross_entropy(const Tensor& logits, std::span<const int32_t> labels, Reduction r) {
   return nll_loss(log_softmax(logits), labels, r);
+}
+
+Tensor cross_entropy(const Tensor& logits, std::shared_ptr<Storage> labels, Reduction r) {
+  return nll_loss(log_softmax(logits), std::move(labels), r);
 }
 
 }  // namespace rf

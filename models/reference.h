@@ -15,6 +15,7 @@
 namespace rf::models {
 
 enum class ModelKind { MLP, CNN };
+constexpr int kReferenceClasses = 10;  // the width of both models' logits
 
 const char* model_name(ModelKind kind);  // "mlp" / "cnn"
 std::shared_ptr<nn::Sequential> make_mlp(uint64_t seed);

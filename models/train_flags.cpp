@@ -142,6 +142,12 @@ void declare(CLI::App& app, std::map<const CLI::Option*, Setter>& setters, Train
         "exact mode's pieces per global batch (default 8; it must divide\n"
         "--batch, and at most M ranks start the job)",
         [&](auto& f, auto& v) { o.micro_shards = static_cast<int>(parse_int(f, v, 1)); });
+  toggle("--cuda-graph",
+         "by hand, one process, --device cuda: capture the step (forward,\n"
+         "backward, SGD) as a CUDA graph once its batch shape is stable and\n"
+         "replay it (the same bits as without; docs/gpu.md). Off by default:\n"
+         "its speed is not measured yet. Not under ringfence run",
+         [&] { o.cuda_graph = true; });
   toggle("--help", "this text", [&] { help = true; });
   toggle("-h", "", [&] { help = true; })->group("");
   const std::string run_only = "Under ringfence run only";
@@ -229,6 +235,7 @@ ParsedFlags parse_train_flags(const std::vector<std::string>& args, ModelKind ki
     throw FlagError(str("--micro-shards ", o.micro_shards, " does not divide the global batch (--batch ", o.batch,
                         "): every micro-shard must hold the same number of samples"));
   if (o.exact && !o.device.is_cpu()) throw FlagError("--exact: runs on the CPU only (--device cpu)");
+  if (o.cuda_graph && o.device.is_cpu()) throw FlagError("--cuda-graph: needs --device cuda or cuda:N");
   return out;
 }
 

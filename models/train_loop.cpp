@@ -23,6 +23,7 @@
 #include "core/ops.h"
 #include "core/optim/sgd.h"
 #include "core/state_digest.h"
+#include "models/graph_step.h"
 #include "models/train_setup.h"
 
 namespace rf::models {
@@ -123,6 +124,7 @@ TrainResult train(const TrainOptions& opt, std::ostream& log) {
     rf::log::warn("train", "the checkpoint holds step ", first_step - 1, ", this run has ", total_steps,
               " steps: nothing left to train");
 
+  GraphStep stepper(*model, sgd, opt.device, kReferenceClasses, opt.cuda_graph ? opt.make_graph : nullptr);
   std::vector<int32_t> labels;
   const TimePoint t0 = Clock::now();
   TimePoint window_t = t0;
@@ -138,12 +140,8 @@ TrainResult train(const TrainOptions& opt, std::ostream& log) {
     Tensor x = Tensor::empty({b, train_set.c, train_set.h, train_set.w});
     labels.resize(b);
     data::gather_batch(train_set, idx, x.data(), labels.data());
-    x = x.to(opt.device);
-
-    sgd.zero_grad();
-    Tensor loss = classification_loss((*model)(x), labels, Reduction::Mean);
-    loss.backward();
-    sgd.step();
+    // zero_grad, forward, loss, backward, SGD: eagerly, or as a CUDA graph (--cuda-graph).
+    Tensor loss = stepper.run(x, labels);
     // The loss reaches the host once the whole step is issued: on a device, reading it
     // earlier would make backward wait for the forward (every step's loss is recorded).
     const float loss_value = loss.item();
@@ -200,6 +198,11 @@ TrainResult train(const TrainOptions& opt, std::ostream& log) {
     r.ckpt_wait_seconds = checkpointer->wait_seconds();
   }
   r.train_seconds = seconds_since(t0);
+  if (opt.cuda_graph) {
+    const GraphStep::Counts c = stepper.counts();
+    log << "== cuda graph: " << c.captures << " captured, " << c.replays << " replayed, " << c.eager
+        << " eager steps\n";
+  }
   r.steps = std::max(end_step, first_step);
   r.samples_per_sec = r.train_seconds > 0 ? r.samples / r.train_seconds : 0.0;
   r.state_digest = state_digest(*model, sgd);

@@ -14,6 +14,7 @@
 
 #include "comm/communicator.h"
 #include "core/device.h"
+#include "core/step_graph.h"
 #include "models/reference.h"
 
 namespace rf::models {
@@ -71,6 +72,11 @@ struct TrainOptions {
   // pieces, each computed alone, their gradients summed exactly: the same bits for any W.
   bool exact = false;
   int micro_shards = 8;
+  // By hand on a GPU (--cuda-graph): the step captured as a CUDA graph and replayed
+  // (models/graph_step.h); make_graph is the program's factory (rf::make_cuda_graph, set by
+  // its main(); null: every step eager).
+  bool cuda_graph = false;
+  StepGraphFactory make_graph = nullptr;
 };
 
 struct TrainResult {

@@ -12,6 +12,7 @@
 
 #include "base/log.h"
 #include "comm/cuda/register.h"
+#include "core/cuda_graph.h"
 #include "core/cuda_runtime.h"
 #include "core/malloc_tuning.h"
 #include "ddp/gpu_hang.h"
@@ -73,6 +74,7 @@ int main(int argc, char** argv) {
     rf::register_cuda_runtime();
     rf::comm::register_cuda_comm();
     inventory = {rf::cuda_device_count(), rf::cuda_unavailable_reason(), &rf::ddp::hang_gpu_stream};
+    flags.options.make_graph = &rf::make_cuda_graph;
   }
   return run_train_program(flags.options, inventory, std::cout, std::cerr);
 }

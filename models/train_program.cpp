@@ -57,6 +57,11 @@ int run_train_program(TrainOptions opt, const GpuInventory& inventory, std::ostr
   const std::string name = std::string("train_") + model_name(opt.model);
   const bool launched = launched_by_ringfence();
   try {
+    // The data-parallel step is not captured: its all-reduces start from hooks inside
+    // backward and its control block is read on the host before the optimizer (docs/gpu.md,
+    // "The step as a CUDA graph").
+    if (launched && opt.cuda_graph)
+      throw FlagError("--cuda-graph: only by hand (one process); under ringfence run the step is not captured");
     opt.device = prepare_device(opt, inventory, launched);
   } catch (const FlagError& e) {
     err << (name + ": " + e.what() + "\n") << std::flush;  // one write: workers share the terminal

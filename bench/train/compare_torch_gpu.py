@@ -14,7 +14,11 @@ ratio ringfence / best, per model and batch, and writes them as JSON.
 
   python3 bench/train/compare_torch_gpu.py [--bin build/bin] [--device cuda:0] [--batches 128,1024]
       [--models mlp,cnn] [--modes eager,graph,compile] [--steps-mlp 300] [--steps-cnn 100]
-      [--warmup 20] [--repeats 3] [--json FILE] [--dry-run]
+      [--warmup 20] [--repeats 3] [--ringfence-cuda-graph] [--json FILE] [--dry-run]
+
+--ringfence-cuda-graph times ringfence's step captured as a CUDA graph and replayed
+(train_bench --cuda-graph), the peer of PyTorch's "graph" mode; without it ringfence runs
+eagerly.
 
 --dry-run needs no GPU and no ringfence build: every mode runs 3 steps of batch 8 on the CPU
 where it can (eager; compile if torch.compile works here; graph needs CUDA and says so), to
@@ -131,10 +135,10 @@ def dry_run(models, modes):
     return 1 if failed else 0
 
 
-def bench_ringfence(bin_dir, device, name, batch, steps, warmup):
+def bench_ringfence(bin_dir, device, name, batch, steps, warmup, cuda_graph=False):
     exe = os.path.join(bin_dir, "train_bench")
     cmd = [exe, "--model", name, "--batch", str(batch), "--steps", str(steps), "--warmup", str(warmup),
-           "--device", device]
+           "--device", device] + (["--cuda-graph"] if cuda_graph else [])
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     if p.returncode != 0:
         sys.exit(f"compare_torch_gpu: {' '.join(cmd)} exited {p.returncode}:\n{p.stdout}{p.stderr}")
@@ -156,6 +160,8 @@ def main():
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--modes", default="eager,graph,compile", help="PyTorch's modes to measure")
+    ap.add_argument("--ringfence-cuda-graph", action="store_true",
+                    help="ringfence's step captured as a CUDA graph (train_bench --cuda-graph)")
     ap.add_argument("--json", help="write the settings and results here")
     ap.add_argument("--dry-run", action="store_true", help="run each mode's step on the CPU, time nothing")
     a = ap.parse_args()
@@ -187,7 +193,8 @@ def main():
         "cudnn_benchmark": torch.backends.cudnn.benchmark,
         "torch_sgd": sgd_kind,
         "torch_modes": modes,
-        "ringfence": "train_bench --device, cuBLAS CUBLAS_DEFAULT_MATH (fp32, no TF32), deterministic kernels",
+        "ringfence": "train_bench --device" + (" --cuda-graph" if a.ringfence_cuda_graph else "")
+                     + ", cuBLAS CUBLAS_DEFAULT_MATH (fp32, no TF32), deterministic kernels",
         "warmup_steps": a.warmup,
         "repeats": a.repeats,
     }
@@ -210,7 +217,7 @@ def main():
                         per_mode[m].append(bench_torch(torch, a.device, name, batch, steps, a.warmup, m))
                     except Exception as e:  # noqa: BLE001  (a mode that cannot run here is said, not hidden)
                         errors[m] = str(e).splitlines()[0][:300] if str(e) else type(e).__name__
-                rfs.append(bench_ringfence(a.bin, a.device, name, batch, steps, a.warmup))
+                rfs.append(bench_ringfence(a.bin, a.device, name, batch, steps, a.warmup, a.ringfence_cuda_graph))
             best_of = {m: max(v) for m, v in per_mode.items() if v}
             if not best_of:
                 sys.exit(f"compare_torch_gpu: no PyTorch mode ran for {name} batch {batch}: {errors}")

@@ -33,6 +33,11 @@ void SGD::step() {
   }
 }
 
+void SGD::count_replayed_step() {
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (params_[i].second.impl().grad) ++steps_[i];
+}
+
 std::vector<NamedTensor> SGD::named_buffers() const {
   std::vector<NamedTensor> out;
   for (size_t i = 0; i < momentum_.size(); ++i)

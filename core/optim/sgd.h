@@ -15,6 +15,10 @@ class SGD : public Optimizer {
  public:
   SGD(std::vector<NamedTensor> params, const SgdOptions& options);
   void step() override;
+  // A replay of a captured step (models/graph_step.h) applied step()'s update on the device
+  // without calling it: the counters advance as step() would have advanced them. A capture
+  // is valid only after every parameter's first step (that one initialises the momentum).
+  void count_replayed_step();
   // "<param>.momentum_buffer" per parameter when momentum != 0 (zeros before step one).
   std::vector<NamedTensor> named_buffers() const override;
   const char* kind() const override { return "sgd"; }

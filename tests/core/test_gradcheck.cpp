@@ -3,6 +3,11 @@
 // different weight.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <memory>
+#include <vector>
+
+#include "base/error.h"
 #include "core/ops.h"
 #include "tests/core/gradcheck.h"
 
@@ -115,6 +120,28 @@ TEST_CASE("cross_entropy values: mean = sum / N, and the known value for uniform
   std::vector<int32_t> labels{0, 1, 2, 3};
   CHECK(cross_entropy(x, labels, Reduction::Mean).item() == doctest::Approx(std::log(10.0)).epsilon(1e-6));
   CHECK(cross_entropy(x, labels, Reduction::Sum).item() == doctest::Approx(4 * std::log(10.0)).epsilon(1e-6));
+}
+
+TEST_CASE("cross_entropy with the labels already on the device: the host labels' loss and gradient, bit for bit") {
+  Generator g(16);
+  const std::vector<int32_t> labels{0, 4, 2, 1};
+  auto on_device = Storage::allocate(sizeof(int32_t) * labels.size());
+  std::copy(labels.begin(), labels.end(), on_device->data<int32_t>());
+  for (Reduction red : {Reduction::Sum, Reduction::Mean}) {
+    Tensor x = random_tensor({4, 5}, g, -2.0f, 2.0f);
+    x.set_requires_grad(true);
+    Tensor a = cross_entropy(x, labels, red);
+    a.backward();
+    const std::vector<float> grad_host(x.grad().values().begin(), x.grad().values().end());
+    x.zero_grad();
+    Tensor b = cross_entropy(x, on_device, red);
+    b.backward();
+    CHECK(a.item() == b.item());
+    CHECK(std::vector<float>(x.grad().values().begin(), x.grad().values().end()) == grad_host);
+  }
+  Tensor x = Tensor::zeros({5, 5});
+  CHECK_THROWS_WITH_AS(cross_entropy(x, on_device), "nll_loss: device labels hold fewer than 5 rows", rf::InvalidInput);
+  CHECK_THROWS_AS(cross_entropy(x, std::shared_ptr<Storage>()), rf::InvalidInput);
 }
 
 TEST_CASE("a small MLP end to end against finite differences") {

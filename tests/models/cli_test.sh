@@ -8,7 +8,7 @@ trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
 for prog in train_mlp train_cnn; do
-  "$bin/$prog" --help | grep -q -- "--batch-log" || fail "$prog --help lacks --batch-log"
+  "$bin/$prog" --help | grep -- "--batch-log" > /dev/null || fail "$prog --help lacks --batch-log"
   set +e
   "$bin/$prog" --bogus 2>"$tmp/err"; rc=$?
   set -e
@@ -20,7 +20,7 @@ for prog in train_mlp train_cnn; do
   [[ $rc == 1 ]] || fail "$prog with a missing data dir exited $rc, want 1"
   grep -q "nowhere" "$tmp/err" || fail "$prog: missing-data error does not name the path"
   for flag in "--device D" "--backend B"; do
-    "$bin/$prog" --help | grep -q -- "$flag" || fail "$prog --help lacks $flag"
+    "$bin/$prog" --help | grep -- "$flag" > /dev/null || fail "$prog --help lacks $flag"
   done
   # --device / --backend: a bad value, NCCL on the CPU, exit 2 naming the flag.
   for bad in "--device gpu:--device" "--backend mpi:--backend" "--backend nccl:--backend nccl: needs a GPU"; do
@@ -151,6 +151,14 @@ if [[ -x "$bin/ringfence" ]]; then
   [[ $rc != 0 ]] && grep -q -- "--metrics $tmp/no/such/dir/m.json: cannot open for writing" "$tmp/err" \
     || fail "ringfence run with an unwritable --metrics: exit $rc, $(tail -5 "$tmp/err")"
   ! grep -q "test accuracy" "$tmp/out" || fail "ringfence run trained before refusing an unwritable --metrics"
+  # --cuda-graph is by hand only: under ringfence run every worker refuses it at its start
+  # (exit 2) and the job stops with the reason, nobody restarted.
+  set +e
+  "$bin/ringfence" run -n 1 --quiet -- "$bin/train_mlp" "${quick[@]}" --device cuda --cuda-graph \
+    > "$tmp/out" 2>"$tmp/err"; rc=$?
+  set -e
+  [[ $rc != 0 ]] && grep -q -- "--cuda-graph: only by hand (one process); under ringfence run the step is not captured" \
+    "$tmp/err" || fail "ringfence run with --cuda-graph: exit $rc, $(tail -5 "$tmp/err")"
   # --loss-log is written by slot 0 alone, but every worker checks it: when slot 0 alone
   # failed, the others waited out --min-world-timeout (once per incarnation of slot 0).
   set +e

@@ -120,7 +120,7 @@ TEST_CASE("--help lists every flag, in columns, from the parser's own table") {
                         "--backend", "--log-interval", "--max-steps", "--synthetic", "--init", "--metrics",
                         "--loss-log", "--batch-log", "--ckpt-dir", "--ckpt-every", "--ckpt-keep", "--ckpt-staging", "--resume",
                         "--resume-from", "--verify-every", "--audit-log", "--flight-dir",
-                        "--ckpt-test-pause-in-write"})
+                        "--ckpt-test-pause-in-write", "--cuda-graph"})
     CHECK_MESSAGE(help.find(std::string("\n  ") + f + " ") != std::string::npos, f);
   // -h is --help's short form, parsed but not listed apart.
   CHECK(parse_train_flags({"-h"}, ModelKind::MLP).help);
@@ -152,5 +152,8 @@ TEST_CASE("exact error texts, and the last of a repeated flag wins") {
   CHECK(error({"--epochs", "0", "--bogus"}) == "--epochs: 0 is below the minimum 1");
   CHECK(error({"--bogus", "--epochs", "0"}) == "unknown flag '--bogus' (see --help)");
   CHECK(error({"--lr", "x", "--batch"}) == "--lr: 'x' is not a non-negative number");
+  CHECK(error({"--cuda-graph"}) == "--cuda-graph: needs --device cuda or cuda:N");
+  CHECK(parse_train_flags({"--cuda-graph", "--device", "cuda"}, ModelKind::MLP).options.cuda_graph);
+  CHECK_FALSE(parse_train_flags({"--device", "cuda"}, ModelKind::MLP).options.cuda_graph);
   CHECK(parse_train_flags({"--epochs", "2", "--epochs=3"}, ModelKind::MLP).options.epochs == 3);
 }
