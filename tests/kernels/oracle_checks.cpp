@@ -215,9 +215,11 @@ void check_conv(const TableUnderTest& t, Rng& r, Checked& c) {
       {2, 2, 7, 8, 3, 3, 2, 1, 1},     // non-square kernel: no direct input gradient
       {1, 1, 28, 28, 16, 5, 5, 1, 2},  // the CNN's first convolution, one sample
       // CUDA's weight gradient cut along K into slices (kernels/cuda/blas.h): one chunk of
-      // samples, then two (64 MiB of columns hold 53 samples), the second adding to the slices
+      // samples, then several, the last one short (24 MiB of columns hold 20 samples of the
+      // second and 24 of the third), each adding to the slices
       {16, 2, 28, 28, 4, 5, 5, 1, 2},
       {64, 16, 28, 28, 8, 5, 5, 1, 2},
+      {40, 32, 40, 40, 2, 5, 5, 2, 0},
   };
   for (int i = 0; i < 4; ++i) {
     const int64_t k = r.range(1, 4);
