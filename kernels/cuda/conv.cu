@@ -1,5 +1,7 @@
-// conv2d on CUDA (ops.h): im2col + cuBLAS over chunks of samples, the columns laid out per
-// pass (conv_index.h) so that no pass permutes the larger of its operands:
+// conv2d on CUDA (ops.h). A one-channel input (a network's first layer) goes to the direct
+// kernels of conv_direct.h where they fit; everything else is im2col + cuBLAS over chunks
+// of samples, the columns laid out per pass (conv_index.h) so that no pass permutes the
+// larger of its operands:
 //   forward: col sample-major ([nb][CKK][P]); one strided-batched GEMM writes
 //            out_n[OC, P] = W[OC, CKK] col_n straight into the NCHW output, then the bias
 //            is added per output plane;
@@ -21,6 +23,7 @@
 #include "base/error.h"
 #include "base/str.h"
 #include "kernels/cuda/blas.h"
+#include "kernels/cuda/conv_direct.h"
 #include "kernels/cuda/conv_index.h"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/ops.h"
@@ -173,6 +176,7 @@ void backward_gemm(const Exec& e, const ConvShape& s, const float* x, const floa
 void conv2d_forward(const Exec& e, const ConvShape& s, const float* x, const float* w, const float* bias,
                     float* out) {
   if (s.batch <= 0 || s.out_channels <= 0 || s.g.out_h() * s.g.out_w() <= 0) return;
+  if (one_channel_forward_fits(s)) return one_channel_forward(e, s, x, w, bias, out);
   forward_gemm(e, s, x, w, bias, out);
 }
 
@@ -183,6 +187,10 @@ void conv2d_backward(const Exec& e, const ConvShape& s, const float* x, const fl
   if (s.g.out_h() * s.g.out_w() <= 0) {
     if (dX && !accumulate_dx) fill(e, s.batch * s.g.channels * s.g.height * s.g.width, 0.0f, dX);
     return;
+  }
+  if (dW && one_channel_wgrad_fits(s)) {
+    one_channel_weight_grad(e, s, x, G, dW);
+    dW = nullptr;
   }
   if (dW || dX) backward_gemm(e, s, x, w, G, dX, accumulate_dx, dW);
 }

@@ -1,5 +1,5 @@
 #pragma once
-// The per-element arithmetic of the CUDA convolution kernels (conv.cu) as
+// The per-element arithmetic of the CUDA convolution kernels (conv.cu, conv_direct.cu) as
 // plain functions of 32-bit ints, compiled for the device there and for the host in
 // tests/kernels/test_conv_index.cpp, which runs them over every index against
 // kernels/reference. The launchers check that every index of a chunk fits int32 before
@@ -29,7 +29,7 @@ struct Geo32 {
   RF_HD int in_plane() const { return c * h * w; }
 };
 
-// No range check: the launchers check first (conv.cu).
+// No range check: the launchers check first (conv.cu, conv_direct.cu).
 inline Geo32 geo32_unchecked(const ConvGeometry& g) {
   return {static_cast<int>(g.channels), static_cast<int>(g.height), static_cast<int>(g.width),
           static_cast<int>(g.kernel_h),  static_cast<int>(g.kernel_w), static_cast<int>(g.stride),
@@ -91,6 +91,81 @@ RF_HD inline float col2im_sum(const Geo32& g, const float* dcol, int i) {
     }
   }
   return s;
+}
+
+// ---- one input channel, direct (conv_direct.cu) ------------------------------------------
+//
+// A block stages one sample's plane zero-padded in shared memory: staged row r, column t
+// (r < hs, t < ws) at r*ws + t holds x[r - pad, t - pad] or 0, where hs = (OH-1)*s + KH and
+// ws = (OW-1)*s + KW are the rows and columns some output reads. Output p's tap (kh, kw)
+// then reads staged[origin(p) + kh*ws + kw] with no bounds test. Output channels go in
+// quads (ocq = ceil(OC/4), the last padded with zero weights) so that one 16-byte shared
+// load serves four multiply-adds.
+struct alignas(16) Quad {
+  float v[4];
+};
+
+constexpr int kDirectMaxKw = 8;  // the weight gradient keeps a kernel row of quads in registers
+
+struct OneChannel {
+  Geo32 g;  // g.c == 1
+  int oc, ocq, hs, ws;
+};
+
+inline OneChannel one_channel_unchecked(const Geo32& g, int oc) {
+  return {g, oc, (oc + 3) / 4, (g.oh - 1) * g.stride + g.kh, (g.ow - 1) * g.stride + g.kw};
+}
+
+RF_HD inline float staged_input(const OneChannel& d, const float* xn, int r, int t) {
+  const int ih = r - d.g.pad, iw = t - d.g.pad;
+  return ih >= 0 && ih < d.g.h && iw >= 0 && iw < d.g.w ? xn[ih * d.g.w + iw] : 0.0f;
+}
+
+RF_HD inline int staged_origin(const OneChannel& d, int p) {
+  const int oh = p / d.g.ow, ow = p - oh * d.g.ow;
+  return oh * d.g.stride * d.ws + ow * d.g.stride;
+}
+
+// The staged weights: quad q of tap (kh*KW + kw) at tap*ocq + q, lane l holding
+// w[4q + l, 0, kh, kw] (0 past OC).
+RF_HD inline float staged_weight(const OneChannel& d, const float* w, int tap, int oc) {
+  return oc < d.oc ? w[oc * d.g.kh * d.g.kw + tap] : 0.0f;
+}
+
+// Forward: the sums of output p for the quads q0 .. q0+3 (those below ocq), over the taps
+// in kh-then-kw order: acc[j].v[l] = sum of wt[tap*ocq + q0 + j].v[l] * staged x.
+RF_HD inline void direct_forward_sums(const OneChannel& d, const float* xs, const Quad* wt, int p, int q0,
+                                      Quad acc[4]) {
+  RF_UNROLL
+  for (int j = 0; j < 4; ++j)
+    for (int l = 0; l < 4; ++l) acc[j].v[l] = 0.0f;
+  const int base = staged_origin(d, p);
+  for (int kh = 0; kh < d.g.kh; ++kh)
+    for (int kw = 0; kw < d.g.kw; ++kw) {
+      const float xv = xs[base + kh * d.ws + kw];
+      const Quad* row = wt + (kh * d.g.kw + kw) * d.ocq + q0;
+      RF_UNROLL
+      for (int j = 0; j < 4; ++j) {
+        if (q0 + j >= d.ocq) break;
+        const Quad wq = row[j];
+        RF_UNROLL
+        for (int l = 0; l < 4; ++l) acc[j].v[l] += wq.v[l] * xv;
+      }
+    }
+}
+
+// Weight gradient: output p's terms for kernel row kh and one quad of output channels,
+// gq = that quad's output gradient at p: acc[kw].v[l] += gq.v[l] * staged x at tap (kh, kw).
+RF_HD inline void direct_wgrad_terms(const OneChannel& d, const float* xs, int origin, int kh, const Quad& gq,
+                                     Quad acc[kDirectMaxKw]) {
+  const float* row = xs + origin + kh * d.ws;
+  RF_UNROLL
+  for (int kw = 0; kw < kDirectMaxKw; ++kw) {
+    if (kw >= d.g.kw) break;
+    const float xv = row[kw];
+    RF_UNROLL
+    for (int l = 0; l < 4; ++l) acc[kw].v[l] += gq.v[l] * xv;
+  }
 }
 
 }  // namespace rf::kernels::cuda_ops

@@ -10,8 +10,9 @@
 // same inputs give the same bits on every run. GEMM is cuBLAS (blas.h: one handle per
 // stream with its own workspace, atomics off, fp32 math without TF32); convolution is
 // im2col + cuBLAS over chunks of samples, its input gradient a col2im gather (one thread
-// per input element; conv.cu). The optimizers do the CPU kernels' arithmetic operation
-// for operation, without contraction into fused multiply-adds.
+// per input element), or direct kernels for a one-channel input (conv.cu). The
+// optimizers do the CPU kernels' arithmetic operation for operation, without contraction
+// into fused multiply-adds.
 // tests/kernels/test_kernels_cuda checks every entry against kernels/reference, and twice
 // against itself, on a GPU.
 #include "kernels/op_table.h"

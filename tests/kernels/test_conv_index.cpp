@@ -1,8 +1,9 @@
 // The CUDA convolution kernels' per-element arithmetic (kernels/cuda/conv_index.h), run on
 // the host over every index and checked against the reference table: im2col in both
 // column layouts (then the forward and the weight gradient as the kernels' GEMMs compute
-// them) and col2im. Needs no GPU; the kernels' thread-to-element loops are left to
-// test_kernels_cuda on one.
+// them), col2im, and the one-channel direct forward and weight gradient with their staged
+// plane and weights. Needs no GPU; the kernels' thread-to-element loops and staging are
+// left to test_kernels_cuda on one.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -149,5 +150,63 @@ TEST_CASE("cuda conv index: col2im over the sample-major column gradient equals 
     std::vector<float> dx(p.dx.size());
     for (int i = 0; i < nb * g.in_plane(); ++i) dx[static_cast<size_t>(i)] = col2im_sum(g, dcol.data(), i);
     check_close(dx, p.dx, OC * q.kh * q.kw, "input gradient");
+  }
+}
+
+TEST_CASE("cuda conv index: the one-channel direct forward and weight gradient equal the reference") {
+  unsigned seed = 200;
+  for (const Geo& q : kGeos) {
+    if (q.c != 1 || q.kw > kDirectMaxKw) continue;
+    CAPTURE(q.h);
+    CAPTURE(q.w);
+    CAPTURE(q.oc);
+    CAPTURE(q.stride);
+    CAPTURE(q.pad);
+    const Problem p = make(q.batch, q.c, q.h, q.w, q.oc, q.kh, q.kw, q.stride, q.pad, seed++);
+    const OneChannel d = one_channel_unchecked(geo32_unchecked(p.s.g), static_cast<int>(q.oc));
+    const int KK = d.g.kh * d.g.kw, P = d.g.positions();
+    REQUIRE(d.hs <= d.g.h + 2 * d.g.pad);
+    REQUIRE(d.ws <= d.g.w + 2 * d.g.pad);
+    std::vector<Quad> wt(static_cast<size_t>(KK * d.ocq));
+    for (int tap = 0; tap < KK; ++tap)
+      for (int oc = 0; oc < d.ocq * 4; ++oc)
+        wt[static_cast<size_t>(tap * d.ocq + oc / 4)].v[oc % 4] = staged_weight(d, p.w.data(), tap, oc);
+    std::vector<float> out(p.out.size());
+    std::vector<Quad> dw_acc(static_cast<size_t>(d.g.kh * d.ocq * kDirectMaxKw), Quad{});
+    for (int n = 0; n < static_cast<int>(q.batch); ++n) {
+      const float* xn = p.x.data() + n * d.g.h * d.g.w;
+      std::vector<float> xs(static_cast<size_t>(d.hs * d.ws));
+      for (int r = 0; r < d.hs; ++r)
+        for (int t = 0; t < d.ws; ++t) xs[static_cast<size_t>(r * d.ws + t)] = staged_input(d, xn, r, t);
+      for (int pp = 0; pp < P; ++pp) {
+        for (int q0 = 0; q0 < d.ocq; q0 += 4) {
+          Quad acc[4];
+          direct_forward_sums(d, xs.data(), wt.data(), pp, q0, acc);
+          for (int j = 0; j < 4 && q0 + j < d.ocq; ++j)
+            for (int l = 0; l < 4; ++l) {
+              const int oc = (q0 + j) * 4 + l;
+              if (oc < d.oc) out[static_cast<size_t>((n * d.oc + oc) * P + pp)] = acc[j].v[l];
+            }
+        }
+        for (int kh = 0; kh < d.g.kh; ++kh)
+          for (int qq = 0; qq < d.ocq; ++qq) {
+            Quad gq{};
+            for (int l = 0; l < 4; ++l) {
+              const int oc = qq * 4 + l;
+              gq.v[l] = oc < d.oc ? p.g[static_cast<size_t>((n * d.oc + oc) * P + pp)] : 0.0f;
+            }
+            direct_wgrad_terms(d, xs.data(), staged_origin(d, pp), kh, gq,
+                               &dw_acc[static_cast<size_t>((kh * d.ocq + qq) * kDirectMaxKw)]);
+          }
+      }
+    }
+    check_close(out, p.out, KK, "one-channel forward");
+    std::vector<float> dw(p.dw.size());
+    for (int oc = 0; oc < d.oc; ++oc)
+      for (int kh = 0; kh < d.g.kh; ++kh)
+        for (int kw = 0; kw < d.g.kw; ++kw)
+          dw[static_cast<size_t>(oc * KK + kh * d.g.kw + kw)] =
+              dw_acc[static_cast<size_t>((kh * d.ocq + oc / 4) * kDirectMaxKw + kw)].v[oc % 4];
+    check_close(dw, p.dw, q.batch * P, "one-channel weight gradient");
   }
 }
