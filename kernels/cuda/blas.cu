@@ -59,6 +59,19 @@ void gemm(const Exec& e, bool trans_a, bool trans_b, int64_t m, int64_t n, int64
                               as_int(ldb, "ldb"), a, as_int(lda, "lda"), &beta, c, as_int(ldc, "ldc")));
 }
 
+void gemm_strided_batched(const Exec& e, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                          const float* a, int64_t lda, int64_t stride_a, const float* b, int64_t ldb,
+                          int64_t stride_b, float beta, float* c, int64_t ldc, int64_t stride_c, int64_t batch) {
+  if (m <= 0 || n <= 0 || batch <= 0) return;
+  cublasHandle_t h = handle_for(stream_of(e));
+  // The column-major view of gemm(), each product's operands at their own offsets.
+  const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  RF_CUBLAS_CHECK(cublasSgemmStridedBatched(h, op_b, op_a, as_int(n, "n"), as_int(m, "m"), as_int(k, "k"), &alpha, b,
+                                            as_int(ldb, "ldb"), stride_b, a, as_int(lda, "lda"), stride_a, &beta, c,
+                                            as_int(ldc, "ldc"), stride_c, as_int(batch, "batch")));
+}
+
 namespace {
 
 __global__ void reduce_slices_kernel(int64_t count, int64_t splits, const float* slices, bool accumulate, float* c) {

@@ -19,6 +19,13 @@ namespace rf::kernels::cuda_ops {
 void gemm(const Exec& e, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
+// `batch` independent GEMMs of gemm()'s form in one cuBLAS call: product i reads
+// a + i * stride_a and b + i * stride_b and writes c + i * stride_c (a stride 0 shares one
+// matrix, e.g. a convolution's weights across its samples).
+void gemm_strided_batched(const Exec& e, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                          const float* a, int64_t lda, int64_t stride_a, const float* b, int64_t ldb,
+                          int64_t stride_b, float beta, float* c, int64_t ldc, int64_t stride_c, int64_t batch);
+
 // A reduction-heavy product: C[M, N] (+)= A[M, K] B[N, K]^T with K much larger than M x N
 // (a convolution's weight gradient: K is every output position of the batch). One GEMM
 // would run on as few blocks as C has tiles (one or a few of the GPU's 132 SMs); this one

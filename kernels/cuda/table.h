@@ -8,11 +8,13 @@
 // Deterministic: no float atomics anywhere. Reductions run in a fixed tree per block and a
 // fixed second pass, with launch shapes that depend only on the problem's size, so the
 // same inputs give the same bits on every run. GEMM is cuBLAS (blas.h: one handle per
-// stream with its own workspace, atomics off, fp32 math without TF32); convolution is a
-// batched im2col + one GEMM, its input gradient a col2im gather (one thread per input
-// element). The optimizers do the CPU kernels' arithmetic operation for operation, without
-// contraction into fused multiply-adds. tests/kernels/test_kernels_cuda checks every entry
-// against kernels/reference, and twice against itself, on a GPU.
+// stream with its own workspace, atomics off, fp32 math without TF32); convolution is
+// im2col + cuBLAS over chunks of samples, its input gradient a col2im gather (one thread
+// per input element), or direct kernels for a one-channel input (conv.cu). The
+// optimizers do the CPU kernels' arithmetic operation for operation, without contraction
+// into fused multiply-adds.
+// tests/kernels/test_kernels_cuda checks every entry against kernels/reference, and twice
+// against itself, on a GPU.
 #include "kernels/op_table.h"
 
 namespace rf::kernels {

@@ -214,10 +214,18 @@ void check_conv(const TableUnderTest& t, Rng& r, Checked& c) {
       {1, 2, 6, 40, 4, 3, 3, 1, 1},    // out_w 40 > 32: im2col + GEMM at stride 1
       {2, 2, 7, 8, 3, 3, 2, 1, 1},     // non-square kernel: no direct input gradient
       {1, 1, 28, 28, 16, 5, 5, 1, 2},  // the CNN's first convolution, one sample
+      // One input channel: CUDA's direct kernels (kernels/cuda/conv_direct.h) where they fit
+      {5, 1, 28, 28, 16, 5, 5, 1, 2},   // the CNN's first convolution
+      {301, 1, 8, 9, 5, 3, 3, 2, 1},    // 151 weight-gradient groups of 2 samples, the last of 1
+      {3, 1, 11, 10, 19, 4, 3, 2, 0},   // 19 channels: two groups of quads, the last one short
+      {2, 1, 12, 12, 3, 9, 9, 1, 4},    // KW 9 > 8: direct forward, im2col weight gradient
+      {2, 1, 120, 120, 2, 3, 3, 1, 1},  // a plane too big for shared memory: im2col throughout
       // CUDA's weight gradient cut along K into slices (kernels/cuda/blas.h): one chunk of
-      // samples, then two (64 MiB of columns hold 53 samples), the second adding to the slices
+      // samples, then several, the last one short (24 MiB of columns hold 20 samples of the
+      // second and 24 of the third), each adding to the slices
       {16, 2, 28, 28, 4, 5, 5, 1, 2},
       {64, 16, 28, 28, 8, 5, 5, 1, 2},
+      {40, 32, 40, 40, 2, 5, 5, 2, 0},
   };
   for (int i = 0; i < 4; ++i) {
     const int64_t k = r.range(1, 4);
