@@ -35,8 +35,11 @@ Tensor log_softmax(const Tensor& x);  // over the last axis of a 2-D tensor
 Tensor nll_loss(const Tensor& logp, std::span<const int32_t> labels, Reduction r = Reduction::Mean);
 Tensor cross_entropy(const Tensor& logits, std::span<const int32_t> labels,
                      Reduction r = Reduction::Mean);
+// InvalidInput naming the first label outside [0, classes) and its row: nll_loss's check of
+// host labels, for a caller that copies them to the device itself.
+void check_class_labels(std::span<const int32_t> labels, int64_t classes);
 // The same with the labels already on logp's device: `labels` holds rows int32 values,
-// which the caller has checked against [0, C). Nothing is copied from the host, so the
+// which the caller has checked against [0, C) (check_class_labels). Nothing is copied from the host, so the
 // call can be captured in a CUDA graph (core/cuda_graph.h); `labels` stays alive as long
 // as the result's graph.
 Tensor nll_loss(const Tensor& logp, std::shared_ptr<Storage> labels, Reduction r = Reduction::Mean);

@@ -22,6 +22,12 @@ Tensor log_softmax(const Tensor& x) {
   return out;
 }
 
+void check_class_labels(std::span<const int32_t> labels, int64_t classes) {
+  for (size_t i = 0; i < labels.size(); ++i)
+    if (labels[i] < 0 || labels[i] >= classes)
+      throw InvalidInput(str("nll_loss: label ", labels[i], " of row ", i, " is outside [0, ", classes, ")"));
+}
+
 Tensor nll_loss(const Tensor& logp, std::span<const int32_t> labels, Reduction r) {
   detail::require_dims("nll_loss", logp, 2, "log-probabilities");
   const int64_t rows = logp.size(0), cols = logp.size(1);
@@ -29,10 +35,7 @@ Tensor nll_loss(const Tensor& logp, std::span<const int32_t> labels, Reduction r
     throw InvalidInput(str("nll_loss: ", labels.size(), " labels for ", rows, " rows"));
   if (rows == 0) throw InvalidInput("nll_loss: empty batch");
   // The labels are host memory: checked here, before anything is issued to the device.
-  for (int64_t i = 0; i < rows; ++i)
-    if (labels[i] < 0 || labels[i] >= cols)
-      throw InvalidInput(str("nll_loss: label ", labels[i], " of row ", i, " is outside [0, ",
-                             cols, ")"));
+  check_class_labels(labels, cols);
   // Backward needs the labels after the caller's buffer may have changed: a device copy.
   auto saved = Storage::allocate(sizeof(int32_t) * rows, logp.device());
   runtime(logp.device(), "nll_loss").write(saved->data(), labels.data(), sizeof(int32_t) * rows);

@@ -118,14 +118,8 @@ Tensor GraphStep::eager(const Tensor& x, std::span<const int32_t> labels) {
   return loss;
 }
 
-void GraphStep::check_labels(std::span<const int32_t> labels) const {
-  for (size_t i = 0; i < labels.size(); ++i)
-    if (labels[i] < 0 || labels[i] >= classes_)
-      throw InvalidInput(str("nll_loss: label ", labels[i], " of row ", i, " is outside [0, ", classes_, ")"));
-}
-
 void GraphStep::write_inputs(const Tensor& x, std::span<const int32_t> labels) {
-  check_labels(labels);
+  check_class_labels(labels, classes_);
   DeviceRuntime& rt = runtime(device_, "--cuda-graph");
   rt.write(in_x_.data(), x.data(), sizeof(float) * static_cast<size_t>(x.numel()));
   rt.write(in_labels_->data(), labels.data(), sizeof(int32_t) * labels.size());

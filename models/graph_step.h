@@ -50,7 +50,6 @@ class GraphStep {
  private:
   GraphKey key_of(const Tensor& x) const;
   Tensor eager(const Tensor& x, std::span<const int32_t> labels);
-  void check_labels(std::span<const int32_t> labels) const;
   void write_inputs(const Tensor& x, std::span<const int32_t> labels);
   void drop();
 

@@ -30,8 +30,19 @@ struct Problem {
   std::vector<float> out, dx, dw;  // the reference's forward (no bias) and gradients
 };
 
-Problem make(int64_t batch, int64_t c, int64_t h, int64_t w, int64_t oc, int64_t kh, int64_t kw, int64_t stride,
-             int64_t pad, unsigned seed) {
+struct Geo {
+  int64_t batch, c, h, w, oc, kh, kw, stride, pad;
+};
+
+const Geo kGeos[] = {
+    {2, 3, 12, 12, 8, 5, 5, 1, 2},  {3, 2, 9, 11, 16, 3, 3, 1, 0}, {2, 3, 11, 10, 4, 3, 3, 2, 1},
+    {1, 2, 9, 9, 6, 3, 3, 2, 4},    {2, 2, 7, 8, 3, 3, 2, 1, 1},   {2, 3, 5, 6, 5, 1, 1, 1, 2},
+    {1, 1, 1, 1, 1, 1, 1, 1, 0},    {3, 1, 28, 28, 16, 5, 5, 1, 2}, {2, 1, 13, 9, 7, 4, 3, 2, 3},
+    {2, 1, 10, 10, 19, 3, 5, 1, 0},
+};
+
+Problem make(const Geo& q, unsigned seed) {
+  const auto [batch, c, h, w, oc, kh, kw, stride, pad] = q;
   Problem p{{{c, h, w, kh, kw, stride, pad}, batch, oc}, {}, {}, {}, {}, {}, {}};
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
@@ -67,17 +78,6 @@ void check_close(const std::vector<float>& got, const std::vector<float>& ref, i
                 bad ? got[first] : 0.0f, " vs ", bad ? ref[first] : 0.0f);
 }
 
-struct Geo {
-  int64_t batch, c, h, w, oc, kh, kw, stride, pad;
-};
-
-const Geo kGeos[] = {
-    {2, 3, 12, 12, 8, 5, 5, 1, 2},  {3, 2, 9, 11, 16, 3, 3, 1, 0}, {2, 3, 11, 10, 4, 3, 3, 2, 1},
-    {1, 2, 9, 9, 6, 3, 3, 2, 4},    {2, 2, 7, 8, 3, 3, 2, 1, 1},   {2, 3, 5, 6, 5, 1, 1, 1, 2},
-    {1, 1, 1, 1, 1, 1, 1, 1, 0},    {3, 1, 28, 28, 16, 5, 5, 1, 2}, {2, 1, 13, 9, 7, 4, 3, 2, 3},
-    {2, 1, 10, 10, 19, 3, 5, 1, 0},
-};
-
 }  // namespace
 
 TEST_CASE("cuda conv index: im2col in both layouts, then the kernels' GEMMs, equal the reference") {
@@ -87,7 +87,7 @@ TEST_CASE("cuda conv index: im2col in both layouts, then the kernels' GEMMs, equ
     CAPTURE(q.h);
     CAPTURE(q.stride);
     CAPTURE(q.pad);
-    const Problem p = make(q.batch, q.c, q.h, q.w, q.oc, q.kh, q.kw, q.stride, q.pad, seed++);
+    const Problem p = make(q, seed++);
     const Geo32 g = geo32_unchecked(p.s.g);
     const int nb = static_cast<int>(q.batch), P = g.positions(), CKK = g.rows(), OC = static_cast<int>(q.oc);
     const int total = nb * CKK * P;
@@ -135,7 +135,7 @@ TEST_CASE("cuda conv index: col2im over the sample-major column gradient equals 
     CAPTURE(q.h);
     CAPTURE(q.stride);
     CAPTURE(q.pad);
-    const Problem p = make(q.batch, q.c, q.h, q.w, q.oc, q.kh, q.kw, q.stride, q.pad, seed++);
+    const Problem p = make(q, seed++);
     const Geo32 g = geo32_unchecked(p.s.g);
     const int nb = static_cast<int>(q.batch), P = g.positions(), CKK = g.rows(), OC = static_cast<int>(q.oc);
     std::vector<float> dcol(static_cast<size_t>(nb * CKK * P));  // dcol_n = W^T G_n
@@ -162,7 +162,7 @@ TEST_CASE("cuda conv index: the one-channel direct forward and weight gradient e
     CAPTURE(q.oc);
     CAPTURE(q.stride);
     CAPTURE(q.pad);
-    const Problem p = make(q.batch, q.c, q.h, q.w, q.oc, q.kh, q.kw, q.stride, q.pad, seed++);
+    const Problem p = make(q, seed++);
     const OneChannel d = one_channel_unchecked(geo32_unchecked(p.s.g), static_cast<int>(q.oc));
     const int KK = d.g.kh * d.g.kw, P = d.g.positions();
     REQUIRE(d.hs <= d.g.h + 2 * d.g.pad);
