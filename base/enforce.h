@@ -1,7 +1,7 @@
 #pragma once
 // RF_ENFORCE(cond, message parts...) — checks an invariant and throws rf::EnforceError with
 // the condition text, file:line and the message. Use it for invariants; data that came
-// from a file, a flag or a peer is validated with a typed error instead (STYLE.md).
+// from a file, a flag or a peer is validated with a typed error instead.
 #include "base/error.h"
 #include "base/str.h"
 

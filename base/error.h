@@ -1,7 +1,7 @@
 #pragma once
-// Error types shared by every layer. Recoverable failures are typed exceptions (STYLE.md:
-// "Typed errors, never exit or assert on input"); layers derive their own (comm's
-// PeerFailed / TimedOut / Aborted, the IDX reader's DataError, ...) from rf::Error.
+// Error types shared by every layer. Recoverable failures are typed exceptions, never
+// exit() or assert on input; layers derive their own (comm's PeerFailed / TimedOut /
+// Aborted, the IDX reader's DataError, ...) from rf::Error.
 #include <stdexcept>
 #include <string>
 

@@ -1,12 +1,13 @@
 #pragma once
-// AsyncCheckpointer — disk checkpoints that training does not wait for (DESIGN.md data
-// path 5). save() runs on the training thread at a step boundary: it copies the state
-// into a buffer reused from save to save (one memcpy of S) and returns; a background
-// thread serializes the copy (CRCs, digest) into a second reused buffer and writes it
-// with write_checkpoint_file (temp, fsync, rename, fsync dir), then prunes to the newest
-// `keep`. One write is in flight at most: a save() that finds the previous write still
-// running waits for it (back-pressure, reported in wait_seconds()); writing() lets a
-// caller that must not wait (the trainer's periodic checkpoints) defer instead.
+// AsyncCheckpointer — disk checkpoints that training does not wait for
+// (docs/architecture.md, one step's item 5). save() runs on the training thread at a step
+// boundary: it copies the state into a buffer reused from save to save (one memcpy of S)
+// and returns; a background thread serializes the copy (CRCs, digest) into a second reused
+// buffer and writes it with write_checkpoint_file (temp, fsync, rename, fsync dir), then
+// prunes to the newest `keep`. One write is in flight at most: a save() that finds the
+// previous write still running waits for it (back-pressure, reported in wait_seconds());
+// writing() lets a caller that must not wait (the trainer's periodic checkpoints) defer
+// instead.
 //
 // The constructor takes the directory's writer lock (CheckpointLocked if another writer
 // holds it) and removes temp files a killed writer left. The destructor finishes the write

@@ -89,8 +89,9 @@ SnapshotMeta restore_state(std::span<const std::byte> image, nn::Module& model, 
 
 // StateCopy — the state copied out at a step boundary into memory owned here (reused
 // across captures), so a background thread can serialize and write it while training
-// goes on (DESIGN.md data path 5). capture() costs one memcpy of the state (a CPU state)
-// or one read per tensor into pinned staging (a device's), and one digest of the copy.
+// goes on (docs/architecture.md, one step's item 5). capture() costs one memcpy of the
+// state (a CPU state) or one read per tensor into pinned staging (a device's), and one
+// digest of the copy.
 class StateCopy {
  public:
   void capture(const nn::Module& model, const optim::Optimizer& optimizer, const SnapshotMeta& meta);

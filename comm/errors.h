@@ -1,5 +1,5 @@
 #pragma once
-// Typed communication errors (STYLE.md: recoverable failures are typed exceptions).
+// Typed communication errors (recoverable failures are typed exceptions).
 //
 //   CommError            base; carries where it happened and why
 //   ├─ PeerFailed        a peer's endpoint failed (crash, reset, injected drop)   D1

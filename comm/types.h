@@ -1,7 +1,7 @@
 #pragma once
 // Buffer descriptions shared by every backend. comm knows nothing of tensors: a buffer is
 // (pointer, count, dtype, device), and optionally the registered memory it lies in. The
-// UCX backend takes host memory; device buffers are the NCCL backend's (DESIGN.md
+// UCX backend takes host memory; device buffers are the NCCL backend's (docs/design.md,
 // "Backends"), which also uses the opaque stream.
 #include <cstddef>
 #include <cstdint>

@@ -1,5 +1,6 @@
 #pragma once
-// BucketLayout — which parameter's gradient lives where (DESIGN.md data path, step 2).
+// BucketLayout — which parameter's gradient lives where (docs/architecture.md, one step's
+// item 2).
 //
 // Parameters are taken in REVERSE registration order (the last layer first: backward
 // finalises its gradients first) and packed into buckets of at most `cap_bytes` each; a

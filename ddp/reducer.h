@@ -1,6 +1,6 @@
 #pragma once
-// Reducer — bucketed gradient all-reduce that overlaps backward (DESIGN.md data path,
-// steps 2-4; picotron's bucket.py is the model).
+// Reducer — bucketed gradient all-reduce that overlaps backward (docs/architecture.md,
+// one step's items 2-4; picotron's bucket.py is the model).
 //
 // Each parameter's gradient is a view into a flat bucket buffer (BucketLayout), so the
 // all-reduce works on the gradients in place: no copies. A hook on every parameter fires

@@ -1,8 +1,8 @@
 #pragma once
 // Command lines of `ringfence run` and `ringfence coord`, parsed (CLI11, through
-// base/cli.h) into typed options (STYLE.md: options are typed structs; the environment only
-// supplies defaults). `--flag VALUE` or `--flag=VALUE`. Every mistake throws
-// rf::InvalidInput naming the flag as it was typed, before anything starts.
+// base/cli.h) into typed options (the environment only supplies defaults). `--flag VALUE`
+// or `--flag=VALUE`. Every mistake throws rf::InvalidInput naming the flag as it was
+// typed, before anything starts.
 #include <string>
 #include <vector>
 

@@ -3,8 +3,8 @@
 // no threads, no clock of its own (every method takes `now`). The coordinator's server
 // feeds it events (join, heartbeat, report, ready, failure, connection lost, process
 // exited, leave, a worker's fatal error) and timer ticks, and turns its answers into
-// replies; the same calls in a unit test replay any interleaving exactly (STYLE.md,
-// torchft's quorum_compute).
+// replies; the same calls in a unit test replay any interleaving exactly (torchft's
+// quorum_compute is the model).
 //
 // Phases: FORMING (round for generation 1) -> RUNNING -> RECOVERING (round for g+1) ->
 // RUNNING ... and the ends STOPPED (an error) and DONE (every member left after finishing).

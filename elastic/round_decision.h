@@ -1,7 +1,7 @@
 #pragma once
 // When a round closes (docs/protocol.md step 3), as a pure function of (now, what the round has
 // seen, options): Membership feeds it on every event and tick; unit tests feed it a
-// simulated clock (STYLE.md, torchft's quorum_compute).
+// simulated clock (torchft's quorum_compute is the model).
 //
 //   a live member of the previous generation has not reported  -> Wait (it is alive: a stuck
 //                                   member is evicted by its activity, elastic/liveness.h)

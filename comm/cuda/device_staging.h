@@ -1,5 +1,5 @@
 #pragma once
-// The UCX fallback for device buffers (DESIGN.md "Backends": Debian's UCX has no CUDA
+// The UCX fallback for device buffers (docs/design.md, "Backends": Debian's UCX has no CUDA
 // transports). A Communicator that wraps the generation's host communicator: a collective
 // on a device buffer copies it into pinned, pre-allocated host staging on the caller's
 // stream, runs the host collective on the staging once that copy is done, and copies the

@@ -1,5 +1,5 @@
 #pragma once
-// The NCCL backend (DESIGN.md "Backends"): a Communicator over one non-blocking NCCL
+// The NCCL backend (docs/design.md, "Backends"): a Communicator over one non-blocking NCCL
 // communicator (config.blocking = 0) per generation, on one GPU. Made by
 // make_communicator(Backend::Nccl, o) once register_cuda_comm() installed it.
 //   * Forming: from the generation's ncclUniqueId (comm/nccl/unique_id.h), or with

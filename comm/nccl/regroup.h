@@ -1,8 +1,8 @@
 #pragma once
-// Shrink or fresh init: how the NCCL communicator of the next generation is formed from
-// the previous one's (DESIGN.md "Backends"). Pure: members are opaque names (the trainer
-// passes each worker's identity, e.g. slot and incarnation, so a restarted worker is a
-// new member), in rank order.
+// Shrink or fresh init: how the NCCL communicator of the next generation is formed from the
+// previous one's (docs/design.md, "Backends"). Pure: members are opaque names (the trainer
+// passes each worker's identity, e.g. slot and incarnation, so a restarted worker is a new
+// member), in rank order.
 //
 // ncclCommShrink removes ranks from a communicator and renumbers the rest in their old
 // order, without a new unique id or a bootstrap round. It fits exactly when the next

@@ -1,9 +1,9 @@
 #pragma once
 // The NCCL unique id of one generation, exchanged through the BootstrapStore
-// (DESIGN.md "Backends"). NCCL forms a communicator from an opaque 128-byte ncclUniqueId
-// that one rank makes (ncclGetUniqueId) and every rank passes to ncclCommInitRankConfig.
-// Every generation gets a new communicator and so a new id, published under a key that
-// names the generation: "nccl/uid/g<generation>".
+// (docs/design.md, "Backends"). NCCL forms a communicator from an opaque 128-byte
+// ncclUniqueId that one rank makes (ncclGetUniqueId) and every rank passes to
+// ncclCommInitRankConfig. Every generation gets a new communicator and so a new id,
+// published under a key that names the generation: "nccl/uid/g<generation>".
 //
 // The value in the store is the generation (8 bytes, little-endian) followed by the id:
 // the generation is checked again on read, so an id of another generation is never

@@ -1,9 +1,9 @@
 #pragma once
-// The NCCL backend's wait loop as a pure state machine (DESIGN.md "Backends"; STYLE.md
-// "one wait loop"). The shell (comm/nccl/nccl_communicator.cpp) polls, on one thread,
-// what can end an operation — its CUDA event, ncclCommGetAsyncError, our abort flag —
-// and hands one observation per poll to decide_wait(), which says what to do next. Time
-// is an argument, so the tests drive it on a simulated clock.
+// The NCCL backend's wait loop as a pure state machine (docs/design.md, "Backends": one
+// wait loop). The shell (comm/nccl/nccl_communicator.cpp) polls, on one thread, what can
+// end an operation — its CUDA event, ncclCommGetAsyncError, our abort flag — and hands one
+// observation per poll to decide_wait(), which says what to do next. Time is an argument,
+// so the tests drive it on a simulated clock.
 //
 // Order within one poll (the first that applies wins):
 //   1. our abort flag            -> revoke, Aborted(reason) naming the generation; first,

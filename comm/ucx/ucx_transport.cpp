@@ -107,7 +107,7 @@ void UcxTransport::close_endpoints(bool force, TimePoint deadline) {
     if (!p->ep) continue;
     ucp_request_param_t param{};
     param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    // STYLE.md trap: the flag must be UCP_EP_CLOSE_FLAG_FORCE, not the old enum value 0.
+    // UCX 1.13 trap: the flag must be UCP_EP_CLOSE_FLAG_FORCE, not the old enum value 0.
     param.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
     ucs_status_ptr_t req = ucp_ep_close_nbx(p->ep, &param);
     p->ep = nullptr;
@@ -247,7 +247,7 @@ bool UcxTransport::test(Transfer& t) {
 }
 
 void UcxTransport::cancel(Transfer& t) {
-  // STYLE.md trap: freeing a receive does not stop UCX writing into its buffer; cancel it
+  // UCX trap: freeing a receive does not stop UCX writing into its buffer; cancel it
   // and let test() see it finish.
   if (t.state != Transfer::State::pending || t.cancel_requested) return;
   if (rv(t).phase != 0) {

@@ -9,7 +9,7 @@ rank 1 SIGKILLed after the first chunk of step 20's all-reduce. Checks:
   * both launchers exit 0 with the job DONE;
   * every worker of each run ends at the last step with the same state digest, and the
     faulty run's digest (and test accuracy) equals the failure-free run's (replace mode,
-    same W: bitwise, DESIGN.md);
+    same W: bitwise, docs/protocol.md R4);
   * the launcher's summary shows no recovery in the first run and exactly one in the
     second (cause, target step 19 or 20, world 3, phase times);
   * slot 0's --metrics: steps, world size, recoveries; its --loss-log has every step;
