@@ -9,7 +9,7 @@
 // while it is below 2^24). The reducer divides the gradients by the summed samples slot
 // as it lies in device memory; decode accepts only integral floats below 2^40, for which
 // static_cast<float>(samples) is that very float, so the division has the bits of one by
-// the decoded count.
+// the decoded count. Exact mode (R7) carries the same fields, in the same order, as int64.
 #include <cstdint>
 
 namespace rf::ddp {
@@ -20,11 +20,16 @@ struct ControlBlock {
   int64_t stop = 0;         // ranks asking for a graceful stop after this step
   int64_t checkpoint = 0;   // ranks asking for a checkpoint after this step
 
-  static constexpr int kFloats = 4;
+  // The fields above, in the order encode writes them.
+  static constexpr int kFields = 4;
+  static constexpr int kFloats = kFields;
   static constexpr int64_t kMaxValue = int64_t{1} << 24;
   // Throws rf::InvalidInput for a value that float32 cannot carry exactly.
   void encode(float* out) const;
   static ControlBlock decode(const float* in);
+  // As int64 (exact mode): any value is exact; decode throws rf::Error on a negative sum.
+  void encode(int64_t* out) const;
+  static ControlBlock decode(const int64_t* in);
 };
 
 }  // namespace rf::ddp

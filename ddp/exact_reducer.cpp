@@ -10,7 +10,9 @@
 
 namespace rf::ddp {
 namespace {
-constexpr int kTail = 5;  // samples, reconfigure, stop, checkpoint, then the loss sum
+// The last bucket's tail, as Reducer's: the control block's fields, then the loss sum.
+constexpr int kLoss = ControlBlock::kFields;
+constexpr int kTail = ControlBlock::kFields + 1;
 }
 
 ExactReducer::ExactReducer(Reducer& reducer, const std::vector<NamedTensor>& params, int micro_shards)
@@ -134,11 +136,8 @@ void ExactReducer::sum_integers(const std::vector<int>& shifts) {
     }
   }
   int64_t* tail = ints_.back() + (int_counts_.back() - kTail);
-  tail[0] = local_.samples;
-  tail[1] = local_.reconfigure;
-  tail[2] = local_.stop;
-  tail[3] = local_.checkpoint;
-  for (int k = 0; k < shards_; ++k) exact::add_fixed(&losses_[k], 1, shifts.back(), tail + 4);
+  local_.encode(tail);
+  for (int k = 0; k < shards_; ++k) exact::add_fixed(&losses_[k], 1, shifts.back(), tail + kLoss);
 }
 
 // Step 2, across ranks: bucket by bucket with the buckets' own ops, the last one blocking
@@ -154,11 +153,7 @@ void ExactReducer::allreduce_integers(uint64_t step) {
 // Step 3: one rounding per element, the division by the global count included.
 ControlBlock ExactReducer::round_into_gradients(const std::vector<int>& shifts) {
   const int64_t* tail = ints_.back() + (int_counts_.back() - kTail);
-  ControlBlock sum;
-  sum.samples = tail[0];
-  sum.reconfigure = tail[1];
-  sum.stop = tail[2];
-  sum.checkpoint = tail[3];
+  const ControlBlock sum = ControlBlock::decode(tail);
   if (sum.samples <= 0) throw Error(str("ddp reducer: step ", step_, " has no samples on any rank"));
   const double count = static_cast<double>(sum.samples);
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -166,7 +161,7 @@ ControlBlock ExactReducer::round_into_gradients(const std::vector<int>& shifts) 
     exact::round_fixed(ints_[p.bucket] + p.offset, p.numel, shifts[i], count, red_.gradients(p.bucket) + p.offset);
   }
   float loss = 0.0f;
-  exact::round_fixed(tail + 4, 1, shifts.back(), count, &loss);
+  exact::round_fixed(tail + kLoss, 1, shifts.back(), count, &loss);
   global_loss_ = loss;
   return sum;
 }

@@ -28,3 +28,23 @@ TEST_CASE("values float32 cannot carry exactly are refused; a corrupted sum is a
   const float neg[ControlBlock::kFloats] = {3, -1, 0, 0};
   CHECK_THROWS_AS(ControlBlock::decode(neg), rf::Error);
 }
+
+TEST_CASE("as int64 (exact mode) the control block has the float32 encoding's fields in its order") {
+  const ControlBlock a{int64_t{1} << 40, 1, 0, 1}, b{96, 0, 1, 0};
+  int64_t ia[ControlBlock::kFields], ib[ControlBlock::kFields], sum[ControlBlock::kFields];
+  float fb[ControlBlock::kFloats];
+  a.encode(ia);
+  b.encode(ib);
+  b.encode(fb);
+  for (int i = 0; i < ControlBlock::kFields; ++i) {
+    CHECK(static_cast<float>(ib[i]) == fb[i]);  // the same field at the same index
+    sum[i] = ia[i] + ib[i];
+  }
+  const ControlBlock s = ControlBlock::decode(sum);  // no float32 limit: exact at any size
+  CHECK(s.samples == (int64_t{1} << 40) + 96);
+  CHECK(s.reconfigure == 1);
+  CHECK(s.stop == 1);
+  CHECK(s.checkpoint == 1);
+  const int64_t neg[ControlBlock::kFields] = {3, 0, -1, 0};
+  CHECK_THROWS_AS(ControlBlock::decode(neg), rf::Error);
+}
