@@ -92,8 +92,8 @@ const char* to_string(TransitionEvent e) {
 }
 
 std::optional<TransitionEvent> parse_transition_event(const std::string& text) {
-  for (int i = 0; i <= static_cast<int>(TransitionEvent::Done); ++i)
-    if (text == to_string(static_cast<TransitionEvent>(i))) return static_cast<TransitionEvent>(i);
+  for (TransitionEvent e : kTransitionEvents)
+    if (text == to_string(e)) return e;
   return std::nullopt;
 }
 

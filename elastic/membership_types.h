@@ -166,6 +166,14 @@ enum class TransitionEvent {
   Join, Refused, HeartbeatStale, Fail, Evict, Revoke, Report, Stale, Plan, Ready, Running,
   ReconfigureRequested, StopRequested, Leave, Injected, Stop, Done,
 };
+// Every event, for parsing by name: neither the enumerators' order nor their values matter.
+inline constexpr TransitionEvent kTransitionEvents[] = {
+    TransitionEvent::Join, TransitionEvent::Refused, TransitionEvent::HeartbeatStale, TransitionEvent::Fail,
+    TransitionEvent::Evict, TransitionEvent::Revoke, TransitionEvent::Report, TransitionEvent::Stale,
+    TransitionEvent::Plan, TransitionEvent::Ready, TransitionEvent::Running,
+    TransitionEvent::ReconfigureRequested, TransitionEvent::StopRequested, TransitionEvent::Leave,
+    TransitionEvent::Injected, TransitionEvent::Stop, TransitionEvent::Done,
+};
 const char* to_string(TransitionEvent e);
 std::optional<TransitionEvent> parse_transition_event(const std::string& text);
 
