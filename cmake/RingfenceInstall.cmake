@@ -7,11 +7,19 @@
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
+# Each exported target requires C++20 of whoever links it (its headers use std::span and
+# other C++20): a consumer's CMakeLists needs no CMAKE_CXX_STANDARD of its own.
 set(RINGFENCE_EXPORTED rf_flags rf_base rf_kernels_cpu rf_core rf_data rf_comm rf_elastic rf_ckpt rf_ckpt_state rf_ddp)
 foreach(t ${RINGFENCE_EXPORTED})
   string(REGEX REPLACE "^rf_" "" name ${t})
   set_target_properties(${t} PROPERTIES EXPORT_NAME ${name})
   add_library(ringfence::${name} ALIAS ${t})  # the same names inside the build tree
+  get_target_property(type ${t} TYPE)
+  if(type STREQUAL "INTERFACE_LIBRARY")
+    target_compile_features(${t} INTERFACE cxx_std_20)
+  else()
+    target_compile_features(${t} PUBLIC cxx_std_20)
+  endif()
 endforeach()
 
 install(TARGETS ${RINGFENCE_EXPORTED} EXPORT ringfenceTargets
