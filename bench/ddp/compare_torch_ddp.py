@@ -4,6 +4,9 @@ resilient Trainer (ddp_bench's "ft" variant: fault tolerance on, overlap on), th
 reference model, global batch and W, one thread per rank, synthetic 28x28 data, SGD
 momentum. Alternates the two --repeats times and keeps the best of each (the least
 disturbed on a shared machine); prints samples/s and the ratio ringfence / PyTorch.
+PyTorch must run an optimized BLAS (bench/peer_blas.py): the BLAS this process loads after a
+matmul (the ranks, started with the same environment, load the same) is printed, and when it
+is not one the script prints a "no ratio:" line, measures nothing and exits 2.
 
   /usr/bin/python3 bench/ddp/compare_torch_ddp.py [--bin build/bin] [--world 2] [--batch 128]
       [--models mlp,cnn] [--steps 150] [--warmup 20] [--repeats 3]
@@ -16,7 +19,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from peer_blas import apply_env, best_openblas, write_result  # noqa: E402
+from peer_blas import apply_env, best_openblas, describe, loaded_blas, refusal, write_result  # noqa: E402
 from torch_models import torch_model  # noqa: E402
 
 
@@ -86,6 +89,13 @@ def main():
     choice = best_openblas(1)
     apply_env(choice)
     print(f"# {choice['line']}")
+    import torch
+    torch.ones(64, 64) @ torch.ones(64, 64)  # a BLAS loaded on first use is mapped from here on
+    blas = loaded_blas(torch.__config__.show())
+    print(f"# torch {torch.__version__}, BLAS: {describe(blas)}")
+    if refusal(blas):
+        print(refusal(blas), flush=True)
+        sys.exit(2)
     print(f"# W={args.world}, global batch {args.batch}, 1 thread per rank; median step time, best of {args.repeats}")
     port = 29500 + os.getpid() % 1000
     rows = []

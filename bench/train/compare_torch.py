@@ -14,7 +14,10 @@ the "cpu ratio" columns are the figure to trust when the machine is busy.
 
 PyTorch runs the fastest OpenBLAS kernel this CPU can run (bench/peer_blas.py: each
 candidate timed and checked in a fresh process, OpenBLAS's own choice among them); the
-first line says which it ran and what the others gave.
+first line says which it ran and what the others gave. The second names the BLAS this
+process really loaded (its mapped files after a matmul). When that is not an optimized BLAS
+(Netlib's reference BLAS: Debian's libblas3 without libopenblas0-pthread) the script
+prints a "no ratio:" line saying how to install one, measures nothing and exits 2.
 """
 import argparse
 import os
@@ -24,7 +27,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from peer_blas import apply_env, best_openblas, write_result  # noqa: E402
+from peer_blas import apply_env, best_openblas, describe, loaded_blas, refusal, write_result  # noqa: E402
 from torch_models import torch_model  # noqa: E402
 
 
@@ -84,8 +87,14 @@ def main():
     print(choice["line"])
     import torch
     torch.set_num_threads(a.threads)
-    print(f"torch {torch.__version__}, BLAS: OpenBLAS core {choice['core']}, "
+    torch.ones(64, 64) @ torch.ones(64, 64)  # a BLAS loaded on first use is mapped from here on
+    blas = loaded_blas(torch.__config__.show())
+    core = f", core {choice['core']}" if blas["name"] == "OpenBLAS" and choice.get("core") else ""
+    print(f"torch {torch.__version__}, BLAS: {describe(blas)}{core}, "
           f"mkldnn: {torch.backends.mkldnn.is_available()}, threads {a.threads}, batch {a.batch}")
+    if refusal(blas):
+        print(refusal(blas), flush=True)
+        sys.exit(2)
     print(f"{'model':6} {'pytorch samples/s':>18} {'ringfence samples/s':>20} {'ratio':>7} {'median ratio':>13}"
           f" {'pytorch cpu ms/step':>20} {'ringfence cpu ms/step':>22} {'cpu ratio':>10} {'median cpu ratio':>17}")
     rows = []
