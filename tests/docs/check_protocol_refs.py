@@ -11,7 +11,10 @@ and fails, naming file:line, when
   * a quoted section cited right after protocol.md ("Whole-job failure") is neither a
     heading nor a term the page defines in bold;
   * a link protocol.md#anchor names no heading;
-  * the old design page outside the repository is cited instead of docs/protocol.md.
+  * the old design page outside the repository is cited instead of docs/protocol.md;
+  * the last section's table (rule -> code -> tests) names, in its "implemented in" column,
+    a file that does not exist or a function that does not occur where it says (see
+    table_errors).
 Exit 0 when everything resolves, 1 otherwise. Standard library only.
 """
 import os
@@ -138,13 +141,176 @@ def scanned_files(root):
                 pass
 
 
+TABLE_HEAD = re.compile(r"^\|\s*rule\s*\|\s*implemented in\s*\|")
+CODE_SPAN = re.compile(r"`([^`]+)`")
+SOURCE_SUFFIXES = (".cpp", ".cc", ".h", ".hpp", ".cu", ".cuh")
+
+
+def table_rows(page_text):
+    """(line number, rule, "implemented in" cell) for each row of the rule -> code -> tests
+    table."""
+    rows, in_table = [], False
+    for n, line in enumerate(page_text.splitlines(), 1):
+        if TABLE_HEAD.match(line):
+            in_table = True
+            continue
+        if in_table and not line.startswith("|"):
+            break
+        if in_table and not re.match(r"^\|[-|\s]+\|$", line):
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if len(cells) >= 2:
+                rows.append((n, cells[0], cells[1]))
+    return rows
+
+
+COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
+AFTER_PARAMS = re.compile(r"^\s*(?:(?:const|noexcept|override|final|mutable)\b\s*|->\s*[\w:<>,\s*&]+?(?=\{))*\{")
+
+
+def matching_paren(text, i):
+    """Index just past the parenthesis that closes the one at text[i]."""
+    depth = 0
+    for k in range(i, len(text)):
+        if text[k] == "(":
+            depth += 1
+        elif text[k] == ")":
+            depth -= 1
+            if depth == 0:
+                return k + 1
+    return len(text)
+
+
+def defines_function(code, name):
+    """`name(...)` followed by its body: a definition, not a call."""
+    for m in re.finditer(r"\b" + re.escape(name) + r"\s*\(", code):
+        if AFTER_PARAMS.match(code[matching_paren(code, m.end() - 1):]):
+            return True
+    return False
+
+
+def declares(code, name):
+    """A header names a function (`name(`) or defines a type `name`."""
+    return (re.search(r"\b" + re.escape(name) + r"\s*\(", code) is not None or
+            re.search(r"\b(?:class|struct|enum class|enum|using)\s+" + re.escape(name) + r"\b(?!\s*;)", code)
+            is not None)
+
+
+class Sources:
+    """The tracked C++ sources without their comments, read once, to look names up in."""
+
+    def __init__(self, root):
+        self.root = root
+        self.code = {}
+        for rel in candidate_files(root):
+            if rel.endswith(SOURCE_SUFFIXES):
+                self.read(rel)
+
+    def read(self, rel):
+        if rel not in self.code:
+            try:
+                with open(os.path.join(self.root, rel), encoding="utf-8") as f:
+                    self.code[rel] = COMMENT.sub(" ", f.read())
+            except (UnicodeDecodeError, OSError):
+                self.code[rel] = None
+        return self.code[rel]
+
+    def file_has(self, rel, name):
+        """A header declares `name`; a source file defines it (a body, not a call)."""
+        code = self.read(rel)
+        if code is None:
+            return False
+        if rel.endswith((".h", ".hpp", ".cuh")):
+            return declares(code, name)
+        return defines_function(code, name) or declares(code, name) and name[:1].isupper()
+
+    def member_exists(self, qualifier, name):
+        """`Qual::name(` is written out somewhere (an out-of-line definition), or a file
+        that defines the class, struct or namespace `Qual` (its last component:
+        `Trainer::Impl` -> `Impl`) declares `name`."""
+        spelled = re.compile(r"\b" + re.escape(qualifier) + r"::" + re.escape(name) + r"\s*\(")
+        last = qualifier.split("::")[-1]
+        defines = re.compile(r"\b(?:class|struct|namespace)\s+(?:\w+::)*" + re.escape(last) + r"\b(?!\s*;)")
+        return any(code and (spelled.search(code) or (defines.search(code) and declares(code, name)))
+                   for code in self.code.values())
+
+    def type_exists(self, name):
+        return any(code and declares(code, name) and
+                   re.search(r"\b(?:class|struct|enum|using)\s+" + re.escape(name) + r"\b(?!\s*;)", code)
+                   for code in self.code.values())
+
+    def function_exists(self, name):
+        return any(code and defines_function(code, name) for code in self.code.values())
+
+
+def defined_or_declared(rel):
+    return "declared" if rel.endswith((".h", ".hpp", ".cuh")) else "defined"
+
+
+def is_path(token):
+    return "/" in token or token.endswith(SOURCE_SUFFIXES)
+
+
+def table_errors(root, page_text, sources):
+    """Each code span of an "implemented in" cell, read left to right:
+      * a path (`ddp/train_step.cpp`) must exist; a bare file name (`allreduce_zero_copy.cpp`
+        after `comm/allreduce_ring.cpp`) is looked for in the previous path's folder;
+      * a name right after a path (`ddp/train_step.cpp` `train_generation`) must be
+        defined there (a body, not a call) when the file is a source file, declared when it
+        is a header;
+      * `Class::member` elsewhere must be defined (Sources.member_exists); a lower-case
+        name after it (`Reducer::finish`/`abandon`) is a member of the same class, and after
+        a path and its name (`elastic/plan.h` `make_plan`, `decide_shrink_from`) one more
+        name in that file;
+      * a capitalised name alone (`Trainer`) must be a type defined somewhere."""
+    errors = []
+    for n, rule, cell in table_rows(page_text):
+        where = f"{PAGE}:{n} ({rule})"
+        path, qualifier, prev_end, prev_kind = None, None, None, None
+        for m in CODE_SPAN.finditer(cell):
+            token = m.group(1).strip()
+            adjacent = prev_end is not None and cell[prev_end:m.start()].strip() == ""
+            prev_was_path = adjacent and prev_kind == "path"
+            if is_path(token):
+                rel = token if "/" in token or path is None else os.path.join(os.path.dirname(path), token)
+                if not os.path.isfile(os.path.join(root, rel)):
+                    errors.append(f"{where}: {rel} does not exist")
+                path, qualifier, prev_kind = rel, None, "path"
+            else:
+                name = token.split("::")[-1]
+                qual = token.rsplit("::", 1)[0] if "::" in token else None
+                if prev_was_path:
+                    if not sources.file_has(path, name):
+                        errors.append(f"{where}: {token} is not {defined_or_declared(path)} in {path}")
+                    qualifier = qual
+                elif qual is not None:
+                    if not sources.member_exists(qual, name):
+                        errors.append(f"{where}: {token} is not defined in any source file")
+                    path, qualifier = None, qual
+                elif name[:1].isupper():
+                    if not sources.type_exists(name):
+                        errors.append(f"{where}: no type {name} is defined in any source file")
+                    path, qualifier = None, None
+                elif qualifier is not None:
+                    if not sources.member_exists(qualifier, name):
+                        errors.append(f"{where}: {qualifier}::{name} is not defined in any source file")
+                elif path is not None:
+                    if not sources.file_has(path, name):
+                        errors.append(f"{where}: {name} is not {defined_or_declared(path)} in {path}")
+                elif not sources.function_exists(name):
+                    errors.append(f"{where}: no function {name} in any source file")
+                prev_kind = "name"
+            prev_end = m.end()
+    return errors
+
+
 def check(root):
     page_path = os.path.join(root, PAGE)
     if not os.path.isfile(page_path):
         return [f"{PAGE}: missing: code and docs cite it"], 0
     with open(page_path, encoding="utf-8") as f:
-        labels, steps, sections, anchors = definitions(f.read())
-    errors, cited = [], 0
+        page_text = f.read()
+    labels, steps, sections, anchors = definitions(page_text)
+    errors, cited = table_errors(root, page_text, Sources(root)), len(table_rows(page_text))
 
     for rel, path in scanned_files(root):
         try:
