@@ -191,7 +191,7 @@ TrainerResult Trainer::Impl::run() {
   // The life cycle (worker_life.h): each action's outcome decides the next.
   WorkerTransition t{WorkerState::Joining, WorkerAction::Join};
   while (t.action != WorkerAction::End && t.action != WorkerAction::EndStandby)
-    t = next_action(t.state, perform(t.action));
+    t = next_action(t, perform(t.action));
   result.standby = t.action == WorkerAction::EndStandby;
   recovery.forget_previous();  // no next generation to shrink into
   recovery.end_trace_phase();

@@ -42,14 +42,22 @@ constexpr std::array kTable{
 };
 }  // namespace
 
-WorkerTransition next_action(WorkerState state, WorkerEvent event) {
+WorkerTransition next_action(WorkerState state, WorkerEvent event) { return next_action({state, A::Join}, event); }
+
+WorkerTransition next_action(const WorkerTransition& from, WorkerEvent event) {
   // A failed step says why; every other event carries no failure.
   RF_ENFORCE((event.kind == E::StepFailed) == (event.failure != StepFailure::None), "worker event ",
              to_string(event.kind), " with failure ", to_string(event.failure));
-  for (const Row& r : kTable)
-    if (r.from == state && r.event == event.kind) return {r.to, r.action};
-  RF_ENFORCE(false, "worker in state ", to_string(state), " has no transition on ", to_string(event.kind));
-  return {state, A::End};  // not reached
+  for (const Row& r : kTable) {
+    if (r.from != from.state || r.event != event.kind) continue;
+    const bool reached_leave = from.reached_leave || r.action == A::Leave;
+    // Fenced at the leave, the job finished before this worker could leave again: it
+    // trained to the end, it ends as a member.
+    const A action = r.action == A::EndStandby && reached_leave ? A::End : r.action;
+    return {r.to, action, reached_leave};
+  }
+  RF_ENFORCE(false, "worker in state ", to_string(from.state), " has no transition on ", to_string(event.kind));
+  return {from.state, A::End};  // not reached
 }
 
 const char* to_string(WorkerState s) {

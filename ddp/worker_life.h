@@ -26,6 +26,12 @@
 //   Dropping    Fenced                        -> Joining     Join        (D4: a new member)
 //
 // Any other pair is a broken invariant (rf::EnforceError). Done has no events.
+//
+// A worker that reached the leave (the last step applied, or the stop's step) remembers it
+// (WorkerTransition::reached_leave): fenced before its leave was answered (D4), it joins
+// again to leave, and if the job finished meanwhile (the others left under a new leader),
+// EndStandby becomes End: it trained to the end like any member, and ends as one (its
+// final digest, rank 0's evaluation).
 #include <cstdint>
 
 namespace rf::ddp {
@@ -78,8 +84,12 @@ const char* to_string(WorkerAction a);
 struct WorkerTransition {
   WorkerState state;
   WorkerAction action;
+  bool reached_leave = false;  // a Leave was taken: this worker trained to the job's end (or stop)
 };
 
+// The next transition from `from` (its state and what it remembers) on `event`.
+WorkerTransition next_action(const WorkerTransition& from, WorkerEvent event);
+// The table alone: from `state` with nothing remembered.
 WorkerTransition next_action(WorkerState state, WorkerEvent event);
 
 }  // namespace rf::ddp

@@ -52,13 +52,13 @@ const std::map<std::pair<S, E>, std::pair<S, A>>& expected() {
   return t;
 }
 
-// Runs a sequence of events from Joining; returns the actions taken.
+// Runs a sequence of events from Joining as Trainer::run does (each transition carries
+// what the worker remembers into the next); returns the actions taken.
 std::vector<A> run(std::initializer_list<WorkerEvent> events) {
   std::vector<A> actions;
-  S s = S::Joining;
+  WorkerTransition t{S::Joining, A::Join};
   for (const WorkerEvent& e : events) {
-    const WorkerTransition t = next_action(s, e);
-    s = t.state;
+    t = next_action(t, e);
     actions.push_back(t.action);
   }
   return actions;
@@ -125,6 +125,28 @@ TEST_CASE("next_action: a failure-free life, then one with a failed step, a fenc
         std::vector<A>{A::Report, A::Form, A::Resume, A::Train, A::DropComm, A::Report, A::Form, A::DropComm,
                        A::Join, A::Report, A::Form, A::Resume, A::Train, A::Leave, A::DropComm, A::Report,
                        A::Form, A::Resume, A::Train, A::Leave, A::End});
+}
+
+TEST_CASE("next_action: fenced at the leave, the job finished meanwhile: it ends as a member, not a standby") {
+  // The last step applied, the leave refused (the leader was lost), the join or the report
+  // after it finds the job finished: the others left under the new leader.
+  CHECK(run({{E::Joined}, {E::PlanReceived}, {E::Formed}, {E::Running}, {E::Finished}, {E::Fenced}, {E::Fenced},
+             {E::JobFinished}}) ==
+        std::vector<A>{A::Report, A::Form, A::Resume, A::Train, A::Leave, A::DropComm, A::Join, A::End});
+  CHECK(run({{E::Joined}, {E::PlanReceived}, {E::Formed}, {E::Running}, {E::Finished}, {E::Fenced}, {E::Fenced},
+             {E::Joined}, {E::JobFinished}}) ==
+        std::vector<A>{A::Report, A::Form, A::Resume, A::Train, A::Leave, A::DropComm, A::Join, A::Report, A::End});
+  // The same after a stop's step, and after a rejoined generation that failed to form.
+  CHECK(run({{E::Joined}, {E::PlanReceived}, {E::Formed}, {E::Running}, {E::StopRequested}, {E::Fenced},
+             {E::CommDropped}, {E::PlanReceived}, {E::FormFailed}, {E::CommDropped}, {E::JobFinished}})
+            .back() == A::End);
+  // Fenced before it reached the leave, it is a standby at the job's end as before.
+  CHECK(run({{E::Joined}, {E::PlanReceived}, {E::Formed}, {E::Running}, {E::Revoked}, {E::Fenced},
+             {E::JobFinished}})
+            .back() == A::EndStandby);
+  const WorkerTransition t = next_action({S::Training, A::Train}, {E::Finished});
+  CHECK(t.reached_leave);
+  CHECK(next_action(t, {E::Fenced}).reached_leave);
 }
 
 TEST_CASE("to_string names every state, event, failure and action") {
