@@ -19,6 +19,7 @@
 #include "apps/ringfence/timeline_html.h"
 #include "base/error.h"
 #include "base/log.h"
+#include "base/output_pump.h"
 #include "base/str.h"
 #include "apps/ringfence/coord_replica.h"
 #include "elastic/coordinator.h"
@@ -195,6 +196,7 @@ int main(int argc, char** argv) {
         rf::log::error("run", e.what());
         return 2;  // refused before anything starts
       }
+      rf::OutputPump::install();  // no write of ours or a worker's blocks on a stalled reader
       return rf::apps::run_supervisor(o);
     }
     if (cmd == "coord") {
@@ -205,6 +207,7 @@ int main(int argc, char** argv) {
         rf::log::error("coord", e.what());
         return 2;
       }
+      rf::OutputPump::install();  // a stalled reader never holds up the coordinator's loop
       return run_coord(o);
     }
     if (cmd == "timeline") {

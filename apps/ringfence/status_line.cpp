@@ -5,13 +5,14 @@
 #include <cstdio>
 
 #include "base/log.h"
+#include "base/output_pump.h"
 #include "base/str.h"
 
 namespace rf::apps {
 
 using nlohmann::json;
 
-StatusLine::StatusLine(bool enabled) : enabled_(enabled), tty_(isatty(STDERR_FILENO) == 1) {}
+StatusLine::StatusLine(bool enabled) : enabled_(enabled), tty_(rf::OutputPump::is_terminal(STDERR_FILENO)) {}
 
 void StatusLine::clear() {
   if (tty_ && on_line_) std::fprintf(stderr, "\r\033[K");
