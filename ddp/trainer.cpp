@@ -1,6 +1,7 @@
 #include "ddp/trainer.h"
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -161,6 +162,13 @@ void Trainer::Impl::before_fault(const elastic::FaultSpec& f, int64_t s) {
 // coordinator's client with its hooks; this thread is the training thread.
 void Trainer::Impl::start_fault_tolerant(const elastic::ClientOptions& copt) {
   slot = copt.slot;
+  // Under `ringfence run` stdout is the launcher's output pipe (base/output_pump.h), which
+  // stdio would buffer whole: line by line, as on a terminal, so progress shows as it happens.
+  if (std::getenv("RINGFENCE_COORD")) std::setvbuf(stdout, nullptr, _IOLBF, BUFSIZ);
+  // The launcher's run directory takes the post-mortems: never a terminal or pipe that may
+  // not be read while this worker recovers.
+  if (const char* dir = std::getenv("RINGFENCE_RUN_DIR"); cfg.flight_recorder.empty() && dir && *dir)
+    cfg.flight_recorder = str(dir, "/flight-slot", copt.slot, "-inc", copt.incarnation, ".jsonl");
   log::set_slot(slot);
   inj = FaultInjector::from_env(copt.incarnation, copt.slot);
   inj->set_drop([this] { recovery.inject_drop(); });

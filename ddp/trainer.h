@@ -96,7 +96,9 @@ struct TrainerConfig {
   // object, and the data order ("": none).
   std::string ckpt_optimizer_hparams = "{}";
   std::string ckpt_data_order = "";
-  std::string flight_recorder;  // comm's flight recorder dumps here on failure ("" = stderr)
+  // comm's flight recorder dumps here when a generation's communicator fails. "" under
+  // `ringfence run`: RINGFENCE_RUN_DIR/flight-slotS-incI.jsonl; "" without a launcher: stderr.
+  std::string flight_recorder;
   // Spans of every step and recovery phase in Chrome trace format (base/trace.h,
   // docs/trace.md). "" = RINGFENCE_TRACE, which `ringfence run --trace` sets; unset: none.
   std::string trace;

@@ -158,6 +158,9 @@ void declare_run(Command& c, RunOptions& o, bool& have_n) {
           [&](auto&, auto& v) { o.summary_path = v; });
   c.value("--event-log", {"FILE", "the coordinator's event log (JSON lines)", "none"},
           [&](auto&, auto& v) { o.event_log = v; });
+  c.value("--run-dir", {"DIR", "where workers write their flight records when a generation fails (removed at the end if empty)",
+                        "a fresh ringfence-run-XXXXXX beside --event-log, else in TMPDIR or /tmp"},
+          [&](auto&, auto& v) { o.run_dir = v; });
   c.value("--trace", {"FILE", "a Chrome trace of the job's workers and coordinator", "none"},
           [&](auto&, auto& v) { o.trace = v; });
   c.value("--coord", {"HOST:PORT", "join a `ringfence coord` there", "a coordinator inside this launcher"},

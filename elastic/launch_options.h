@@ -28,6 +28,7 @@ struct RunOptions {
   std::vector<FaultSpec> inject;  // --inject (repeatable)
   std::string summary_path;       // --summary FILE
   std::string event_log;          // --event-log FILE
+  std::string run_dir;            // --run-dir DIR (empty: a fresh one beside the event log or in TMPDIR)
   std::string trace = "";         // --trace FILE (docs/trace.md)
   std::string coord;              // --coord HOST:PORT (empty: embedded coordinator)
   std::string etcd;               // --etcd URL[,URL...]: follow the leader of coordinator replicas

@@ -33,6 +33,8 @@ json job_summary(const JobSummaryInput& in) {
           {"checkpoints_failed", in.last_status.value("checkpoints_failed", int64_t{0})},
           {"checkpoint_error", in.last_status.value("checkpoint_error", "")},
           {"workers", in.workers},
+          // Where the workers' flight records of failed generations are (null: none written).
+          {"run_dir", in.run_dir.empty() ? json(nullptr) : json(in.run_dir)},
           {"recoveries", in.coordinator.value("recoveries", json::array())},
           {"leaders", in.coordinator.value("leaders", json::array())}};
 }

@@ -22,6 +22,7 @@ struct JobSummaryInput {
   int64_t start_wall_us = 0;
   int64_t last_step = -1;
   nlohmann::json workers = nlohmann::json::array();
+  std::string run_dir;  // where flight records were written ("" : none were)
 };
 
 nlohmann::json job_summary(const JobSummaryInput& in);

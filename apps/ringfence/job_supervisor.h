@@ -18,6 +18,7 @@
 
 #include "apps/ringfence/not_fired.h"
 #include "apps/ringfence/restart_policy.h"
+#include "apps/ringfence/run_dir.h"
 #include "apps/ringfence/status_line.h"
 #include "apps/ringfence/worker_proc.h"
 #include "base/clock.h"
@@ -72,6 +73,7 @@ class Supervisor {
   rf::elastic::RunOptions opt_;
   std::string token_, coord_addr_;
   std::string error_dir_;  // where the workers' error files go ("" : none could be made)
+  RunDir run_dir_;         // where the workers' flight records go (run_dir.h)
   std::unique_ptr<rf::elastic::Coordinator> coord_;
   std::unique_ptr<rf::elastic::AdminClient> admin_;
   std::vector<WorkerProc> workers_;

@@ -51,6 +51,7 @@ int Supervisor::run() {
   // The workers' error files (elastic/error_file.h), removed with the supervisor.
   char error_dir[] = "/tmp/ringfence-errors-XXXXXX";
   if (::mkdtemp(error_dir)) error_dir_ = error_dir;  // without it, exits are judged by status alone
+  run_dir_ = make_run_dir(opt_.run_dir, opt_.event_log);
   start_workers();
   loop();
   return finish();
@@ -87,7 +88,7 @@ void Supervisor::spawn(WorkerProc& w) {
        .local_rank = w.local_rank, .local_world = static_cast<int>(workers_.size()), .job_ran = snap_.seen,
        .inject = join_fault_specs(opt_.inject),
        .trace = opt_.trace.empty() ? "" : trace_part_path(opt_.trace, w.slot, w.incarnation),
-       .error_file = error_file(w)},
+       .error_file = error_file(w), .run_dir = run_dir_.path},
       environ);
   w.pid = spawn_process(opt_.program, std::move(env));
 }
@@ -197,6 +198,7 @@ int Supervisor::finish() {
   } catch (const rf::Error&) {
     summary = SummaryReply{};
   }
+  const int flight_records = finish_run_dir(run_dir_);
   json workers = json::array();
   for (auto& w : workers_)
     workers.push_back({{"slot", w.slot}, {"spare", w.spare}, {"restarts", w.restarts}, {"exits", w.exits},
@@ -205,7 +207,8 @@ int Supervisor::finish() {
                                 .last_status = last_status_.raw, .launcher_injected = injected_,
                                 .not_fired = not_fired(opt_.inject, inject_record(), summary.fired),
                                 .restarts = total_restarts_, .wall_s = rf::seconds_since(start_),
-                                .start_wall_us = start_wall_us_, .last_step = last_step_, .workers = workers});
+                                .start_wall_us = start_wall_us_, .last_step = last_step_, .workers = workers,
+                                .run_dir = flight_records > 0 ? run_dir_.path : ""});
   status_.finish(out);
   if (!opt_.trace.empty()) write_job_trace(opt_, workers, start_wall_us_);
   // A fault asked for and never injected: the run did not test what it was meant to. The
@@ -215,6 +218,9 @@ int Supervisor::finish() {
     std::fprintf(stderr, "ringfence: --inject %s %s: %s\n", nf["spec"].get<std::string>().c_str(),
                  nf["certain"].get<bool>() ? "never fired" : "probably never fired",
                  nf["reason"].get<std::string>().c_str());
+  if (flight_records > 0)
+    std::fprintf(stderr, "ringfence: flight records of the failed generations: %s (%d file(s))\n", run_dir_.path.c_str(),
+                 flight_records);
   write_summary(out, code);
   return code;
 }

@@ -33,6 +33,8 @@ std::vector<std::string> worker_environment(const WorkerEnv& w, char* const* inh
   if (!w.trace.empty()) env.push_back("RINGFENCE_TRACE=" + w.trace);  // ddp::TrainerConfig::trace
   // Where this incarnation says why it failed (elastic/error_file.h: the restart policy).
   if (!w.error_file.empty()) env.push_back("RINGFENCE_ERROR_FILE=" + w.error_file);
+  // Where the worker writes its flight records (ddp::TrainerConfig::flight_recorder).
+  if (!w.run_dir.empty()) env.push_back("RINGFENCE_RUN_DIR=" + w.run_dir);
   return env;
 }
 

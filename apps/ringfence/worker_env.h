@@ -26,6 +26,7 @@ struct WorkerEnv {
   std::string inject;  // every --inject spec, ';'-separated
   std::string trace = "";  // this incarnation's trace file (--trace; "" = none)
   std::string error_file = "";  // this incarnation's RINGFENCE_ERROR_FILE ("" = none)
+  std::string run_dir = "";     // RINGFENCE_RUN_DIR: where post-mortems go (flight records)
 };
 
 // "NAME=value" entries: `inherited` (e.g. environ) less its RINGFENCE_* entries, then ours.

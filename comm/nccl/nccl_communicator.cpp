@@ -177,6 +177,7 @@ void NcclCommunicator::revoke(const WaitDecision& decision) {
   } else {
     std::ofstream out(recorder_path_, std::ios::app);
     recorder_.dump(out);
+    rf::log::warn("nccl", "g=", generation_, " rank ", rank_, " failed; its flight records: ", recorder_path_);
   }
 }
 

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <iostream>
 
+#include "base/log.h"
 #include "base/str.h"
 #include "comm/shm/shm_session.h"
 #include "comm/tag.h"
@@ -366,6 +367,7 @@ void UcxCommunicator::dump_flight_record() {
   } else {
     std::ofstream out(opt_.flight_recorder_path, std::ios::app);
     recorder_.dump(out);
+    rf::log::warn("comm", "g=", generation_, " rank ", rank_, " failed; its flight records: ", opt_.flight_recorder_path);
   }
 }
 
