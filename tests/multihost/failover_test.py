@@ -38,8 +38,15 @@ import jobs  # noqa: E402
 import netlab  # noqa: E402
 from rf_testlib import check  # noqa: E402
 
-STEPS = 120
-WORKER = ["--synthetic", "4096"]
+# The faults fire once the audit log shows FAULT_STEP applied, never on the launchers' live
+# line: that comes about once a second, and on a fast machine the 120 steps this job had took
+# 1.1 s, the first live line was the DONE line and the fault landed on a finished job. Here
+# (2 cores) a step takes about 15 ms: after FAULT_STEP about 4 s of steps remain, 2 s on a
+# machine twice as fast, against the audit poll's tens of ms. fired_mid_run fails a case
+# whose fault landed after the job's last step instead of letting it pass vacuously.
+STEPS = 300
+FAULT_STEP = 40
+WORKER = ["--synthetic", "8192"]  # 51 steps an epoch x 10 epochs (jobs.run_job): more than STEPS
 LEADER_LEASE_S = 3.0
 WORKER_HOSTS, REPLICA_HOSTS = [0, 1, 2], [3, 4]
 
@@ -93,9 +100,33 @@ def took_over(ctl, old, at_us, what):
 
 
 def at_step(step):
+    """Waits until some worker's audit record says it applied `step` (exact to the step)."""
     def wait(job):
-        return jobs.wait_for(lambda: jobs.step_seen(job, 0, step), f"{job.name}: step {step} reached", 90)
+        return jobs.wait_for(lambda: jobs.step_applied(job, step), f"{job.name}: step {step} applied", 90)
     return wait
+
+
+def fired_mid_run(job, at_us, what, new_generation=True):
+    """The fault at `at_us` (wall clock, as the audit's ts_us) landed while the job trained:
+    steps were applied after it, in a generation newer than any applied before it where the
+    fault ends one (new_generation). A job that finished before its fault fails here instead
+    of passing its other checks on a control plane that had nothing left to do."""
+    applies = [r for rs in job.audits().values() for r in rs if r["event"] == "apply"]
+    if at_us is None:
+        check(False, f"{what}: the fault never fired")
+        return
+    before = [r for r in applies if r["ts_us"] <= at_us]
+    after = [r for r in applies if r["ts_us"] > at_us]
+    last_g = max((r["g"] for r in before), default=0)
+    later = [r for r in after if r["g"] > last_g] if new_generation else after
+    first = min((r["ts_us"] for r in applies), default=at_us)
+    end = max((r["ts_us"] for r in applies), default=at_us)
+    print(f"{what}: the fault landed after step {max((r['s'] for r in before), default=-1)} of {STEPS} "
+          f"(generation {last_g}), {(at_us - first) / 1e6:.2f} s after the first step; "
+          f"{len({r['s'] for r in later})} step(s) applied after it{' in a newer generation' if new_generation else ''}, "
+          f"the last {(end - at_us) / 1e6:.2f} s after it")
+    check(later, f"{what}: steps were applied after the fault{' in a newer generation' if new_generation else ''} "
+                 f"(it landed before the job's last step)")
 
 
 def run(bindir, tmp, lab, etcd, name, during, launcher_args=None):
@@ -112,12 +143,13 @@ def case_leader_killed_training(bindir, tmp, lab, etcd, ref):
     out = {}
 
     def kill_leader(job, procs, ctl):
-        at_step(40)(job)
+        at_step(FAULT_STEP)(job)
         out["leader"] = ctl.leader()
         out["at_us"] = time.time() * 1e6
         lab.kill(ctl.procs[out["leader"]])
     job, ctl = run(bindir, tmp, lab, etcd, "killtrain", kill_leader)
     what = "leader killed while training"
+    fired_mid_run(job, out.get("at_us"), what)
     ended_well(job, ref, what)
     figures = took_over(ctl, out["leader"], out["at_us"], what)
     check(len(control.leader_changes(job.text(0))) == 2, f"{what}: the summary names both leaders")
@@ -137,12 +169,16 @@ def case_leader_killed_recovery(bindir, tmp, lab, etcd, ref):
     out = {}
 
     def kill_in_recovery(job, procs, ctl):
-        at_step(40)(job)
+        at_step(FAULT_STEP)(job)
         leader = out["leader"] = ctl.leader()
         revokes = len(ctl.events_of(leader, "revoke"))
         os.kill(procs[2].pid, signal.SIGSTOP)  # host 2's launcher cannot restart the worker yet
         try:
-            os.kill(worker_pids(procs[2].pid)[0], signal.SIGKILL)
+            workers = worker_pids(procs[2].pid)
+            check(workers, "host 2's launcher has a worker to kill (the job still trains)")
+            if not workers:
+                return
+            os.kill(workers[0], signal.SIGKILL)
             # The round that replaces it waits for W = 6 while the launcher is held.
             jobs.wait_for(lambda: len(ctl.events_of(leader, "revoke")) > revokes, "the worker's failure revoked", 20)
             out["at_us"] = time.time() * 1e6
@@ -151,6 +187,7 @@ def case_leader_killed_recovery(bindir, tmp, lab, etcd, ref):
             os.kill(procs[2].pid, signal.SIGCONT)
     job, ctl = run(bindir, tmp, lab, etcd, "killrecov", kill_in_recovery)
     what = "leader killed during a recovery"
+    fired_mid_run(job, out.get("at_us"), what)
     ev = ctl.event_lines(out["leader"])
     last_revoke = max((e["ts_us"] for e in ev if e["event"] == "revoke"), default=0)
     check(last_revoke and not any(e["event"] == "running" and e["ts_us"] > last_revoke for e in ev),
@@ -158,7 +195,7 @@ def case_leader_killed_recovery(bindir, tmp, lab, etcd, ref):
     ended_well(job, ref, what, restart_free=(0, 1))
     check(re.search(r"job DONE \(exit 0\): generation \d+, 1 restart\(s\)", job.text(2)),
           f"{what}: host 2 restarted the killed worker once")
-    figures = took_over(ctl, out["leader"], out["at_us"], what)
+    figures = took_over(ctl, out["leader"], out["at_us"], what) if "at_us" in out else None
     return job, figures
 
 
@@ -166,12 +203,14 @@ def case_etcd_member_killed(bindir, tmp, lab, etcd, ref):
     out = {}
 
     def kill_member(job, procs, ctl):
-        at_step(40)(job)
+        at_step(FAULT_STEP)(job)
         out["member"] = etcd.raft_leader()
         check(out["member"] is not None, "etcd names its raft leader")
+        out["at_us"] = time.time() * 1e6
         etcd.kill(out["member"] if out["member"] is not None else WORKER_HOSTS[0])
     job, ctl = run(bindir, tmp, lab, etcd, "etcdkill", kill_member)
     what = f"etcd member (raft leader, host {out.get('member')}) killed"
+    fired_mid_run(job, out.get("at_us"), what, new_generation=False)  # it costs the job nothing
     job_done(job, what)
     same_digest(job, ref, what)
     no_restarts(job, what)
@@ -184,7 +223,7 @@ def case_coord_host_partitioned(bindir, tmp, lab, etcd, ref):
     out = {}
 
     def cut_leader_host(job, procs, ctl):
-        at_step(40)(job)
+        at_step(FAULT_STEP)(job)
         leader = out["leader"] = ctl.leader()
         out["at_us"] = time.time() * 1e6
         lab.link_down(REPLICA_HOSTS[leader])
@@ -193,6 +232,7 @@ def case_coord_host_partitioned(bindir, tmp, lab, etcd, ref):
         lab.link_up(REPLICA_HOSTS[leader])
     job, ctl = run(bindir, tmp, lab, etcd, "cutleader", cut_leader_host)
     what = "coordinator host partitioned"
+    fired_mid_run(job, out.get("at_us"), what)
     ended_well(job, ref, what)
     figures = took_over(ctl, out["leader"], out["at_us"], what)
     old, new = out["leader"], 1 - out["leader"]
