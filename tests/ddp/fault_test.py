@@ -290,6 +290,35 @@ def check_job(name, rc, results, audits, summ, work):
     return finals
 
 
+# Fault kinds that end or freeze the worker's process: each costs its slot one restart.
+PROCESS_ENDING = ("kill", "stop", "hang", "exit")
+
+
+def check_cost(name, launcher_flags, summ, work):
+    """Each fault costs exactly what it should (docs/launcher.md): the slots evicted are
+    faulty ones, one restart per fired fault that ends or freezes a process (none under
+    --max-restarts 0), no other slot restarted, never a whole-job restart or a start from
+    step 0 while members held state."""
+    summ = summ or {}
+    fired = summ.get("injected", [])
+    faulty = {(i["slot"], i["incarnation"]) for i in fired}
+    ending = [i for i in fired if i["spec"].split(":")[0] in PROCESS_ENDING]
+    no_restarts = "--max-restarts" in launcher_flags and launcher_flags[launcher_flags.index("--max-restarts") + 1] == "0"
+    want = 0 if no_restarts else len(ending)
+    check(summ.get("restarts") == want, f"{name}: {summ.get('restarts')} restart(s), expected {want} "
+          f"(one per fired fault that ends a process: {[i['spec'] for i in ending]})")
+    restarted = {w["slot"] for w in summ.get("workers", []) if w.get("restarts")}
+    check(restarted <= {slot for slot, _ in faulty}, f"{name}: slots restarted {sorted(restarted)}, faulty "
+          f"{sorted(faulty)}: a survivor was restarted")
+    with open(os.path.join(work, "events.jsonl")) as fh:
+        events = [json.loads(x) for x in fh if x.strip()]
+    evicted = {(e["worker"]["slot"], e["worker"]["incarnation"]) for e in events if e.get("event") == "evict"}
+    check(evicted <= faulty, f"{name}: evicted {sorted(evicted)}, faulty {sorted(faulty)}: a survivor was evicted")
+    check(not any(r.get("whole_job_restart") for r in summ.get("recoveries", [])), f"{name}: a whole-job restart")
+    with open(os.path.join(work, "output.txt"), errors="replace") as fh:
+        check("started again at step 0" not in fh.read(), f"{name}: the job started again at step 0")
+
+
 # base/log.h's line: "ringfence [slot/rank gG sS] warn worker: step 18 not applied: rank 1: ..."
 NOT_APPLIED = re.compile(r"ringfence \[(\d+)/(\d+) g[-\d]+ s[-\d]+\] warn worker: step (\d+) not applied: rank \d+: "
                          r".*? g=(\d+) .*?: (.*)$")
@@ -499,6 +528,7 @@ def main():
             check(spec in fired, f"{scenario}: fault {spec} never fired (fired: {sorted(fired)})")
         recs = (summ or {}).get("recoveries", [])
         check(len(recs) == expect["recoveries"], f"{scenario}: {len(recs)} recoveries, expected {expect['recoveries']}")
+        check_cost(scenario, launcher_flags, summ, fault_dir)
         for r in recs:
             check(r.get("finished"), f"{scenario}: recovery not finished: {r}")
             for ph in ("detect", "agree", "connect", "transfer", "verify"):
