@@ -5,9 +5,15 @@ A case is a model, a step count and its faults:
   * "inject": --inject specs the workers fire themselves (elastic/fault_spec.h): one, or two
     at once (other ranks, the same or another step), or a second one during the first one's
     recovery (phase=transfer or recovery at the first one's step: the recovery redoes it);
-  * "external": signals sent by PID from outside (chaos.py): SIGSTOP then SIGCONT after 1-4 s;
-    two workers SIGKILLed at once; a SIGKILL, then a second one once the coordinator revoked
-    the generation (during the recovery from the first);
+  * "external": signals sent by PID from outside (chaos.py): SIGSTOP then SIGCONT after
+    0.5-4 s, or never (the launcher ends the evicted process); two workers SIGKILLed at once;
+    a SIGKILL, then a second one once the coordinator revoked the generation (during the
+    recovery from the first);
+  * "output": the launcher's output is a one-page pipe (chaoslib.Job piped): nobody reads it
+    for 0.5-5 s, half of the time with a worker SIGSTOPped meanwhile (a paused terminal
+    while a debugger freezes a rank); or it is read slowly (a slow log shipper) all job long
+    while one fault fires. The output must cost nothing: the case's cost is its faults'
+    (chaos.py judge);
   * "disk": the job checkpoints every CKPT_EVERY steps and its checkpoint writer (rank 0)
     meets a storage fault (--inject disk:...): ENOSPC, EIO, EROFS or EDQUOT on one or two
     checkpoints, or a slow disk; half of them with a second, failing fault elsewhere. A
@@ -22,7 +28,9 @@ PHASES = ("forward", "backward", "allreduce", "allreduce-chunks", "optimizer")
 # without the failed rank's gradient), so the recovery redoes s and a phase=transfer or
 # recovery spec of step s fires in it. (In the optimizer, the others may have applied s.)
 BEFORE_APPLY = ("forward", "backward", "allreduce", "allreduce-chunks")
-SHAPES = {"one": 3, "two": 2, "during_recovery": 3, "sigstop": 1, "kill_two": 1, "kill_during_recovery": 1, "disk": 2}
+SHAPES = {"one": 3, "two": 2, "during_recovery": 3, "sigstop": 1, "kill_two": 1, "kill_during_recovery": 1, "disk": 2,
+          "unread": 2, "slow_consumer": 1}
+SLOW_READ_BYTES_PER_S = 2048
 DISK_ERRORS = ("ENOSPC", "EIO", "EROFS", "EDQUOT")
 # Every 10 steps: a disk fault at a step <= steps - LAST_MARGIN strikes at most two
 # checkpoints, both before the final one (whose failure would end the job, by design).
@@ -71,7 +79,15 @@ def make_case(seed, index, models, world):
                           spec(rng, rng.choice(KINDS), r2, step, phase2)]
     elif shape == "sigstop":
         case["external"] = [{"action": "sigstop", "slot": rng.choice(ranks), "step": step,
-                             "cont_after_s": round(rng.uniform(1.0, 4.0), 1)}]
+                             "cont_after_s": round(rng.uniform(0.5, 4.0), 1) if rng.random() < 0.75 else None}]
+    elif shape == "unread":
+        x = {"action": "unread", "step": step, "for_s": round(rng.uniform(0.5, 5.0), 1)}
+        if rng.random() < 0.5:
+            x.update(slot=rng.choice(ranks), stop_s=round(rng.uniform(0.5, x["for_s"]), 1))
+        case["external"] = [x]
+    elif shape == "slow_consumer":
+        case["external"] = [{"action": "slow_consumer", "step": 0, "bytes_per_s": SLOW_READ_BYTES_PER_S}]
+        case["inject"] = [spec(rng, rng.choice(FAILING), rng.choice(ranks), step, rng.choice(PHASES))]
     elif shape == "kill_two":
         case["external"] = [{"action": "kill_two", "slots": sorted(rng.sample(ranks, 2)), "step": step}]
     elif shape == "disk":
@@ -91,7 +107,13 @@ def describe(case):
     parts = list(case["inject"])
     for x in case["external"]:
         if x["action"] == "sigstop":
-            parts.append(f"SIGSTOP slot {x['slot']} after step {x['step']}, SIGCONT {x['cont_after_s']} s later")
+            parts.append(f"SIGSTOP slot {x['slot']} after step {x['step']}, " +
+                         (f"SIGCONT {x['cont_after_s']} s later" if x["cont_after_s"] is not None else "never SIGCONT"))
+        elif x["action"] == "unread":
+            parts.append(f"output unread for {x['for_s']} s after step {x['step']}" +
+                         (f", slot {x['slot']} SIGSTOPped for {x['stop_s']} s meanwhile" if "slot" in x else ""))
+        elif x["action"] == "slow_consumer":
+            parts.append(f"output read at {x['bytes_per_s']} B/s")
         elif x["action"] == "kill_two":
             parts.append(f"SIGKILL slots {x['slots'][0]} and {x['slots'][1]} at once after step {x['step']}")
         else:
@@ -100,9 +122,15 @@ def describe(case):
     return " + ".join(parts)
 
 
+def piped(case):
+    """Whether the case needs the launcher's output in a pipe it can stop reading."""
+    return any(x["action"] in ("unread", "slow_consumer") for x in case["external"])
+
+
 def only_slow(case):
     """A case whose only faults are slow ranks or a failing disk: it must need no recovery at all."""
-    return not case["external"] and all(s.startswith(("slow:", "disk:")) for s in case["inject"])
+    return (all(x["action"] == "unread" and "slot" not in x for x in case["external"]) and
+            all(s.startswith(("slow:", "disk:")) for s in case["inject"]))
 
 
 def disk_errors(case):

@@ -31,14 +31,15 @@ import argparse
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import sys
 import tempfile
 import time
 
-from cases import STEPS, describe, disk_errors, make_case, only_slow
-from chaoslib import Job, signal_each, stop_on_sigterm, tail
+from cases import STEPS, describe, disk_errors, make_case, only_slow, piped
+from chaoslib import Job, poll_until, signal_each, stop_on_sigterm, tail
 from auditlog import exactly_once_problems, step_digests  # (chaoslib put tests/ddp on the path)
 
 
@@ -94,9 +95,49 @@ def judge(job, case, ref):
         if wrong:
             problems.append(f"{len(wrong)} step(s) differ from the failure-free run's, the first {wrong[0]}")
     if case and only_slow(case) and summ.get("recoveries"):
-        problems.append(f"false recovery: {len(summ['recoveries'])} recovery(ies) with only slow ranks or disks")
+        problems.append(f"false recovery: {len(summ['recoveries'])} recovery(ies) with only slow ranks, disks or "
+                        f"an unread output")
     if case and case.get("ckpt_every"):
         problems += disk_problems(job, case, summ)
+    if case and job.rc == 0:
+        problems += cost_problems(job, case, summ)
+    return problems
+
+
+# Fault kinds that end or freeze the worker's process: each costs its slot one restart.
+PROCESS_ENDING = ("kill", "stop", "hang", "exit")
+
+
+def cost_problems(job, case, summ):
+    """A fault costs what it should, nothing more (docs/launcher.md): only faulty slots are
+    evicted or restarted; one restart per fired fault or SIGKILL that ends a process, at most
+    one more per SIGSTOP (a short one may end before the lease), none in a shrink case; never
+    a whole-job restart or a start from step 0 while members held state."""
+    problems = []
+    fired = [i for i in summ.get("injected", []) if not i["spec"].startswith(("slow:", "disk:"))]
+    faulty = {i["slot"] for i in fired}
+    log = getattr(job, "external_log", [])
+    for x in case["external"]:
+        faulty.update([x["slot"]] if "slot" in x else x.get("slots", []))
+    kills = sum(len(re.findall(r"\d+", m.group(1))) for e in log for m in [re.match(r"SIGKILL slots? (\[[^]]*\]|\d+)", e["what"])]
+                if m and " pid None" not in e["what"])
+    stops = sum(1 for e in log if e["what"].startswith("SIGSTOP slot"))
+    least = 0 if case.get("shrink") else sum(i["spec"].split(":")[0] in PROCESS_ENDING for i in fired) + kills
+    most = least + (0 if case.get("shrink") else stops)
+    restarts = summ.get("restarts")
+    if restarts is None or not least <= restarts <= most:
+        problems.append(f"{restarts} restart(s), expected {least if least == most else f'{least} to {most}'} "
+                        f"(faults fired: {[i['spec'] for i in fired]}, {kills} SIGKILL(s), {stops} SIGSTOP(s))")
+    restarted = sorted(w["slot"] for w in summ.get("workers", []) if w.get("restarts"))
+    if set(restarted) - faulty:
+        problems.append(f"slots restarted {restarted}, faulty {sorted(faulty)}: a healthy slot was restarted")
+    evicted = sorted({e["worker"]["slot"] for e in job.events() if e.get("event") == "evict" and e.get("worker")})
+    if set(evicted) - faulty:
+        problems.append(f"slots evicted {evicted}, faulty {sorted(faulty)}: a healthy slot was evicted")
+    if any(r.get("whole_job_restart") for r in summ.get("recoveries", [])):
+        problems.append("a whole-job restart while members held state")
+    if "started again at step 0" in job.output():
+        problems.append("the job started again at step 0")
     return problems
 
 
@@ -123,8 +164,15 @@ def disk_problems(job, case, summ):
 def act(job, x, log):
     """Runs one external fault of the case once its step is applied; log gets what was done
     (with wall-clock times: the audit logs' clock)."""
+    if x["action"] == "slow_consumer":
+        job.read_slowly(x["bytes_per_s"])
+        log.append({"what": f"output read at {x['bytes_per_s']} B/s from the start", "wall_us": None})
+        return
     if not job.wait_applied(x["step"]):
         log.append({"what": f"never reached step {x['step']}", "wall_us": None})
+        return
+    if x["action"] == "unread":
+        unread(job, x, log)
         return
     slots = [x["slot"]] if x["action"] == "sigstop" else x["slots"]
     pids = [job.worker_pid(s) for s in slots]
@@ -132,16 +180,7 @@ def act(job, x, log):
         log.append({"what": f"slot(s) {slots} not running after step {x['step']}: {pids}", "wall_us": None})
         return
     if x["action"] == "sigstop":
-        pid = pids[0]
-        t = time.time()
-        signal_each([pid], signal.SIGSTOP)  # (signal_each: a process gone meanwhile is skipped)
-        log.append({"what": f"SIGSTOP slot {x['slot']} pid {pid}", "wall_us": int(t * 1e6)})
-        time.sleep(x["cont_after_s"])  # the fault's duration (a parameter, not a synchronisation)
-        still = job.worker_pid(x["slot"]) == pid  # not evicted and SIGKILLed meanwhile
-        if still:
-            signal_each([pid], signal.SIGCONT)
-        log.append({"what": f"SIGCONT pid {pid} after {x['cont_after_s']} s" +
-                    ("" if still else " not sent: it was gone (evicted)"), "wall_us": int(time.time() * 1e6)})
+        stop_for(job, x["slot"], pids[0], x["cont_after_s"], log)
     elif x["action"] == "kill_two":
         t = time.time()
         signal_each(pids, signal.SIGSTOP, signal.SIGKILL)  # stopped first: neither acts on the other's death
@@ -163,6 +202,44 @@ def act(job, x, log):
         log.append({"what": f"SIGKILL slot {slots[1]} pid {pid} {(t2 * 1e6 - rev['ts_us']) / 1000:.0f} ms after the "
                     f"revoke of g {rev.get('g')}" + (" (that generation already ran)" if running else
                                                      " (during its recovery)"), "wall_us": int(t2 * 1e6)})
+
+
+def stop_for(job, slot, pid, seconds, log):
+    """SIGSTOP pid, then SIGCONT after `seconds` (the fault's duration, a parameter, not a
+    synchronisation) unless it was evicted and ended meanwhile; seconds None: never SIGCONT,
+    wait until the launcher ended it."""
+    t = time.time()
+    signal_each([pid], signal.SIGSTOP)  # (signal_each: a process gone meanwhile is skipped)
+    log.append({"what": f"SIGSTOP slot {slot} pid {pid}", "wall_us": int(t * 1e6)})
+    if seconds is None:
+        gone = poll_until(lambda: job.worker_pid(slot) != pid, job.end, job.ended, every_s=0.01)
+        log.append({"what": f"no SIGCONT: pid {pid} " + (f"ended {time.time() - t:.1f} s later (evicted)" if gone
+                                                          else "still there at the job's end"), "wall_us": None})
+        return
+    time.sleep(seconds)
+    still = job.worker_pid(slot) == pid  # not evicted and SIGKILLed meanwhile
+    if still:
+        signal_each([pid], signal.SIGCONT)
+    log.append({"what": f"SIGCONT pid {pid} after {seconds} s" + ("" if still else " not sent: it was gone (evicted)"),
+                "wall_us": int(time.time() * 1e6)})
+
+
+def unread(job, x, log):
+    """Nobody reads the launcher's output for x["for_s"] seconds; with a slot, that worker is
+    SIGSTOPped for x["stop_s"] of them."""
+    t = time.time()
+    job.pause_reading()
+    log.append({"what": f"output unread for {x['for_s']} s", "wall_us": None})
+    try:
+        if "slot" in x:
+            pid = job.worker_pid(x["slot"])
+            if pid is None:
+                log.append({"what": f"slot {x['slot']} not running after step {x['step']}", "wall_us": None})
+            else:
+                stop_for(job, x["slot"], pid, x["stop_s"], log)
+        time.sleep(max(0.0, x["for_s"] - (time.time() - t)))
+    finally:
+        job.resume_reading()
 
 
 def to_first_step(job, log):
@@ -197,9 +274,9 @@ def run_case(args, case, ref):
     flags = ["--ckpt-dir", ck, "--ckpt-every", str(case["ckpt_every"])] if ck else []
     launcher = ["--max-restarts", "0", "--min-world", str(max(1, args.world - 2))] if case.get("shrink") else []
     job = Job(args.build, work, args.world, case["model"], case["steps"], case["inject"],
-              worker_flags=flags + exact_flags(args), launcher_flags=launcher, deadline_s=args.deadline).start()
+              worker_flags=flags + exact_flags(args), launcher_flags=launcher, deadline_s=args.deadline).start(piped(case))
     job.ckpt_dir = ck
-    log = []
+    log = job.external_log = []
     try:
         for x in case["external"]:
             act(job, x, log)

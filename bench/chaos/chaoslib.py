@@ -9,9 +9,12 @@ import ctypes
 import json
 import os
 import re
+import fcntl
+import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -20,6 +23,8 @@ from auditlog import read_audits  # noqa: E402  (shared with tests/ddp/fault_tes
 from jobprocs import kill_job, procs_mentioning, signal_each  # noqa: E402
 
 PR_SET_PDEATHSIG = 1  # <sys/prctl.h>
+F_SETPIPE_SZ = 1031  # <fcntl.h>
+PIPE_BYTES = 4096  # a piped job's pipe: one page, full after a few dozen lines
 GONE_S = 10  # after the launcher ends, its workers must be gone within this (PDEATHSIG)
 FINAL = re.compile(r"^recovery_worker slot (\d+): step (-?\d+) digest (\S*) recoveries (\d+)", re.M)
 
@@ -121,13 +126,55 @@ class Job:
         self.timed_out = False
         self.left_running = []  # PIDs of this job still alive after the launcher ended (then killed)
 
-    def start(self):
+    def start(self, piped=False):
+        """piped: the launcher's output goes into a one-page pipe that a reader thread copies
+        to output.txt, so a case can stop reading it (pause_reading) or read it slowly
+        (read_slowly), as a paused terminal or a slow log shipper does."""
         self.out = open(self.output_path, "w")
         self.t0 = time.monotonic()
         self.end = self.t0 + self.deadline_s
-        self.p = subprocess.Popen(self.cmd, stdout=self.out, stderr=subprocess.STDOUT, start_new_session=True,
-                                  preexec_fn=die_with_parent)
+        self.reader = None
+        if piped:
+            r, w = os.pipe()
+            fcntl.fcntl(w, F_SETPIPE_SZ, PIPE_BYTES)
+            self.p = subprocess.Popen(self.cmd, stdout=w, stderr=w, start_new_session=True, preexec_fn=die_with_parent)
+            os.close(w)
+            self.reading = threading.Event()
+            self.reading.set()
+            self.read_rate = None  # bytes per second; None: as fast as it comes
+            self.reader = threading.Thread(target=self._copy, args=(r,), daemon=True)
+            self.reader.start()
+        else:
+            self.p = subprocess.Popen(self.cmd, stdout=self.out, stderr=subprocess.STDOUT, start_new_session=True,
+                                      preexec_fn=die_with_parent)
         return self
+
+    def _copy(self, r):
+        """The reader of a piped job: until every writer closed the pipe."""
+        try:
+            while True:
+                if not self.reading.wait(0.05):
+                    continue
+                if not select.select([r], [], [], 0.05)[0]:
+                    continue
+                rate = self.read_rate
+                data = os.read(r, 65536 if rate is None else max(1, int(rate / 20)))
+                if not data:
+                    return
+                self.out.write(data.decode("utf-8", "replace"))
+                if rate is not None:
+                    time.sleep(0.05)
+        finally:
+            os.close(r)
+
+    def pause_reading(self):
+        self.reading.clear()
+
+    def resume_reading(self):
+        self.reading.set()
+
+    def read_slowly(self, bytes_per_s):
+        self.read_rate = bytes_per_s
 
     def ended(self):
         return self.p.poll() is not None
@@ -152,6 +199,10 @@ class Job:
             except ProcessLookupError:  # it ended meanwhile
                 self.p.wait()
         self.wall_s = time.monotonic() - self.t0
+        if self.reader is not None:
+            self.reading.set()
+            self.read_rate = None
+            self.reader.join(GONE_S)  # the pipe ends when the launcher and its workers are gone
         if not self.out.closed:
             self.out.close()
         if not poll_until(lambda: not procs_mentioning(self.aud), time.monotonic() + GONE_S):
