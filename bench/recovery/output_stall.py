@@ -36,6 +36,7 @@ from rf_testlib import load_json  # noqa: E402
 def trial(build, kind, seconds, work):
     t.PIPE_BYTES = 65536
     t.STEPS = 6000
+    t.DEADLINE_S = 300  # 6000 steps: about 25 s on a quiet 2-core machine
     job = t.Job(f"{build}/bin/ringfence", f"{build}/bin/train_mlp", work)
     stopped = None
     try:

@@ -26,6 +26,7 @@ Every condition waits with a deadline; when it passes (the job stalled, as it do
 the pump) the pipe is read anyway, so the job ends and the checks say what it cost. The
 launcher's process group is SIGKILLed at the overall deadline.
 """
+import ctypes
 import fcntl
 import json
 import os
@@ -54,6 +55,12 @@ FINAL = re.compile(r"^== train_mlp slot (\d+) incarnation (\d+): step (-?\d+), g
 PROGRESS = re.compile(r"info worker: step (\d+)/%d " % STEPS)
 
 
+def die_with_parent():
+    """(In the launcher, before exec) SIGKILL it when this script dies, however it dies: in
+    its own session it would outlive a killed script (its workers die with it: PDEATHSIG)."""
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
 def jsonl(path):
     """The whole records of a JSON-lines file others append to (a torn last line is skipped)."""
     out = []
@@ -79,7 +86,7 @@ class Job:
         cmd = [ringfence, "run", "-n", str(W), "--summary", f"{work}/summary.json", "--event-log", self.events,
                "--run-dir", f"{work}/run", "--", train_mlp, "--synthetic", "4096", "--batch", "64", "--epochs", "100",
                "--max-steps", str(STEPS), "--log-interval", "1", "--audit-log", self.audit]
-        self.proc = subprocess.Popen(cmd, stdout=w, stderr=w, start_new_session=True)
+        self.proc = subprocess.Popen(cmd, stdout=w, stderr=w, start_new_session=True, preexec_fn=die_with_parent)
         os.close(w)
         self.started = time.monotonic()
         self.output = b""
