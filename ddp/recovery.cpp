@@ -55,8 +55,9 @@ void Recovery::start(const elastic::ClientOptions& options, FaultInjector& inj, 
   comm::prepare_backend(cfg_.backend);
   client_ = std::make_unique<elastic::Client>(copt_);
   client_->on_revoked([this](const elastic::Revocation& r) {
-    if (tracer_) tracer_->instant_any("revoked", r.cause, {.generation = static_cast<int64_t>(r.generation)});
-    abort(str("generation revoked (", r.cause, "), now ", r.generation));
+    const char* cause = r.cause ? elastic::to_string(*r.cause) : "cause unknown";
+    if (tracer_) tracer_->instant_any("revoked", cause, {.generation = static_cast<int64_t>(r.generation)});
+    abort(str("generation revoked (", cause, "), now ", r.generation));
   });
   client_->on_fenced([this](const std::string& why) {
     if (tracer_) tracer_->instant_any("fenced", why);
@@ -219,9 +220,9 @@ bool Recovery::form_steps() {
   client_->set_step(state_.step());
   log::set_step(state_.step());  // T, received or kept
   ActivityBoard::IdleScope talking(watch_.board());  // the recovery's own work is done
-  client_->phase_timing(cur_.plan.generation, "connect", connect_ms);
-  client_->phase_timing(cur_.plan.generation, "transfer", transfer_ms);
-  client_->phase_timing(cur_.plan.generation, "verify", verify_ms);
+  client_->phase_timing(cur_.plan.generation, elastic::RecoveryPhase::Connect, connect_ms);
+  client_->phase_timing(cur_.plan.generation, elastic::RecoveryPhase::Transfer, transfer_ms);
+  client_->phase_timing(cur_.plan.generation, elastic::RecoveryPhase::Verify, verify_ms);
   return true;
 }
 

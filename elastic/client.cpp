@@ -403,8 +403,8 @@ Answer Client::failure_report(uint64_t g, int64_t step, std::optional<int> peer,
   return decode_reply_as<Answer>(call(req, opt_.call_timeout));
 }
 
-void Client::phase_timing(uint64_t g, const std::string& phase, double ms_) {
-  call({{"type", "phase"}, {"generation", g}, {"phase", phase}, {"ms", ms_}}, opt_.call_timeout);
+void Client::phase_timing(uint64_t g, RecoveryPhase phase, double ms_) {
+  call({{"type", "phase"}, {"generation", g}, {"phase", to_string(phase)}, {"ms", ms_}}, opt_.call_timeout);
 }
 
 void Client::fatal(const std::string& error) {

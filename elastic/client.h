@@ -64,7 +64,7 @@ struct ClientOptions {
 struct Revocation {
   uint64_t generation = 0;  // the new generation
   bool planned = false;     // a planned change (grow/replace) rather than a failure
-  std::string cause;
+  std::optional<Cause> cause;  // nullopt: the coordinator did not say
 };
 
 struct JoinInfo {
@@ -141,8 +141,8 @@ class Client {
   // (comm's CommErrorInfo::device_stuck): the coordinator evicts this worker.
   Answer failure_report(uint64_t generation, int64_t step, std::optional<int> peer_slot, const std::string& cause,
                         FailureKind kind = FailureKind::comm);
-  // The trainer's timings of recovery phases connect/transfer/verify, for the summary.
-  void phase_timing(uint64_t generation, const std::string& phase, double ms);
+  // The trainer's timing of one phase of its recovery into `generation`, for the summary.
+  void phase_timing(uint64_t generation, RecoveryPhase phase, double ms);
   // This worker cannot run for a reason every worker and every restart would meet again
   // (its configuration): the coordinator STOPs the job with `error` (the launcher's final
   // line says it, nothing is restarted). Call it, then exit non-zero.

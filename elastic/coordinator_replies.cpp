@@ -109,9 +109,9 @@ json summary_reply(const Membership& membership, const std::function<int64_t(Tim
   for (const auto& r : membership.recoveries()) {
     json phases = {{"detect", ms(r.first_seen, r.revoked)},
                    {"agree", r.planned_at > r.revoked ? json(ms(r.revoked, r.planned_at)) : json(nullptr)}};
-    for (const char* p : {"connect", "transfer", "verify"}) {
+    for (RecoveryPhase p : kRecoveryPhases) {
       auto it = r.worker_phase_ms.find(p);
-      phases[p] = it == r.worker_phase_ms.end() ? json(nullptr) : json(it->second);
+      phases[to_string(p)] = it == r.worker_phase_ms.end() ? json(nullptr) : json(it->second);
     }
     recs.push_back({{"cause", to_string(r.cause)},
                     {"worker", worker_json(r.worker)},

@@ -347,7 +347,7 @@ Answer Membership::leave(WorkerId w, TimePoint now, std::optional<int64_t> step)
   return a;
 }
 
-void Membership::phase_timing(WorkerId w, uint64_t generation, const std::string& phase, double ms) {
+void Membership::phase_timing(WorkerId w, uint64_t generation, RecoveryPhase phase, double ms) {
   if (!live_worker(w)) return;
   for (auto it = recoveries_.rbegin(); it != recoveries_.rend(); ++it)
     if (it->generation == generation) {

@@ -60,7 +60,7 @@ class Membership {
   // mismatch; a restart would only meet it again. Ignored once the job is over.
   Answer worker_fatal(WorkerId w, const std::string& error, TimePoint now);
   Answer leave(WorkerId w, TimePoint now, std::optional<int64_t> step = std::nullopt);
-  void phase_timing(WorkerId w, uint64_t generation, const std::string& phase, double ms);
+  void phase_timing(WorkerId w, uint64_t generation, RecoveryPhase phase, double ms);
   // A worker fires an --inject step= spec (logged as `injected`, listed by fired()).
   void worker_injected(WorkerId w, uint64_t generation, int64_t step, const std::string& spec, TimePoint now);
   struct Fired {

@@ -22,6 +22,27 @@ const char* to_string(Cause c) {
   return "?";
 }
 
+std::optional<Cause> parse_cause(const std::string& text) {
+  for (Cause c : kCauses)
+    if (text == to_string(c)) return c;
+  return std::nullopt;
+}
+
+const char* to_string(RecoveryPhase p) {
+  switch (p) {
+    case RecoveryPhase::Connect: return "connect";
+    case RecoveryPhase::Transfer: return "transfer";
+    case RecoveryPhase::Verify: return "verify";
+  }
+  return "?";
+}
+
+std::optional<RecoveryPhase> parse_recovery_phase(const std::string& text) {
+  for (RecoveryPhase p : kRecoveryPhases)
+    if (text == to_string(p)) return p;
+  return std::nullopt;
+}
+
 bool evicts(Cause c) {
   return c == Cause::LeaseExpired || c == Cause::Hung || c == Cause::Wedged || c == Cause::ReportTimeout ||
          c == Cause::ReadyTimeout || c == Cause::GpuStuck;

@@ -39,7 +39,15 @@ enum class Cause {
   LeaderChanged,         // a coordinator replica took over from the leader (several replicas)
   GpuStuck,              // the worker said its own GPU never reached an operation (FailureKind::gpu_stuck)
 };
+// Every cause, for parsing by name: neither the enumerators' order nor their values matter.
+inline constexpr Cause kCauses[] = {
+    Cause::ConnectionClosed, Cause::ProcessExited, Cause::Replaced, Cause::LeaseExpired, Cause::Hung, Cause::Wedged,
+    Cause::ReportTimeout, Cause::ReadyTimeout, Cause::LeftDuringRecovery, Cause::FailureReport,
+    Cause::MemberLeftGeneration, Cause::Reconfigure, Cause::LeaderChanged, Cause::GpuStuck,
+};
 const char* to_string(Cause c);
+// The cause named `text` (to_string's word); nullopt when it names none.
+std::optional<Cause> parse_cause(const std::string& text);
 // The coordinator decided the worker is gone while its process may still run (hung,
 // silent): the launcher SIGKILLs it before its slot is restarted (Membership::take_evictions).
 bool evicts(Cause c);
@@ -67,6 +75,17 @@ inline std::optional<FailureKind> parse_failure_kind(const std::string& text) {
 // Why the coordinator stopped the job (the event log's `stop` line).
 enum class StopCause { BelowMinWorld, DigestMismatch, WorkerFatal };
 const char* to_string(StopCause c);
+
+// The phases of a recovery that a worker times and reports (the `phase` request), each the
+// max over the workers in the summary's `phases`: connect (the new communicator), transfer
+// (state from its source rank), verify (the digest of what it holds).
+enum class RecoveryPhase { Connect, Transfer, Verify };
+// Every recovery phase, in the order the summary lists them.
+inline constexpr RecoveryPhase kRecoveryPhases[] = {RecoveryPhase::Connect, RecoveryPhase::Transfer,
+                                                    RecoveryPhase::Verify};
+const char* to_string(RecoveryPhase p);  // connect, transfer, verify: the wire's word
+// The recovery phase named `text`; nullopt when it names none.
+std::optional<RecoveryPhase> parse_recovery_phase(const std::string& text);
 
 // What a member's heartbeat says of its training thread, for the coordinator's judgement
 // of a live but stuck member (elastic/liveness.h). Durations are on the worker's own clock,
@@ -201,7 +220,7 @@ struct RecoveryRecord {
   bool finished = false;
   int64_t target_step = -1;
   int world = 0;
-  std::map<std::string, double> worker_phase_ms;  // connect/transfer/verify, max over workers
+  std::map<RecoveryPhase, double> worker_phase_ms;  // max over workers
 };
 
 }  // namespace rf::elastic

@@ -103,9 +103,10 @@ Request decode_failure(const json& m) {
 Request decode_phase(const json& m) {
   PhaseTiming p;
   p.generation = gen(m);
-  p.phase = get_str(m, "phase", 32);
-  if (p.phase != "connect" && p.phase != "transfer" && p.phase != "verify")
-    throw ProtocolError(rf::str("field 'phase' = '", p.phase, "' is not connect, transfer or verify"));
+  const std::string phase = get_str(m, "phase", 32);
+  const auto parsed = parse_recovery_phase(phase);
+  if (!parsed) throw ProtocolError(rf::str("field 'phase' = '", phase, "' is not connect, transfer or verify"));
+  p.phase = *parsed;
   auto it = m.find("ms");
   if (it == m.end() || !it->is_number()) throw ProtocolError("field 'ms' must be a number");
   p.ms = it->get<double>();

@@ -105,10 +105,11 @@ struct FailureReport {
   std::string cause;
   FailureKind kind = FailureKind::comm;
 };
+// phase: a word that names no RecoveryPhase is a protocol error.
 struct PhaseTiming {
   static constexpr const char* kType = "phase";
   uint64_t generation = 0;
-  std::string phase;
+  RecoveryPhase phase = RecoveryPhase::Connect;
   double ms = 0;
 };
 struct Leave {

@@ -61,7 +61,10 @@ Reply heartbeat_reply(const json& m) {
   r.reconfigure = field<bool>(m, "reconfigure", false);
   r.stop = field<bool>(m, "stop", false);
   r.planned = field<bool>(m, "planned", false);
-  r.cause = field<std::string>(m, "cause", "");
+  if (const std::string cause = field<std::string>(m, "cause", ""); !cause.empty()) {
+    r.cause = parse_cause(cause);
+    if (!r.cause) throw ProtocolError(rf::str("field 'cause' = '", cause, "' names no cause"));
+  }
   return r;
 }
 

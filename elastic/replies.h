@@ -4,7 +4,7 @@
 // a ready, the store's, the heartbeat's) and the launcher's (status, exited, summary).
 // Fields a client does not decide on stay in `raw` (the live line and --summary print them).
 // Decoding is as lenient as the clients always were: a missing field takes its default; a
-// present field of the wrong type, or a phase that names none, is a ProtocolError.
+// present field of the wrong type, or a phase or a cause that names none, is a ProtocolError.
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -31,7 +31,7 @@ struct HeartbeatReply {
   uint64_t generation = 0;
   std::optional<Phase> phase;
   bool reconfigure = false, stop = false, planned = false;
-  std::string cause;  // the newest revocation's cause ("" : none)
+  std::optional<Cause> cause;  // the newest revocation's (nullopt: none; on the wire "" or absent)
 };
 
 // What the coordinator knew of a process the launcher saw exit.

@@ -119,7 +119,7 @@ TEST_CASE("a fatal report stops the job, and a running member hears it by heartb
   Client a(copts(coord, token, 0)), b(copts(coord, token, 1));
   Signal stopped, revoked;
   a.on_stopped([&] { stopped.fire(); });
-  a.on_revoked([&](const Revocation& r) { revoked.fire(r.cause); });
+  a.on_revoked([&](const Revocation& r) { revoked.fire(r.cause ? to_string(*r.cause) : "?"); });
   a.join();
   b.join();
   auto fb = std::async(std::launch::async, [&] { return b.next_plan([] { return at(-1); }, 5s); });
@@ -148,7 +148,7 @@ TEST_CASE("two workers form, run, exchange addresses, and one failure revokes th
   coord.start();
   Client a(copts(coord, token, 0)), b(copts(coord, token, 1));
   Signal revoked;
-  a.on_revoked([&](const Revocation& r) { revoked.fire(r.cause + "/" + std::to_string(r.generation)); });
+  a.on_revoked([&](const Revocation& r) { revoked.fire(rf::str(r.cause ? to_string(*r.cause) : "?", "/", r.generation)); });
   CHECK(a.join().target_world == 2);
   b.join();
   auto fb = std::async(std::launch::async, [&] { return b.next_plan([] { return at(-1); }, 5s); });
@@ -244,7 +244,7 @@ TEST_CASE("a gpu_stuck report evicts its sender; the survivor's plan shrinks the
   coord.start();
   Client a(copts(coord, token, 0)), b(copts(coord, token, 1));
   Signal revoked, fenced;
-  a.on_revoked([&](const Revocation& r) { revoked.fire(r.cause + "/" + std::to_string(r.generation)); });
+  a.on_revoked([&](const Revocation& r) { revoked.fire(rf::str(r.cause ? to_string(*r.cause) : "?", "/", r.generation)); });
   b.on_fenced([&](const std::string& why) { fenced.fire(why); });
   a.join();
   b.join();

@@ -45,7 +45,7 @@ TEST_CASE("decode_reply: exited, heartbeat and summary replies") {
   CHECK(h.phase == Phase::Recovering);
   CHECK(h.stop);
   CHECK(h.planned);
-  CHECK(h.cause == "reconfigure");
+  CHECK(h.cause == Cause::Reconfigure);
   const SummaryReply s = decode_reply_as<SummaryReply>(
       {{"type", "summary_reply"}, {"recoveries", {{{"finished", true}, {"target_step", 9}}}}, {"fired", json::array()}});
   REQUIRE(s.recoveries.size() == 1);

@@ -92,7 +92,7 @@ int main(int argc, char** argv) {
       if (me->source_rank) step = plan.target_step;  // the fake state transfer
       if (plan.fresh_start) step = -1;
       client.set_step(step);
-      client.phase_timing(plan.generation, "transfer", 0.0);
+      client.phase_timing(plan.generation, RecoveryPhase::Transfer, 0.0);
       g_revoked = false;
       ReadyQuery rq = client.ready(plan.generation, 60s);
       if (rq.kind == ReadyQuery::Stopped) {
