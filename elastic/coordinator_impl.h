@@ -147,7 +147,6 @@ struct Coordinator::Impl {
   void on(Conn& c, const Summary& r, TimePoint now);
   void on(Conn& c, const Fatal& r, TimePoint now);
   void on(Conn& c, const Injected& r, TimePoint now);
-  static nlohmann::json answer_json(const char* type, const Answer& a);
   void challenge(Conn& c, const Hello& h);
   void handle_auth(Conn& c, const Auth& a, TimePoint now);
   void handle_hello(Conn& c, const Hello& h, TimePoint now);

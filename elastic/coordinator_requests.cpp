@@ -5,6 +5,7 @@
 #include "base/str.h"
 #include "elastic/auth.h"
 #include "elastic/coordinator_impl.h"
+#include "elastic/replies.h"
 #include "elastic/token.h"
 
 namespace rf::elastic {
@@ -53,14 +54,12 @@ void Coordinator::Impl::on(Conn& c, const Heartbeat& r, TimePoint now) {
   HeartbeatResult h = membership.heartbeat(c.worker, r.generation, r.step, now, r.activity);
   if (!h.fenced) progress[c.worker.slot] = {c.worker.incarnation, r.step, r.loss, r.samples_per_s};
   if (!h.fenced) note_checkpoints(c.worker, r.generation, r.step, r.ckpt_failed, r.ckpt_error);
-  send(c, {{"type", "heartbeat_reply"}, {"fenced", h.fenced}, {"generation", h.generation},
-           {"phase", to_string(h.phase)}, {"reconfigure", h.reconfigure}, {"stop", h.stop},
-           {"planned", h.planned}, {"cause", h.cause ? to_string(*h.cause) : ""}});
+  send(c, encode_reply(HeartbeatReply{h.fenced, h.generation, h.phase, h.reconfigure, h.stop, h.planned, h.cause}));
 }
 
 void Coordinator::Impl::on(Conn& c, const Report& r, TimePoint now) {
   const StateReport state{r.has_state, r.step, r.digest, r.comm_generation};
-  send(c, answer_json("report_reply", membership.report(c.worker, r.round, state, now)));
+  send(c, encode_answer("report_reply", membership.report(c.worker, r.round, state, now)));
 }
 
 // plan, ready and kv_wait are parked until their reply is due (try_pending).
@@ -71,8 +70,7 @@ void Coordinator::Impl::on(Conn& c, const PlanRequest& r, TimePoint now) {
 void Coordinator::Impl::on(Conn& c, const Ready& r, TimePoint now) {
   Answer a = membership.ready(c.worker, r.generation, now);
   if (!a.ok()) {
-    send(c, {{"type", "ready_reply"}, {"status", to_string(a.kind)}, {"generation", a.generation},
-             {"reason", a.reason}});
+    send(c, encode_ready_refusal(a));
     return;
   }
   c.pending = Pending{r, now + std::chrono::milliseconds(r.timeout_ms)};
@@ -94,8 +92,7 @@ void Coordinator::Impl::on(Conn& c, const KvSet& r, TimePoint) {
 }
 
 void Coordinator::Impl::on(Conn& c, const KvGet& r, TimePoint) {
-  auto v = kv.get(r.generation, r.key);
-  send(c, {{"type", "kv_get_reply"}, {"found", v.has_value()}, {"value", v ? json(*v) : json(nullptr)}});
+  send(c, encode_kv_value("kv_get_reply", KvValueReply{kv.get(r.generation, r.key)}));
 }
 
 void Coordinator::Impl::on(Conn& c, const KvCas& r, TimePoint) {
@@ -106,12 +103,12 @@ void Coordinator::Impl::on(Conn& c, const KvCas& r, TimePoint) {
     throw ProtocolError(e.what());
   }
   if (res.first) kv_written.emplace_back(r.generation, r.key);
-  send(c, {{"type", "kv_cas_reply"}, {"swapped", res.first}, {"value", res.second ? json(*res.second) : json(nullptr)}});
+  send(c, encode_reply(KvCasReply{res.first, res.second}));
 }
 
 void Coordinator::Impl::on(Conn& c, const FailureReport& r, TimePoint now) {
   Answer a = membership.failure_report(c.worker, r.generation, r.step, r.peer_slot, r.cause, now, r.kind);
-  send(c, answer_json("failure_reply", a));
+  send(c, encode_answer("failure_reply", a));
 }
 
 void Coordinator::Impl::on(Conn& c, const PhaseTiming& r, TimePoint) {
@@ -121,7 +118,7 @@ void Coordinator::Impl::on(Conn& c, const PhaseTiming& r, TimePoint) {
 
 void Coordinator::Impl::on(Conn& c, const Leave& r, TimePoint now) {
   note_checkpoints(c.worker, membership.generation(), r.step.value_or(-1), r.ckpt_failed, r.ckpt_error);
-  send(c, answer_json("leave_reply", membership.leave(c.worker, now, r.step)));
+  send(c, encode_answer("leave_reply", membership.leave(c.worker, now, r.step)));
 }
 
 void Coordinator::Impl::on(Conn& c, const Status&, TimePoint) {
@@ -135,8 +132,7 @@ void Coordinator::Impl::on(Conn& c, const Status&, TimePoint) {
 void Coordinator::Impl::on(Conn& c, const Exited& r, TimePoint now) {
   const TimePoint exited_at = now - std::chrono::microseconds(std::max<int64_t>(0, rf::wall_us() - r.exited_wall_us));
   const Membership::ExitedInfo info = membership.process_exited({r.slot, r.incarnation}, r.status, exited_at, now);
-  send(c, {{"type", "exited_reply"}, {"registered", info.registered}, {"left", info.left},
-           {"phase", to_string(membership.phase())}});
+  send(c, encode_reply(ExitedReply{info.registered, info.left, membership.phase()}));
 }
 
 void Coordinator::Impl::on(Conn& c, const StopJob&, TimePoint now) {
@@ -149,16 +145,12 @@ void Coordinator::Impl::on(Conn& c, const Summary&, TimePoint) {
 }
 
 void Coordinator::Impl::on(Conn& c, const Fatal& r, TimePoint now) {
-  send(c, answer_json("fatal_reply", membership.worker_fatal(c.worker, r.error, now)));
+  send(c, encode_answer("fatal_reply", membership.worker_fatal(c.worker, r.error, now)));
 }
 
 void Coordinator::Impl::on(Conn& c, const Injected& r, TimePoint now) {
   membership.worker_injected(c.worker, r.generation, r.step, r.spec, now);
   send(c, {{"type", "injected_reply"}});
-}
-
-json Coordinator::Impl::answer_json(const char* type, const Answer& a) {
-  return {{"type", type}, {"result", to_string(a.kind)}, {"generation", a.generation}, {"reason", a.reason}};
 }
 
 // Admission (elastic/auth.h): prove we hold the token over the client's nonce, and ask
@@ -195,14 +187,14 @@ void Coordinator::Impl::handle_hello(Conn& c, const Hello& h, TimePoint now) {
       send_error(c, rf::str("join refused: ", j.reason), j.kind == Answer::Finished ? "finished" : "refused");
       return;
     }
-    send(c, {{"type", "welcome"}, {"generation", j.generation}, {"phase", to_string(j.phase)},
-             {"target_world", opt.membership.target_world},
-             {"heartbeat_ms", std::chrono::duration_cast<std::chrono::milliseconds>(opt.membership.heartbeat).count()},
-             {"lease_ms", std::chrono::duration_cast<std::chrono::milliseconds>(opt.membership.lease).count()}});
+    send(c, encode_reply(WelcomeReply{
+                j.generation, j.phase, opt.membership.target_world,
+                std::chrono::duration_cast<std::chrono::milliseconds>(opt.membership.heartbeat).count(),
+                std::chrono::duration_cast<std::chrono::milliseconds>(opt.membership.lease).count()}));
   } else {
     if (h.role == Role::Launcher) ++owner->launchers_;
-    send(c, {{"type", "welcome"}, {"generation", membership.generation()}, {"phase", to_string(membership.phase())},
-             {"target_world", opt.membership.target_world}});
+    send(c, encode_reply(WelcomeReply{membership.generation(), membership.phase(), opt.membership.target_world,
+                                      std::nullopt, std::nullopt}));
   }
   c.hello = true;
 }
@@ -214,29 +206,24 @@ bool Coordinator::Impl::try_pending(Conn& c, TimePoint now) {
   if (const auto* r = std::get_if<PlanRequest>(&p.req)) {
     PlanQuery q = membership.plan_for(c.worker, r->round, /*with_plan=*/false);
     if (q.kind == PlanQuery::Pending && !expired) return false;
-    json j = {{"type", "plan_reply"}, {"status", q.kind == PlanQuery::Pending ? "timeout" : to_string(q.kind)},
-              {"generation", q.generation}, {"error", q.error}};
-    if (q.kind != PlanQuery::Ready) return send(c, std::move(j)), true;
+    if (q.kind != PlanQuery::Ready) return send(c, encode_reply(q)), true;
     // Every worker of a round gets the same plan (a generation's plan never changes): it is
     // encoded once, not once per worker (W of them, each W ranks long).
-    if (plan_frame.first != q.plan.generation) {
-      j["plan"] = plan_json(membership.plan_for(c.worker, r->round).plan);
-      plan_frame = {q.plan.generation, encode_frame(std::move(j))};
-    }
+    if (plan_frame.first != q.plan.generation)
+      plan_frame = {q.plan.generation, encode_frame(encode_reply(membership.plan_for(c.worker, r->round)))};
     send_frame(c, plan_frame.second);
     return true;
   }
   if (const auto* r = std::get_if<Ready>(&p.req)) {
     ReadyQuery q = membership.ready_state(c.worker, r->generation);
     if (q.kind == ReadyQuery::Pending && !expired) return false;
-    send(c, {{"type", "ready_reply"}, {"status", q.kind == ReadyQuery::Pending ? "timeout" : to_string(q.kind)},
-             {"generation", q.generation}, {"reason", q.error}});
+    send(c, encode_reply(q));
     return true;
   }
   const auto& w = std::get<KvWait>(p.req);
-  auto v = kv.get(w.generation, w.key);
-  if (!v && !expired) return false;
-  send(c, {{"type", "kv_wait_reply"}, {"found", v.has_value()}, {"value", v ? json(*v) : json(nullptr)}});
+  KvValueReply v{kv.get(w.generation, w.key)};
+  if (!v.value_hex && !expired) return false;
+  send(c, encode_kv_value("kv_wait_reply", v));
   return true;
 }
 

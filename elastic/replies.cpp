@@ -168,7 +168,11 @@ const std::map<std::string, Decoder>& decoders() {
       {"ready_reply", ready_reply},
       {"kv_get_reply", kv_value_reply},
       {"kv_wait_reply", kv_value_reply},
-      {"kv_cas_reply", [](const json& m) -> Reply { return KvCasReply{field<bool>(m, "swapped", false)}; }},
+      {"kv_cas_reply", [](const json& m) -> Reply {
+         KvCasReply r{field<bool>(m, "swapped", false), std::nullopt};
+         if (const auto it = m.find("value"); it != m.end() && !it->is_null()) r.value_hex = get_str(m, "value", kMaxFrameBytes);
+         return r;
+       }},
   };
   return table;
 }
@@ -192,6 +196,56 @@ T decode_reply_as(const json& m) {
   Reply r = decode_reply(m);
   if (auto* t = std::get_if<T>(&r)) return std::move(*t);
   throw ProtocolError(rf::str("unexpected reply type '", m.value("type", ""), "'"));
+}
+
+json encode_reply(const WelcomeReply& r) {
+  json j = {{"type", "welcome"}, {"generation", r.generation}, {"target_world", r.target_world}};
+  if (r.phase) j["phase"] = to_string(*r.phase);
+  if (r.heartbeat_ms) j["heartbeat_ms"] = *r.heartbeat_ms;
+  if (r.lease_ms) j["lease_ms"] = *r.lease_ms;
+  return j;
+}
+
+json encode_reply(const HeartbeatReply& r) {
+  json j = {{"type", "heartbeat_reply"}, {"fenced", r.fenced}, {"generation", r.generation},
+            {"reconfigure", r.reconfigure}, {"stop", r.stop}, {"planned", r.planned},
+            {"cause", r.cause ? to_string(*r.cause) : ""}};
+  if (r.phase) j["phase"] = to_string(*r.phase);
+  return j;
+}
+
+json encode_reply(const ExitedReply& r) {
+  json j = {{"type", "exited_reply"}, {"registered", r.registered}, {"left", r.left}};
+  if (r.phase) j["phase"] = to_string(*r.phase);
+  return j;
+}
+
+json encode_reply(const PlanQuery& q) {
+  json j = {{"type", "plan_reply"}, {"status", q.kind == PlanQuery::Pending ? "timeout" : to_string(q.kind)},
+            {"generation", q.generation}, {"error", q.error}};
+  if (q.kind == PlanQuery::Ready) j["plan"] = plan_json(q.plan);
+  return j;
+}
+
+json encode_reply(const ReadyQuery& q) {
+  return {{"type", "ready_reply"}, {"status", q.kind == ReadyQuery::Pending ? "timeout" : to_string(q.kind)},
+          {"generation", q.generation}, {"reason", q.error}};
+}
+
+json encode_ready_refusal(const Answer& a) {
+  return {{"type", "ready_reply"}, {"status", to_string(a.kind)}, {"generation", a.generation}, {"reason", a.reason}};
+}
+
+json encode_reply(const KvCasReply& r) {
+  return {{"type", "kv_cas_reply"}, {"swapped", r.swapped}, {"value", r.value_hex ? json(*r.value_hex) : json(nullptr)}};
+}
+
+json encode_answer(const char* type, const Answer& a) {
+  return {{"type", type}, {"result", to_string(a.kind)}, {"generation", a.generation}, {"reason", a.reason}};
+}
+
+json encode_kv_value(const char* type, const KvValueReply& r) {
+  return {{"type", type}, {"found", r.value_hex.has_value()}, {"value", r.value_hex ? json(*r.value_hex) : json(nullptr)}};
 }
 
 template WelcomeReply decode_reply_as<WelcomeReply>(const json&);

@@ -68,6 +68,7 @@ struct KvValueReply {
 };
 struct KvCasReply {
   bool swapped = false;
+  std::optional<std::string> value_hex;  // the value stored after the attempt (nullopt: none)
 };
 
 // report_reply, failure_reply, leave_reply and fatal_reply are an Answer (an unknown result
@@ -85,5 +86,23 @@ Reply decode_reply(const nlohmann::json& m);
 // The reply of type T, or ProtocolError when `m` is another one.
 template <class T>
 T decode_reply_as(const nlohmann::json& m);
+
+// The coordinator's encoders: each reply above is built here and only here, the mirror of
+// its decoder (status_reply and summary_reply, built from Membership's state, are in
+// coordinator_replies.h). An optional field that is nullopt is left out, except a
+// heartbeat reply's cause, "" when none. Pending reads "timeout" in a plan or ready reply.
+nlohmann::json encode_reply(const WelcomeReply& r);
+nlohmann::json encode_reply(const HeartbeatReply& r);
+nlohmann::json encode_reply(const ExitedReply& r);
+nlohmann::json encode_reply(const PlanQuery& q);  // with the plan when Ready
+nlohmann::json encode_reply(const ReadyQuery& q);
+nlohmann::json encode_reply(const KvCasReply& r);
+// type: report_reply, failure_reply, leave_reply or fatal_reply.
+nlohmann::json encode_answer(const char* type, const Answer& a);
+// A ready refused at once (the round it names is not this worker's to run): the answer's
+// result word is the status (stale reads back as Revoked).
+nlohmann::json encode_ready_refusal(const Answer& a);
+// type: kv_get_reply or kv_wait_reply.
+nlohmann::json encode_kv_value(const char* type, const KvValueReply& r);
 
 }  // namespace rf::elastic
