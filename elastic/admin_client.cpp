@@ -7,6 +7,7 @@
 #include "elastic/control_state.h"
 #include "elastic/etcd_client.h"
 #include "elastic/leadership.h"
+#include "elastic/messages.h"
 
 #include <thread>
 
@@ -63,10 +64,9 @@ json AdminClient::call(json req) {
   connect_leader(Clock::now() + failover_);
   return conn_.call(req, Clock::now() + timeout_);
 }
-StatusReply AdminClient::status() { return decode_reply_as<StatusReply>(call({{"type", "status"}})); }
+StatusReply AdminClient::status() { return decode_reply_as<StatusReply>(call(encode_request(Status{}))); }
 AdminClient::ExitedReply AdminClient::exited(int slot, int64_t inc, int status, int64_t wall) {
-  return decode_reply_as<ExitedReply>(
-      call({{"type", "exited"}, {"slot", slot}, {"incarnation", inc}, {"status", status}, {"exited_wall_us", wall}}));
+  return decode_reply_as<ExitedReply>(call(encode_request(Exited{slot, inc, status, wall})));
 }
 std::optional<Phase> AdminClient::committed_phase() {
   if (etcd_.empty()) return std::nullopt;
@@ -79,7 +79,7 @@ std::optional<Phase> AdminClient::committed_phase() {
   }
 }
 
-void AdminClient::stop() { call({{"type", "stop"}}); }
-SummaryReply AdminClient::summary() { return decode_reply_as<SummaryReply>(call({{"type", "summary"}})); }
+void AdminClient::stop() { call(encode_request(StopJob{})); }
+SummaryReply AdminClient::summary() { return decode_reply_as<SummaryReply>(call(encode_request(Summary{}))); }
 
 }  // namespace rf::elastic

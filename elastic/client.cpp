@@ -93,8 +93,6 @@ std::string Client::fence_reason() const {
   return fence_reason_;
 }
 
-json Client::base(const char* type) const { return json{{"type", type}}; }
-
 std::pair<std::string, int> Client::locate() const {
   if (opt_.etcd.empty()) return {opt_.host, opt_.port};
   EtcdClient etcd(EtcdOptions{opt_.etcd, std::chrono::seconds(1)});
@@ -171,20 +169,15 @@ void Client::start_heartbeats(TimePoint joined) {
 }
 
 json Client::heartbeat_message() const {
-  json beat = {{"type", "heartbeat"}, {"generation", active_.load()}, {"step", step_.load()}};
-  if (const double l = loss_.load(); l >= 0) beat["loss"] = l;
-  if (const double r = samples_per_s_.load(); r >= 0) beat["samples_per_s"] = r;
-  {
-    std::lock_guard<std::mutex> l(cb_mu_);
-    if (activity_) {
-      const Activity a = activity_();
-      const auto us = [](Duration d) { return std::chrono::duration_cast<std::chrono::microseconds>(d).count(); };
-      beat["activity"] = {{"kind", to_string(a.kind)}, {"elapsed_us", us(a.elapsed)},
-                          {"runnable_us", us(a.runnable)}, {"bound_us", us(a.bound)}, {"where", a.where}};
-    }
-  }
-  add_checkpoint_failures(beat);
-  return beat;
+  Heartbeat beat;
+  beat.generation = active_.load();
+  beat.step = step_.load();
+  if (const double l = loss_.load(); l >= 0) beat.loss = l;
+  if (const double r = samples_per_s_.load(); r >= 0) beat.samples_per_s = r;
+  std::lock_guard<std::mutex> l(cb_mu_);
+  if (activity_) beat.activity = activity_();
+  if (ckpt_failed_ != 0) beat.ckpt_failed = ckpt_failed_, beat.ckpt_error = ckpt_error_;
+  return encode_request(beat);
 }
 
 void Client::heartbeat_loop(TimePoint joined) {
@@ -305,16 +298,14 @@ json Client::call(const json& req, Duration timeout) {
 }
 
 Answer Client::report(uint64_t round, const StateReport& s) {
-  return decode_reply_as<Answer>(call({{"type", "report"}, {"round", round}, {"has_state", s.has_state},
-                                       {"step", s.has_state ? s.step : -1}, {"digest", s.has_state ? s.digest : ""},
-                                       {"comm_generation", s.comm_generation}},
-                                      opt_.call_timeout));
+  const Report req{round, s.has_state, s.has_state ? s.step : -1, s.has_state ? s.digest : "", s.comm_generation};
+  return decode_reply_as<Answer>(call(encode_request(req), opt_.call_timeout));
 }
 
 PlanQuery Client::wait_plan(uint64_t round, Duration timeout) {
   const int64_t t = std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count();
   return decode_reply_as<PlanQuery>(
-      call({{"type", "plan"}, {"round", round}, {"timeout_ms", t}}, timeout + opt_.call_timeout));
+      call(encode_request(PlanRequest{round, t}), timeout + opt_.call_timeout));
 }
 
 Plan Client::next_plan(const std::function<StateReport()>& state, Duration timeout) {
@@ -364,17 +355,17 @@ Plan Client::next_plan(const std::function<StateReport()>& state, Duration timeo
 ReadyQuery Client::ready(uint64_t generation, Duration timeout) {
   const int64_t t = std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count();
   const ReadyQuery q = decode_reply_as<ReadyQuery>(
-      call({{"type", "ready"}, {"generation", generation}, {"timeout_ms", t}}, timeout + opt_.call_timeout));
+      call(encode_request(Ready{generation, t}), timeout + opt_.call_timeout));
   if (q.kind == ReadyQuery::Running) active_ = generation, reconfigure_ = false;
   return q;
 }
 
 void Client::kv_set(uint64_t g, const std::string& key, const std::string& value) {
-  call({{"type", "kv_set"}, {"generation", g}, {"key", key}, {"value", hex_encode(value)}}, opt_.call_timeout);
+  call(encode_request(KvSet{g, key, hex_encode(value)}), opt_.call_timeout);
 }
 
 std::optional<std::string> Client::kv_get(uint64_t g, const std::string& key) {
-  const auto r = decode_reply_as<KvValueReply>(call({{"type", "kv_get"}, {"generation", g}, {"key", key}}, opt_.call_timeout));
+  const auto r = decode_reply_as<KvValueReply>(call(encode_request(KvGet{g, key}), opt_.call_timeout));
   if (!r.value_hex) return std::nullopt;
   return hex_decode(*r.value_hex);
 }
@@ -382,7 +373,7 @@ std::optional<std::string> Client::kv_get(uint64_t g, const std::string& key) {
 std::string Client::kv_wait(uint64_t g, const std::string& key, Duration timeout) {
   const int64_t t = std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count();
   const auto r = decode_reply_as<KvValueReply>(
-      call({{"type", "kv_wait"}, {"generation", g}, {"key", key}, {"timeout_ms", t}}, timeout + opt_.call_timeout));
+      call(encode_request(KvWait{g, key, t}), timeout + opt_.call_timeout));
   if (!r.value_hex)
     throw CallTimeout(rf::str("key '", key, "' of generation ", g, " did not appear within ",
                               std::chrono::duration<double>(timeout).count(), " s"));
@@ -391,27 +382,24 @@ std::string Client::kv_wait(uint64_t g, const std::string& key, Duration timeout
 
 bool Client::kv_cas(uint64_t g, const std::string& key, const std::optional<std::string>& expected,
                     const std::string& desired) {
-  json req = {{"type", "kv_cas"}, {"generation", g}, {"key", key}, {"desired", hex_encode(desired)}};
-  req["expected"] = expected ? json(hex_encode(*expected)) : json(nullptr);
-  return decode_reply_as<KvCasReply>(call(req, opt_.call_timeout)).swapped;
+  const KvCas req{g, key, expected ? std::optional(hex_encode(*expected)) : std::nullopt, hex_encode(desired)};
+  return decode_reply_as<KvCasReply>(call(encode_request(req), opt_.call_timeout)).swapped;
 }
 
 Answer Client::failure_report(uint64_t g, int64_t step, std::optional<int> peer, const std::string& cause,
                               FailureKind kind) {
-  json req = {{"type", "failure"}, {"generation", g}, {"step", step}, {"cause", cause}, {"kind", to_string(kind)}};
-  req["peer_slot"] = peer ? json(*peer) : json(nullptr);
-  return decode_reply_as<Answer>(call(req, opt_.call_timeout));
+  return decode_reply_as<Answer>(call(encode_request(FailureReport{g, step, peer, cause, kind}), opt_.call_timeout));
 }
 
 void Client::phase_timing(uint64_t g, RecoveryPhase phase, double ms_) {
-  call({{"type", "phase"}, {"generation", g}, {"phase", to_string(phase)}, {"ms", ms_}}, opt_.call_timeout);
+  call(encode_request(PhaseTiming{g, phase, ms_}), opt_.call_timeout);
 }
 
 void Client::fatal(const std::string& error) {
   // The protocol bounds text fields; cut at a UTF-8 character boundary.
   size_t n = std::min(error.size(), kMaxTextBytes);
   while (n < error.size() && n > 0 && (static_cast<unsigned char>(error[n]) & 0xC0) == 0x80) --n;
-  call({{"type", "fatal"}, {"error", error.substr(0, n)}}, opt_.call_timeout);
+  call(encode_request(Fatal{error.substr(0, n)}), opt_.call_timeout);
 }
 
 void Client::set_checkpoint_failures(int64_t failed, const std::string& last_error) {
@@ -423,26 +411,22 @@ void Client::set_checkpoint_failures(int64_t failed, const std::string& last_err
   ckpt_error_ = last_error.substr(0, n);
 }
 
-void Client::add_checkpoint_failures(json& m) const {
-  std::lock_guard<std::mutex> l(cb_mu_);
-  if (ckpt_failed_ == 0) return;
-  m["ckpt_failed"] = ckpt_failed_;
-  m["ckpt_error"] = ckpt_error_;
-}
-
 void Client::injected(uint64_t g, int64_t step, const std::string& spec) {
   // One lease at most: the fault waits on this call (for after_chunks, inside comm's hook),
   // and a coordinator that does not answer must not hold it longer than a failure takes to
   // be noticed.
-  call({{"type", "injected"}, {"generation", g}, {"step", step}, {"spec", spec}}, opt_.lease);
+  call(encode_request(Injected{g, step, spec}), opt_.lease);
 }
 
 void Client::leave() {
   // The step goes with it: heartbeats carry it up to one heartbeat late, and the job's
   // last step (the launcher's report of --inject specs that never fired) must be exact.
-  json req = {{"type", "leave"}, {"step", step_.load()}};
-  add_checkpoint_failures(req);
-  call(req, opt_.call_timeout);
+  Leave req{step_.load(), std::nullopt, ""};
+  {
+    std::lock_guard<std::mutex> l(cb_mu_);
+    if (ckpt_failed_ != 0) req.ckpt_failed = ckpt_failed_, req.ckpt_error = ckpt_error_;
+  }
+  call(encode_request(req), opt_.call_timeout);
   close();
 }
 

@@ -163,13 +163,11 @@ class Client {
   std::pair<std::string, int> locate() const;
   // One try: the member connection joins and its heartbeats start, then the caller connects.
   JoinInfo join_once(TimePoint deadline);
-  nlohmann::json base(const char* type) const;
   void start_heartbeats(TimePoint joined);
   void heartbeat_loop(TimePoint joined);
   nlohmann::json heartbeat_message() const;
   // Acts on one heartbeat reply; false when it fenced this worker.
   bool on_heartbeat_reply(const HeartbeatReply& reply);
-  void add_checkpoint_failures(nlohmann::json& message) const;
   void fence(const std::string& why);
   void stop_heartbeats();
   // Waits until a heartbeat reply shows a generation above g, this worker fences or the job

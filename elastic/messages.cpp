@@ -205,4 +205,112 @@ const char* request_name(const Request& r) {
   return std::visit([](const auto& q) { return std::decay_t<decltype(q)>::kType; }, r);
 }
 
+namespace {
+template <class T>
+json typed(const T&) { return json{{"type", T::kType}}; }
+json opt_json(const auto& v) { return v ? json(*v) : json(nullptr); }
+}  // namespace
+
+json encode_request(const Heartbeat& r) {
+  json j = typed(r);
+  j["generation"] = r.generation;
+  j["step"] = r.step;
+  if (r.loss) j["loss"] = *r.loss;
+  if (r.samples_per_s) j["samples_per_s"] = *r.samples_per_s;
+  if (r.ckpt_failed) j["ckpt_failed"] = *r.ckpt_failed, j["ckpt_error"] = r.ckpt_error;
+  const Activity& a = r.activity;
+  if (a.kind != Activity::Idle || a.elapsed != Duration{} || a.runnable != Duration{} || a.bound != Duration{} ||
+      !a.where.empty()) {
+    const auto us = [](Duration d) { return std::chrono::duration_cast<std::chrono::microseconds>(d).count(); };
+    j["activity"] = {{"kind", to_string(a.kind)}, {"elapsed_us", us(a.elapsed)}, {"runnable_us", us(a.runnable)},
+                     {"bound_us", us(a.bound)}, {"where", a.where}};
+  }
+  return j;
+}
+
+json encode_request(const Report& r) {
+  json j = typed(r);
+  j.update({{"round", r.round}, {"has_state", r.has_state}, {"step", r.step}, {"digest", r.digest},
+            {"comm_generation", r.comm_generation}});
+  return j;
+}
+
+json encode_request(const PlanRequest& r) {
+  json j = typed(r);
+  j.update({{"round", r.round}, {"timeout_ms", r.timeout_ms}});
+  return j;
+}
+
+json encode_request(const Ready& r) {
+  json j = typed(r);
+  j.update({{"generation", r.generation}, {"timeout_ms", r.timeout_ms}});
+  return j;
+}
+
+json encode_request(const KvSet& r) {
+  json j = typed(r);
+  j.update({{"generation", r.generation}, {"key", r.key}, {"value", r.value}});
+  return j;
+}
+
+json encode_request(const KvGet& r) {
+  json j = typed(r);
+  j.update({{"generation", r.generation}, {"key", r.key}});
+  return j;
+}
+
+json encode_request(const KvWait& r) {
+  json j = typed(r);
+  j.update({{"generation", r.generation}, {"key", r.key}, {"timeout_ms", r.timeout_ms}});
+  return j;
+}
+
+json encode_request(const KvCas& r) {
+  json j = typed(r);
+  j.update({{"generation", r.generation}, {"key", r.key}, {"expected", opt_json(r.expected)}, {"desired", r.desired}});
+  return j;
+}
+
+json encode_request(const FailureReport& r) {
+  json j = typed(r);
+  j.update({{"generation", r.generation}, {"step", r.step}, {"peer_slot", opt_json(r.peer_slot)}, {"cause", r.cause},
+            {"kind", to_string(r.kind)}});
+  return j;
+}
+
+json encode_request(const PhaseTiming& r) {
+  json j = typed(r);
+  j.update({{"generation", r.generation}, {"phase", to_string(r.phase)}, {"ms", r.ms}});
+  return j;
+}
+
+json encode_request(const Leave& r) {
+  json j = typed(r);
+  if (r.step) j["step"] = *r.step;
+  if (r.ckpt_failed) j["ckpt_failed"] = *r.ckpt_failed, j["ckpt_error"] = r.ckpt_error;
+  return j;
+}
+
+json encode_request(const Fatal& r) {
+  json j = typed(r);
+  j["error"] = r.error;
+  return j;
+}
+
+json encode_request(const Injected& r) {
+  json j = typed(r);
+  j.update({{"generation", r.generation}, {"step", r.step}, {"spec", r.spec}});
+  return j;
+}
+
+json encode_request(const Exited& r) {
+  json j = typed(r);
+  j.update({{"slot", r.slot}, {"incarnation", r.incarnation}, {"status", r.status}, {"exited_wall_us", r.exited_wall_us}});
+  return j;
+}
+
+json encode_request(const Status& r) { return typed(r); }
+json encode_request(const StopJob& r) { return typed(r); }
+json encode_request(const Summary& r) { return typed(r); }
+
 }  // namespace rf::elastic

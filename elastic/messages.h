@@ -150,4 +150,27 @@ Request decode_request(const nlohmann::json& m);
 // The request's wire `type` (each request struct's kType).
 const char* request_name(const Request& r);
 
+// The clients' encoders: each request after admission is built here and only here, the
+// mirror of its decoder (hello and auth are authenticate's, elastic/auth.h). An optional
+// field that is nullopt is left out (kv_cas's expected and failure's peer_slot are null),
+// and so is a heartbeat's activity when it is the default one (idle, nothing known), as
+// absent reads as that.
+nlohmann::json encode_request(const Heartbeat& r);
+nlohmann::json encode_request(const Report& r);
+nlohmann::json encode_request(const PlanRequest& r);
+nlohmann::json encode_request(const Ready& r);
+nlohmann::json encode_request(const KvSet& r);
+nlohmann::json encode_request(const KvGet& r);
+nlohmann::json encode_request(const KvWait& r);
+nlohmann::json encode_request(const KvCas& r);
+nlohmann::json encode_request(const FailureReport& r);
+nlohmann::json encode_request(const PhaseTiming& r);
+nlohmann::json encode_request(const Leave& r);
+nlohmann::json encode_request(const Fatal& r);
+nlohmann::json encode_request(const Injected& r);
+nlohmann::json encode_request(const Status& r);
+nlohmann::json encode_request(const Exited& r);
+nlohmann::json encode_request(const StopJob& r);
+nlohmann::json encode_request(const Summary& r);
+
 }  // namespace rf::elastic

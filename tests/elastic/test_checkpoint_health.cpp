@@ -29,25 +29,30 @@ TEST_CASE("checkpoint health: the sum of every writer's last count; only growth 
 }
 
 TEST_CASE("a heartbeat carries a writer's failed checkpoints and the last error; without them, none") {
+  Heartbeat sent;
+  sent.generation = 2;
+  sent.step = 199;
+  const Heartbeat quiet = std::get<Heartbeat>(decode_request(encode_request(sent)));
+  CHECK_FALSE(quiet.ckpt_failed.has_value());
+  sent.ckpt_failed = 2;
+  sent.ckpt_error = "/c/.ckpt-000000199.safetensors.tmp: write failed: x";
+  const Heartbeat h = std::get<Heartbeat>(decode_request(encode_request(sent)));
+  CHECK(h.ckpt_failed == 2);
+  CHECK(h.ckpt_error == "/c/.ckpt-000000199.safetensors.tmp: write failed: x");
+  // The wire format: a count below zero, an error that is not text.
   auto beat = [](nlohmann::json extra) {
     nlohmann::json m = {{"type", "heartbeat"}, {"generation", 2}, {"step", 199}};
     m.update(extra);
     return std::get<Heartbeat>(decode_request(m));
   };
-  const Heartbeat quiet = beat(nlohmann::json::object());
-  CHECK_FALSE(quiet.ckpt_failed.has_value());
-  const Heartbeat h = beat({{"ckpt_failed", 2}, {"ckpt_error", "/c/.ckpt-000000199.safetensors.tmp: write failed: x"}});
-  CHECK(h.ckpt_failed == 2);
-  CHECK(h.ckpt_error == "/c/.ckpt-000000199.safetensors.tmp: write failed: x");
   CHECK_THROWS_AS(beat({{"ckpt_failed", -1}}), ProtocolError);
   CHECK_THROWS_AS(beat({{"ckpt_failed", 1}, {"ckpt_error", 7}}), ProtocolError);
 }
 
 TEST_CASE("a leave carries the count at the end, however short the job") {
-  const auto leave = std::get<Leave>(
-      decode_request({{"type", "leave"}, {"step", 39}, {"ckpt_failed", 1}, {"ckpt_error", "fsync failed"}}));
+  const auto leave = std::get<Leave>(decode_request(encode_request(Leave{39, 1, "fsync failed"})));
   CHECK(leave.step == 39);
   CHECK(leave.ckpt_failed == 1);
   CHECK(leave.ckpt_error == "fsync failed");
-  CHECK_FALSE(std::get<Leave>(decode_request({{"type", "leave"}, {"step", 39}})).ckpt_failed.has_value());
+  CHECK_FALSE(std::get<Leave>(decode_request(encode_request(Leave{39, std::nullopt, ""}))).ckpt_failed.has_value());
 }

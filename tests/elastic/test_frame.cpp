@@ -26,8 +26,10 @@ std::string what_of(const std::string& payload) {
 }  // namespace
 
 TEST_CASE("round trip, byte by byte") {
-  std::string wire = encode_frame({{"type", "heartbeat"}, {"generation", 3}, {"step", 41}}) +
-                     encode_frame({{"type", "leave"}});
+  Heartbeat beat;
+  beat.generation = 3;
+  beat.step = 41;
+  std::string wire = encode_frame(encode_request(beat)) + encode_frame({{"type", "leave"}});  // an older worker's leave
   FrameReader r;
   std::vector<std::string> got;
   for (char c : wire) {
@@ -39,10 +41,6 @@ TEST_CASE("round trip, byte by byte") {
   REQUIRE(std::holds_alternative<Heartbeat>(req));
   CHECK(std::get<Heartbeat>(req).step == 41);
   CHECK_FALSE(std::get<Heartbeat>(req).loss);  // optional: absent before the first step
-  const auto hb = std::get<Heartbeat>(
-      decode_request(parse_message(R"({"v":1,"type":"heartbeat","generation":3,"step":42,"loss":0.5,"samples_per_s":1200})")));
-  CHECK(hb.loss == 0.5);
-  CHECK(hb.samples_per_s == 1200.0);
   REQUIRE(std::holds_alternative<Leave>(decode_request(parse_message(got[1]))));
   CHECK_FALSE(std::get<Leave>(decode_request(parse_message(got[1]))).step);  // an older worker's leave
   CHECK(std::get<Leave>(decode_request(parse_message(R"({"v":1,"type":"leave","step":14})"))).step == 14);
@@ -130,6 +128,8 @@ TEST_CASE("every field is typed and bounded") {
   CHECK(what_of(R"({"v":1,"type":"ready","generation":1})").rfind("request 'ready'", 0) == 0);
 }
 
+// The literal JSON here tests the wire format itself (an older worker's encoding, malformed
+// input); what the client's encoders send round-trips in test_requests.cpp.
 TEST_CASE("a failure report's kind: absent is comm, gpu_stuck typed, an unknown word refused") {
   auto failure = [](const std::string& extra) {
     return std::get<FailureReport>(decode_request(
@@ -144,11 +144,6 @@ TEST_CASE("a failure report's kind: absent is comm, gpu_stuck typed, an unknown 
             .find("field 'kind' = 'gpu' is not comm or gpu_stuck") != std::string::npos);
   CHECK(what_of(R"({"v":1,"type":"failure","generation":4,"step":9,"cause":"x","kind":3})").find("'kind'") !=
         std::string::npos);
-  // What Client::failure_report sends reads back as what it said.
-  for (FailureKind k : {FailureKind::comm, FailureKind::gpu_stuck}) {
-    const json sent = {{"type", "failure"}, {"generation", 4}, {"step", 9}, {"cause", "x"}, {"kind", to_string(k)}};
-    CHECK(std::get<FailureReport>(decode_request(parse_message(encode_frame(sent).substr(4)))).kind == k);
-  }
 }
 
 TEST_CASE("a report's comm_generation: absent is 0") {
