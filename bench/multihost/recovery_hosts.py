@@ -40,7 +40,7 @@ def first_recovery(job):
 
 
 def at_step(job, step):
-    jobs.wait_for(lambda: jobs.step_seen(job, 0, step), f"step {step}", 60)
+    jobs.wait_for(lambda: jobs.step_applied(job, step), f"step {step} applied", 60)  # the audit: exact to the step
 
 
 def run(bindir, tmp, fault, trial):
