@@ -52,14 +52,7 @@ def at_step(step):
     return wait
 
 
-def events(job):
-    """The coordinator's event log so far (whole lines only: it may be writing the next)."""
-    out = []
-    text = jobs.read(os.path.join(job.tmp, f"{job.name}-events.jsonl"))
-    for line in text[:text.rfind("\n") + 1].splitlines():
-        if line.strip():
-            out.append(json.loads(line))
-    return out
+events = jobs.events
 
 
 def runs_at_world(job, world):
@@ -91,6 +84,7 @@ def case_host_lost_spares(bindir, tmp):
     job.logs = job.logs[:2]
     job_done(job, "host lost, spares")
     same_digest(job, ref, "host lost, spares")
+    jobs.check_cost(job, "host lost, spares", restarts=0, faulty=(4, 5))  # the spares took host 2's slots
     return [ref, job]
 
 
@@ -119,6 +113,7 @@ def case_host_lost_shrink(bindir, tmp):
     job_done(job, "host lost, shrink and grow", steps=steps)
     check(len(set(job.digests.values())) == 1, f"shrink: one final digest on every slot (got {job.digests})")
     check("members 4/6" in job.text(0), "shrink: the job ran at W = 4 while host 2 was away")
+    jobs.check_cost(job, "shrink", restarts=0, faulty=(4, 5))  # host 2's launcher came back with fresh workers
     grow = re.search(r"recovery \d+: .* \(world 6, T (\d+)\)", job.text(0))
     print(f"shrink: grew back to W = 6 after step {grow.group(1) if grow else '?'} of {steps}")
     # The final loss as the mean global loss of the last 50 steps: one batch's loss swings by
@@ -161,6 +156,7 @@ def case_partition(bindir, tmp):
                        worker_args=["--flight-dir", flight], during=cut_and_heal)
     job_done(job, "partition", steps=steps)
     check(len(set(job.digests.values())) == 1, f"partition: one final digest on every slot (got {job.digests})")
+    jobs.check_cost(job, "partition", restarts=2, faulty=(4, 5))  # the two fenced workers, replaced by their launcher
     # D4: the cut-off workers' collective failed as self-fenced, within about one lease.
     fenced = [(f, r) for f, r in flight_records(flight) if "self-fenced" in r.get("cause", "")]
     check(fenced, "partition: a cut-off worker's flight record shows it self-fenced (D4)")
@@ -192,6 +188,8 @@ def case_oneway(bindir, tmp):
     job = jobs.run_job(bindir, tmp, "oneway", steps=STEPS, during=oneway)
     job_done(job, "one-way partition")
     same_digest(job, ref, "one-way partition")
+    # One end of the cut link goes: a worker of host 1 or of host 2, restarted by its launcher.
+    jobs.check_cost(job, "one-way partition", restarts=(0, 2), faulty=(2, 3, 4, 5))
     return [ref, job]
 
 
@@ -213,6 +211,7 @@ def case_slow_link(bindir, tmp):
         check(re.search(r"job DONE \(exit 0\): generation 1, 0 restart\(s\), 0 recovery", job.text(i)),
               f"slow link: host {i}'s launcher ends in generation 1 with no restart and no recovery")
     same_digest(job, ref, "slow link")
+    jobs.check_cost(job, "slow link", restarts=0)
     return [ref, job]
 
 
@@ -239,6 +238,7 @@ def case_lossy_host(bindir, tmp):
     check((not gone and recoveries == 0) or (len(gone) == 1 and gone[0][0] in (4, 5) and recoveries == 1),
           f"lossy_host: host 2 stays a member or one of its workers is evicted once (failed or evicted: {gone}, "
           f"causes {causes}, recoveries {recoveries})")
+    jobs.check_cost(job, "20 % loss on host 2", restarts=(0, 1), faulty=(4, 5))
     return [ref, job]
 
 

@@ -53,6 +53,7 @@ def main():
     check(killed.codes == [0, 0, 0], f"worker killed: launchers exit 0 (got {killed.codes})")
     check(all("job DONE" in killed.text(i) for i in range(3)), "worker killed: every launcher says job DONE")
     check(re.search(r"job DONE .* 1 restart", killed.text(1)) is not None, "worker killed: host 1 restarted it once")
+    jobs.check_cost(killed, "worker killed", restarts=1, faulty=(2, 3))  # rank 3: a worker of host 1
     check(not killed.exactly_once_problems(), f"worker killed: exactly once: {killed.exactly_once_problems()[:3]}")
     want = set(clean.digests.values())
     check(len(killed.digests) == 6 and set(killed.digests.values()) == want,

@@ -160,6 +160,34 @@ def check_done(job, what, steps, world=None):
     check(job.applied_steps() == list(range(steps)), f"{what}: steps 0..{steps - 1} applied")
 
 
+def events(job):
+    """The coordinator's event log so far (whole lines only: it may be writing the next);
+    [] for a job whose coordinators are etcd replicas (each has its own)."""
+    out = []
+    text = read(os.path.join(job.tmp, f"{job.name}-events.jsonl"))
+    for line in text[:text.rfind("\n") + 1].splitlines():
+        if line.strip():
+            out.append(json.loads(line))
+    return out
+
+
+def check_cost(job, what, restarts, faulty=()):
+    """The faults cost what they should (docs/launcher.md): `restarts` worker restarts over
+    the launchers that ended (an int, or a (least, most) pair where the fault may cost one
+    or none), no slot outside `faulty` failed or evicted (the coordinator's event log), never
+    a whole-job restart or a start from step 0."""
+    texts = [job.text(i) for i in range(len(job.logs))]
+    got = sum(int(m) for t in texts for m in re.findall(r"job DONE \(exit 0\): generation \d+, (\d+) restart", t))
+    least, most = restarts if isinstance(restarts, tuple) else (restarts, restarts)
+    check(least <= got <= most, f"{what}: {got} restart(s) over the launchers, expected "
+          f"{least if least == most else f'{least} to {most}'}")
+    gone = sorted({e["worker"]["slot"] for e in events(job) if e["event"] in ("fail", "evict") and e.get("worker")})
+    check(set(gone) <= set(faulty), f"{what}: slots failed or evicted {gone}, only {sorted(faulty)} were faulty")
+    check(not any("whole-job restart" in e.get("detail", "") for e in events(job) if e["event"] == "plan"),
+          f"{what}: a whole-job restart")
+    check(not any("started again at step 0" in t for t in texts), f"{what}: the job started again at step 0")
+
+
 def same_digest(job, ref, what, world=6):
     """Every slot of `job` ends with the single final digest of the failure-free `ref`."""
     want = set(ref.digests.values())
