@@ -14,6 +14,7 @@
 #include <future>
 #include <mutex>
 
+#include "base/str.h"
 #include "elastic/admin_client.h"
 #include "elastic/client.h"
 #include "elastic/coordinator.h"
