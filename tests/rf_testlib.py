@@ -41,6 +41,22 @@ def exit_on_failures(ok_line=None):
         print(f"OK: {ok_line}")
 
 
+def read_jsonl(path):
+    """The whole records of a JSON-lines file that others may still append to: a torn or
+    unparsable line is skipped; a missing file is []."""
+    out = []
+    try:
+        with open(path) as f:
+            for line in f:
+                try:
+                    out.append(json.loads(line))
+                except ValueError:
+                    pass
+    except OSError:
+        pass
+    return out
+
+
 def load_json(path):
     """The JSON in path, or None when it is missing or not JSON (yet)."""
     try:

@@ -46,7 +46,6 @@ PDEATHSIG); --budget (seconds) bounds the whole case. "RESULT " lines are the ke
 scripts/gpu-check copies into its summary.
 """
 import argparse
-import json
 import os
 import re
 import shutil
@@ -58,7 +57,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from rf_testlib import load_json, check, failures, run  # noqa: E402
+from rf_testlib import load_json, check, failures, read_jsonl, run  # noqa: E402
 
 SKIP = 77
 CASES = ("clean", "kill", "shrink", "stop", "gpu-hang", "generations", "sanitizer", "contexts")
@@ -93,21 +92,6 @@ def left(cap):
 def skip(reason):
     print(f"SKIPPED: {reason}", flush=True)
     sys.exit(SKIP)
-
-
-
-def load_events(path):
-    out = []
-    try:
-        with open(path) as f:
-            for line in f:
-                try:
-                    out.append(json.loads(line))
-                except ValueError:
-                    pass
-    except OSError:
-        pass
-    return out
 
 
 def no_gpu_reason(ctx):
@@ -192,7 +176,7 @@ class Job:
         self.name, self.dir, self.rc, self.out = name, d, rc, out
         self.summary = load_json(f"{d}/summary.json") or {}
         self.metrics = load_json(f"{d}/metrics.json") or {}
-        self.events = load_events(f"{d}/events.jsonl")
+        self.events = read_jsonl(f"{d}/events.jsonl")
         self.finals = {}  # slot -> (incarnation, step, world, digest) of its last final line
         for slot, inc, step, w, digest in FINAL.findall(out):
             self.finals[int(slot)] = (int(inc), int(step), int(w), digest)

@@ -28,7 +28,6 @@ launcher's process group is SIGKILLed at the overall deadline.
 """
 import ctypes
 import fcntl
-import json
 import os
 import re
 import select
@@ -39,7 +38,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from rf_testlib import check, exit_on_failures, failures, keep_or_remove, load_json  # noqa: E402
+from rf_testlib import check, exit_on_failures, failures, keep_or_remove, load_json, read_jsonl  # noqa: E402
 
 W = 4
 STEPS = 2000              # about 7 s here at W = 4: the 3 s unread window lands mid-run on a machine twice as fast
@@ -59,21 +58,6 @@ def die_with_parent():
     """(In the launcher, before exec) SIGKILL it when this script dies, however it dies: in
     its own session it would outlive a killed script (its workers die with it: PDEATHSIG)."""
     ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
-def jsonl(path):
-    """The whole records of a JSON-lines file others append to (a torn last line is skipped)."""
-    out = []
-    try:
-        with open(path) as f:
-            for line in f:
-                try:
-                    out.append(json.loads(line))
-                except ValueError:
-                    pass
-    except OSError:
-        pass
-    return out
 
 
 class Job:
@@ -96,11 +80,11 @@ class Job:
 
     def applied(self, min_generation=0):
         """The largest step any worker applied (in a generation >= min_generation), or -1."""
-        return max((r["s"] for r in jsonl(self.audit) if r.get("event") == "apply" and r.get("g", 0) >= min_generation),
+        return max((r["s"] for r in read_jsonl(self.audit) if r.get("event") == "apply" and r.get("g", 0) >= min_generation),
                    default=-1)
 
     def event(self, kind, **match):
-        return [e for e in jsonl(self.events) if e.get("event") == kind and all(e.get(k) == v for k, v in match.items())]
+        return [e for e in read_jsonl(self.events) if e.get("event") == kind and all(e.get(k) == v for k, v in match.items())]
 
     def wait(self, what, cond, limit_s):
         """Polls cond() until it holds (True) or limit_s / the job's deadline passes (False)."""

@@ -33,25 +33,12 @@ import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import rf_testlib  # noqa: E402
-from rf_testlib import load_json, check, run  # noqa: E402
+from rf_testlib import load_json, check, read_jsonl, run  # noqa: E402
 
 DEADLINE_S = 90
 QUICK = ["--synthetic", "1024", "--batch", "64", "--epochs", "10", "--max-steps", "100", "--log-interval", "0"]
 LAST = 99
 FINAL = re.compile(r"^== train_mlp slot (\d+) incarnation (\d+): step (-?\d+), .* state (x3:[0-9a-f]{32})$", re.M)
-
-
-
-def events(path):
-    out = []
-    if os.path.exists(path):
-        with open(path) as f:
-            for line in f:
-                try:
-                    out.append(json.loads(line))
-                except ValueError:
-                    pass
-    return out
 
 
 def metadata(path):
@@ -121,7 +108,7 @@ def main():
                       f"{name}: {warn[2]} was removed before a newer checkpoint was durable")
             check("ringfence: 1 checkpoint(s) could not be written (training went on); the last: " in out,
                   f"{name}: the launcher's end lines do not count the failure")
-            ev = [e for e in events(f"{work}/events.jsonl") if e.get("event") == "checkpoint_failed"]
+            ev = [e for e in read_jsonl(f"{work}/events.jsonl") if e.get("event") == "checkpoint_failed"]
             check(len(ev) == 1 and text in ev[0].get("error", ""), f"{name}: event log checkpoint_failed: {ev}")
             got = files(ck)
             check(f"ckpt-{LAST:09d}.safetensors" in got and not any(f.endswith(".tmp") for f in got),
