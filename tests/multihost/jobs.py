@@ -162,7 +162,9 @@ def check_done(job, what, steps, world=None):
 
 def events(job):
     """The coordinator's event log so far (whole lines only: it may be writing the next);
-    [] for a job whose coordinators are etcd replicas (each has its own)."""
+    with etcd replicas (control.Replicas), every replica's, one after the other."""
+    if getattr(job, "replicas", None):
+        return [e for k in range(len(job.replicas.events)) for e in job.replicas.event_lines(k)]
     out = []
     text = read(os.path.join(job.tmp, f"{job.name}-events.jsonl"))
     for line in text[:text.rfind("\n") + 1].splitlines():
