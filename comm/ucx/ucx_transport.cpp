@@ -113,8 +113,10 @@ void UcxTransport::close_endpoints(bool force, TimePoint deadline) {
     p->ep = nullptr;
     if (UCS_PTR_IS_PTR(req)) closing.push_back(req);
   }
-  // Bounded: a flush to a hung peer may never finish; then the worker's destruction
-  // releases what is left.
+  // Bounded: a flush to a hung or lossy peer may never finish. What is still in progress at
+  // the deadline is handed back with ucp_request_free (UCX completes it internally): a close
+  // request the user never released makes ucp_worker_destroy abort on an assertion
+  // (UCP_REQUEST_FLAG_RELEASED), which killed workers after their leave on a lossy link.
   while (!closing.empty()) {
     ucp_worker_progress(worker_);
     for (size_t i = 0; i < closing.size();) {
@@ -128,6 +130,7 @@ void UcxTransport::close_endpoints(bool force, TimePoint deadline) {
     }
     if (Clock::now() >= deadline) break;
   }
+  for (void* req : closing) ucp_request_free(req);
 }
 
 void UcxTransport::post_send(Transfer& t, int peer, const void* data, size_t bytes, uint64_t tag,
