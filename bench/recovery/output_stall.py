@@ -47,10 +47,7 @@ def trial(build, kind, seconds, work):
                     os.kill(stopped, signal.SIGSTOP)
             time.sleep(seconds)
             if stopped:
-                try:
-                    os.kill(stopped, signal.SIGCONT)
-                except ProcessLookupError:
-                    pass
+                t.resume(stopped)
         job.read_to_end()
     finally:
         job.close()

@@ -35,6 +35,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from auditlog import exactly_once_problems  # noqa: E402  (shared with bench/chaos)
 from jobprocs import kill_job, kill_workers, procs_mentioning  # noqa: E402  (shared with bench/recovery)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from rf_testlib import read_jsonl  # noqa: E402
 
 STEPS = 40
 W = 3
@@ -310,8 +312,7 @@ def check_cost(name, launcher_flags, summ, work):
     restarted = {w["slot"] for w in summ.get("workers", []) if w.get("restarts")}
     check(restarted <= {slot for slot, _ in faulty}, f"{name}: slots restarted {sorted(restarted)}, faulty "
           f"{sorted(faulty)}: a survivor was restarted")
-    with open(os.path.join(work, "events.jsonl")) as fh:
-        events = [json.loads(x) for x in fh if x.strip()]
+    events = read_jsonl(os.path.join(work, "events.jsonl"))  # none when the launcher never started
     evicted = {(e["worker"]["slot"], e["worker"]["incarnation"]) for e in events if e.get("event") == "evict"}
     check(evicted <= faulty, f"{name}: evicted {sorted(evicted)}, faulty {sorted(faulty)}: a survivor was evicted")
     check(not any(r.get("whole_job_restart") for r in summ.get("recoveries", [])), f"{name}: a whole-job restart")

@@ -151,6 +151,14 @@ class Job:
         os.close(self.pipe)
 
 
+def resume(pid):
+    """SIGCONT pid, unless it is gone (the launcher SIGKILLs an evicted worker)."""
+    try:
+        os.kill(pid, signal.SIGCONT)
+    except ProcessLookupError:
+        pass
+
+
 def children(parent):
     """The pids whose parent is `parent`."""
     out = []
@@ -231,10 +239,7 @@ def case_paused(ringfence, train_mlp, work):
                 at_step = job.applied()
                 job.wait("slot 1 evicted", lambda: job.event("evict", worker={"incarnation": 0, "slot": 1}), 30)
                 job.wait("the job RUNNING again", lambda: [e for e in job.event("running") if e["g"] >= 2], 30)
-                try:
-                    os.kill(stopped, signal.SIGCONT)
-                except ProcessLookupError:
-                    pass  # the launcher SIGKILLed it: an evicted worker's process is ended
+                resume(stopped)
                 job.wait("50 steps applied by the new generation",
                          lambda: job.applied(min_generation=2) >= min(at_step + 50, STEPS - 1), 30)
                 print(f"paused: slot 1 (pid {stopped}) stopped at step {at_step}; step {job.applied()} applied "
@@ -242,10 +247,7 @@ def case_paused(ringfence, train_mlp, work):
         job.read_to_end()
     finally:
         if stopped:
-            try:
-                os.kill(stopped, signal.SIGCONT)
-            except ProcessLookupError:
-                pass
+            resume(stopped)
         job.close()
     summary = load_json(f"{work}/summary.json")
     check_end("paused", job, summary, restarts=1)
