@@ -173,6 +173,12 @@ void FaultInjector::fire(size_t i, const char* where) {
   if (fired_[i].exchange(true)) return;
   const auto& f = specs_[i];
   announce(i, *f.step, where);
+  const bool to_process = f.kind == FaultKind::Kill || f.kind == FaultKind::Stop || f.kind == FaultKind::Exit ||
+                          f.kind == FaultKind::Hang;
+  if (to_process && process_fault_) {
+    process_fault_(f);
+    return;
+  }
   switch (f.kind) {
     case FaultKind::Kill: ::raise(SIGKILL); break;
     case FaultKind::Stop: ::raise(SIGSTOP); break;

@@ -67,6 +67,10 @@ class FaultInjector {
   // A plan arrived that resumes at step `redo` (T+1); fresh starts do not count.
   void on_plan(int64_t redo, bool fresh);
   void set_drop(std::function<void()> drop) { drop_ = std::move(drop); }
+  // What kill, stop, exit and hang do instead of the signals, _exit and the endless wait: a
+  // test running workers as threads of one process (tests/ddp/inproc) ends or parks the
+  // calling thread itself. Empty: to this process.
+  void set_process_fault(std::function<void(const elastic::FaultSpec&)> act) { process_fault_ = std::move(act); }
   void set_slow_ms(int ms) { slow_ms_ = std::chrono::milliseconds(ms); }
   // How a slowed step waits (default: poll; a test records the delays instead).
   void set_sleep(std::function<void(std::chrono::nanoseconds)> sleep) { sleep_ = std::move(sleep); }
@@ -103,6 +107,7 @@ class FaultInjector {
   std::atomic<int64_t> max_redo_{-1}, prev_max_redo_{-1};
   bool eligible(elastic::FaultPhase phase, int64_t step) const;
   std::function<void()> drop_;
+  std::function<void(const elastic::FaultSpec&)> process_fault_;
   std::function<void(const elastic::FaultSpec&, int64_t)> before_fire_;
   std::chrono::nanoseconds slow_ms_ = std::chrono::milliseconds(200);
   std::function<void(std::chrono::nanoseconds)> sleep_;

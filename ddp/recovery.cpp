@@ -45,30 +45,38 @@ Recovery::Recovery(Parts p)
 
 Recovery::~Recovery() {
   await_staging();
-  if (client_) client_->close();
+  if (!control_) return;
+  control_->close();
+  // Whoever else holds the control plane (a test's simulated coordinator) must not call back
+  // into this object any more: clearing a callback waits for one in progress.
+  control_->on_revoked(nullptr);
+  control_->on_fenced(nullptr);
+  control_->on_stopped(nullptr);
 }
 
-void Recovery::start(const elastic::ClientOptions& options, FaultInjector& inj, AuditLog& audit) {
-  copt_ = options;
+void Recovery::start(std::shared_ptr<elastic::ControlPlane> control, std::string token, FaultInjector& inj,
+                     AuditLog& audit) {
+  control_ = std::move(control);
+  slot_ = control_->slot();
+  token_ = std::move(token);
   inj_ = &inj;
   audit_ = &audit;
-  comm::prepare_backend(cfg_.backend);
-  client_ = std::make_unique<elastic::Client>(copt_);
-  client_->on_revoked([this](const elastic::Revocation& r) {
+  if (!cfg_.seams.communicators) comm::prepare_backend(cfg_.backend);
+  control_->on_revoked([this](const elastic::Revocation& r) {
     const char* cause = r.cause ? elastic::to_string(*r.cause) : "cause unknown";
     if (tracer_) tracer_->instant_any("revoked", cause, {.generation = static_cast<int64_t>(r.generation)});
     abort(str("generation revoked (", cause, "), now ", r.generation));
   });
-  client_->on_fenced([this](const std::string& why) {
+  control_->on_fenced([this](const std::string& why) {
     if (tracer_) tracer_->instant_any("fenced", why);
     abort(str("self-fenced (D4): ", why), true);
   });
-  client_->on_stopped([this] { abort("the coordinator stopped the job"); });
+  control_->on_stopped([this] { abort("the coordinator stopped the job"); });
 }
 
 bool Recovery::join() {
   try {
-    client_->join();
+    control_->join();
     return true;
   } catch (const elastic::JobFinished&) {
     return false;
@@ -121,21 +129,21 @@ void Recovery::drop_comm() {
 void Recovery::forget_previous() { previous_.reset(); }
 
 bool Recovery::generation_over() const {
-  return client_ && (client_->fenced() || client_->seen_generation() > cur_.plan.generation);
+  return control_ && (control_->fenced() || control_->seen_generation() > cur_.plan.generation);
 }
 
 // A transport error, stall or abort seen by the training thread (step 1 from our side).
 void Recovery::failure(const comm::CommError& e) {
-  RF_ENFORCE(client_, "a failure to recover from without a coordinator (fault tolerance off): ", e.what());
+  RF_ENFORCE(control_, "a failure to recover from without a coordinator (fault tolerance off): ", e.what());
   enter(RecoveryPhase::Abort);
   if (e.info().device_stuck) {
     // Our own GPU never reached the operation: the peers can only say they waited (naming
     // nobody), so this worker names itself, even when the coordinator revoked g first.
     log::warn("recovery", "this worker's GPU is stuck (", e.what(), "); reporting it");
-    if (client_->fenced()) return;
+    if (control_->fenced()) return;
     try {
       ActivityBoard::IdleScope talking(watch_.board());
-      client_->failure_report(cur_.plan.generation, state_.step(), copt_.slot, e.what(), elastic::FailureKind::gpu_stuck);
+      control_->failure_report(cur_.plan.generation, state_.step(), slot_, e.what(), elastic::FailureKind::gpu_stuck);
     } catch (const Error& re) {
       log::warn("recovery", "failure report: ", re.what());
     }
@@ -149,7 +157,7 @@ void Recovery::failure(const comm::CommError& e) {
   if (e.peer() >= 0 && e.peer() < cur_.world) peer_slot = cur_.plan.ranks[e.peer()].worker.slot;
   try {
     ActivityBoard::IdleScope talking(watch_.board());
-    client_->failure_report(cur_.plan.generation, state_.step(), peer_slot, e.what());
+    control_->failure_report(cur_.plan.generation, state_.step(), peer_slot, e.what());
   } catch (const Error& re) {
     log::warn("recovery", "failure report: ", re.what());
   }
@@ -174,11 +182,11 @@ WorkerEvent Recovery::report() {
   enter(RecoveryPhase::Report);
   drop_comm();  // kept in previous_ (NCCL): what state_report() says it can regroup from
   try {
-    cur_.plan = client_->next_plan([this] { return state_report(); }, cfg_.plan_timeout);
+    cur_.plan = control_->next_plan([this] { return state_report(); }, cfg_.plan_timeout);
   } catch (const elastic::JobFinished&) {
     return {WorkerEventKind::JobFinished};
   } catch (const elastic::Refused&) {
-    if (client_->fenced()) return {WorkerEventKind::Fenced};
+    if (control_->fenced()) return {WorkerEventKind::Fenced};
     throw;
   }
   return {WorkerEventKind::PlanReceived};
@@ -193,7 +201,7 @@ WorkerEvent Recovery::form() {
   try {
     return {form_steps() ? WorkerEventKind::Formed : WorkerEventKind::FormFailed};
   } catch (const elastic::Refused&) {
-    if (client_->fenced()) return {WorkerEventKind::FormFailed};
+    if (control_->fenced()) return {WorkerEventKind::FormFailed};
     throw;
   }
 }
@@ -217,12 +225,12 @@ bool Recovery::form_steps() {
     return false;
   }
   const double verify_ms = ms_since(t0);
-  client_->set_step(state_.step());
+  control_->set_step(state_.step());
   log::set_step(state_.step());  // T, received or kept
   ActivityBoard::IdleScope talking(watch_.board());  // the recovery's own work is done
-  client_->phase_timing(cur_.plan.generation, elastic::RecoveryPhase::Connect, connect_ms);
-  client_->phase_timing(cur_.plan.generation, elastic::RecoveryPhase::Transfer, transfer_ms);
-  client_->phase_timing(cur_.plan.generation, elastic::RecoveryPhase::Verify, verify_ms);
+  control_->phase_timing(cur_.plan.generation, elastic::RecoveryPhase::Connect, connect_ms);
+  control_->phase_timing(cur_.plan.generation, elastic::RecoveryPhase::Transfer, transfer_ms);
+  control_->phase_timing(cur_.plan.generation, elastic::RecoveryPhase::Verify, verify_ms);
   return true;
 }
 
@@ -230,8 +238,8 @@ bool Recovery::plan() {
   enter(RecoveryPhase::Plan);
   const elastic::Plan& plan = cur_.plan;
   comm_stall_ = watch_.begin_recovery(plan.generation, state_.image_size());
-  const elastic::PlanRank* me = plan.find(copt_.slot);
-  if (!me) throw Error(str("plan of generation ", plan.generation, " does not include slot ", copt_.slot));
+  const elastic::PlanRank* me = plan.find(slot_);
+  if (!me) throw Error(str("plan of generation ", plan.generation, " does not include slot ", slot_));
   cur_.rank = me->rank;
   cur_.world = plan.world();
   inj_->set_rank(cur_.rank);
@@ -248,7 +256,7 @@ bool Recovery::plan() {
         const std::string why = str("restored step ", state_.step(), " from disk after a whole-job failure; re-planning");
         log::info("recovery", why);
         ActivityBoard::IdleScope talking(watch_.board());
-        if (!generation_over()) client_->failure_report(plan.generation, state_.step(), std::nullopt, why);
+        if (!generation_over()) control_->failure_report(plan.generation, state_.step(), std::nullopt, why);
         return false;
       }
     } catch (const InvalidInput& e) {
@@ -276,8 +284,8 @@ bool Recovery::connect() {
   place_comm(co, reducer_.device());
   co.members = plan_members(plan);
   co.regroup = plan_regroup(plan);  // the coordinator's word, the same for every rank
-  if (!copt_.token.empty()) {  // the data plane admits only the job's members (comm/tag.h)
-    const auto k = elastic::data_plane_key(copt_.token, plan.job_id, plan.generation);
+  if (!token_.empty()) {  // the data plane admits only the job's members (comm/tag.h)
+    const auto k = elastic::data_plane_key(token_, plan.job_id, plan.generation);
     co.tag_key = comm::TagKey{.enabled = true, .key = {k[0], k[1]}};
   }
   // Used by this connect only (shrink or not, the next generation is made from it once).
@@ -287,10 +295,10 @@ bool Recovery::connect() {
     // Connecting waits for every peer to reach this point and publish its address: it has
     // its own deadline (connect_timeout) and ends at a revocation (ElasticStore), and a
     // peer stuck before it is judged on its own activity; so it is not judged (idle).
-    ElasticStore store(*client_, plan.generation);
+    ElasticStore store(*control_, plan.generation);
     watch_.idle();
     co.store = &store;
-    auto c = comm::make_communicator(cfg_.backend, co);
+    auto c = cfg_.seams.communicators ? cfg_.seams.communicators(co) : comm::make_communicator(cfg_.backend, co);
     watch_.continue_recovery();
     std::lock_guard<std::mutex> lk(cur_.comm_mu);
     cur_.comm = std::move(c);
@@ -310,7 +318,7 @@ bool Recovery::connect() {
 bool Recovery::transfer() {
   enter(RecoveryPhase::Transfer);
   const elastic::Plan& plan = cur_.plan;
-  const elastic::PlanRank* me = plan.find(copt_.slot);
+  const elastic::PlanRank* me = plan.find(slot_);
   const int64_t redo = plan.target_step + 1;
   const TimePoint t0 = Clock::now();
   await_staging();
@@ -338,7 +346,7 @@ bool Recovery::transfer() {
     // report again (the next plan picks a source again).
     log::warn("recovery", "state transfer refused: ", e.what());
     ActivityBoard::IdleScope talking(watch_.board());
-    if (!generation_over()) client_->failure_report(plan.generation, state_.step(), std::nullopt, e.what());
+    if (!generation_over()) control_->failure_report(plan.generation, state_.step(), std::nullopt, e.what());
     return false;
   }
 }
@@ -354,7 +362,7 @@ void Recovery::start_fresh() {
 void Recovery::send_images(int64_t redo) {
   const elastic::Plan& plan = cur_.plan;
   const int rank = cur_.rank;
-  bool involved = plan.find(copt_.slot)->source_rank.has_value();
+  bool involved = plan.find(slot_)->source_rank.has_value();
   for (const auto& pr : plan.ranks)
     if (pr.source_rank == rank) involved = true;
   if (involved) inj_->at(FaultPhase::Transfer, redo);
@@ -438,10 +446,10 @@ void Recovery::verify(uint64_t tag_step, const char* when) {
 }
 
 void Recovery::tell_fatal(const std::string& error) {
-  if (!client_) return;
+  if (!control_) return;
   try {
     ActivityBoard::IdleScope talking(watch_.board());
-    client_->fatal(error);
+    control_->fatal(error);
   } catch (const Error& fe) {
     log::warn("recovery", "could not tell the coordinator: ", fe.what());
   }
@@ -453,9 +461,9 @@ WorkerEvent Recovery::resume() {
   enter(RecoveryPhase::Resume);
   elastic::ReadyQuery rq;
   try {
-    rq = client_->ready(cur_.plan.generation, cfg_.ready_timeout);
+    rq = control_->ready(cur_.plan.generation, cfg_.ready_timeout);
   } catch (const elastic::Refused&) {
-    if (client_->fenced()) return {WorkerEventKind::Revoked};  // the leader was lost (see form())
+    if (control_->fenced()) return {WorkerEventKind::Revoked};  // the leader was lost (see form())
     throw;
   }
   if (rq.kind == elastic::ReadyQuery::Stopped) throw elastic::JobStopped(str("the coordinator stopped the job: ", rq.error));

@@ -40,7 +40,7 @@
 #include "ddp/train_state.h"
 #include "ddp/trainer.h"
 #include "ddp/worker_life.h"
-#include "elastic/client.h"
+#include "elastic/control_plane.h"
 
 namespace rf::ddp {
 
@@ -67,15 +67,16 @@ class Recovery {
     Tracer* tracer = nullptr;  // each phase a span (enter), revocations instants
   };
   explicit Recovery(Parts parts);
-  // Waits for the staging thread and closes the client: its heartbeat thread calls abort().
+  // Waits for the staging thread and closes the coordinator: its heartbeats call abort().
   ~Recovery();
   Recovery(const Recovery&) = delete;
   Recovery& operator=(const Recovery&) = delete;
 
-  // Set-up, fault tolerance on: the transport context, the coordinator's client (not yet
-  // joined) and its step-1 callbacks. inj and audit outlive this object's use of them.
-  void start(const elastic::ClientOptions& options, FaultInjector& inj, AuditLog& audit);
-  elastic::Client* client() const { return client_.get(); }
+  // Set-up, fault tolerance on: the transport context, the coordinator (not yet joined) and
+  // its step-1 callbacks. token: the job's, which keys the data plane's tags ("" = off).
+  // inj and audit outlive this object's use of them.
+  void start(std::shared_ptr<elastic::ControlPlane> control, std::string token, FaultInjector& inj, AuditLog& audit);
+  elastic::ControlPlane* control() const { return control_.get(); }
   // Joins (again, after a self-fence). False when the job had already finished.
   bool join();
   // The staging buffer of step 6, faulted in on a thread of its own (see recovery.cpp).
@@ -151,10 +152,11 @@ class Recovery {
   Reducer& reducer_;
   StepWatch& watch_;
   Checkpointing& ckpt_;
-  elastic::ClientOptions copt_;
+  int slot_ = 0;
+  std::string token_;
   FaultInjector* inj_ = nullptr;
   AuditLog* audit_ = nullptr;
-  std::unique_ptr<elastic::Client> client_;
+  std::shared_ptr<elastic::ControlPlane> control_;
   // NCCL only: the last communicator dropped, for the next generation's shrink. Only the
   // training thread touches it (drop_comm, connect); the heartbeat thread aborts cur_.comm.
   std::shared_ptr<comm::Communicator> previous_;

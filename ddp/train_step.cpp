@@ -7,7 +7,7 @@
 #include "comm/errors.h"
 #include "core/autograd.h"
 #include "ddp/trainer_impl.h"
-#include "elastic/client.h"
+#include "elastic/control_plane.h"
 
 namespace rf::ddp {
 
@@ -46,7 +46,7 @@ WorkerEvent Trainer::Impl::train_generation() {
   StepRates rates;
   while (state.step() + 1 < cfg.steps) {
     if (recovery.generation_over()) return {WorkerEventKind::Revoked};
-    if (!recovery.client() && cfg.stop_requested && cfg.stop_requested->load()) return {WorkerEventKind::StopRequested};
+    if (!recovery.control() && cfg.stop_requested && cfg.stop_requested->load()) return {WorkerEventKind::StopRequested};
     // R2: contribute to s only after applying s-1.
     if (const auto ended = train_step(state.step() + 1, rates)) return *ended;
   }
@@ -58,7 +58,7 @@ std::optional<WorkerEvent> Trainer::Impl::train_step(int64_t s, StepRates& rates
   t.began = Clock::now();
   const Duration comm_stall = watch.begin_step(s);
   // Without fault tolerance a stall is fatal: it keeps the fixed ceiling.
-  if (recovery.client()) current.comm->set_stall_timeout(comm_stall);
+  if (recovery.control()) current.comm->set_stall_timeout(comm_stall);
   const TraceArgs ta{.step = s, .generation = static_cast<int64_t>(current.plan.generation), .rank = current.rank};
   ControlBlock sums;
   try {
@@ -78,7 +78,7 @@ std::optional<WorkerEvent> Trainer::Impl::train_step(int64_t s, StepRates& rates
     log::warn("worker", "step ", s, " not applied: ", e.what());
     reducer.abandon();
     if (exact) exact->abandon();
-    if (!recovery.client()) throw;  // fault tolerance off: nothing to recover with
+    if (!recovery.control()) throw;  // fault tolerance off: nothing to recover with
     recovery.failure(e);
     return WorkerEvent{WorkerEventKind::StepFailed, StepFailure::Transport};
   } catch (const NonFiniteGradient& e) {
@@ -149,7 +149,7 @@ void Trainer::Impl::check_micro_shards() {
 // it (best effort; without fault tolerance the error alone ends the run).
 void Trainer::Impl::report_fatal(const std::string& what) {
   log::error("worker", what);
-  if (elastic::Client* client = recovery.client()) {
+  if (elastic::ControlPlane* client = recovery.control()) {
     try {
       client->fatal(what);
     } catch (const Error&) {
@@ -159,7 +159,7 @@ void Trainer::Impl::report_fatal(const std::string& what) {
 
 // This rank's samples and the R5 flags it heard from the coordinator.
 ControlBlock Trainer::Impl::control_block(int64_t samples) const {
-  const elastic::Client* client = recovery.client();
+  const elastic::ControlPlane* client = recovery.control();
   ControlBlock cb;
   cb.samples = samples;
   cb.reconfigure = client && client->reconfigure_requested() ? 1 : 0;
@@ -242,7 +242,7 @@ void Trainer::Impl::apply(int64_t s, const TraceArgs& ta, StepTimes& t) {
   const Duration step_time = t.end - t.began;
   watch.end_step(step_time);
   inj->step_took(s, step_time);  // a slow spec's reference
-  if (recovery.client()) recovery.client()->set_step(s);
+  if (recovery.control()) recovery.control()->set_step(s);
 }
 
 // The step's bucket all-reduces, one lane each (they overlap backward and each other).
@@ -275,7 +275,7 @@ std::optional<WorkerEvent> Trainer::Impl::after_apply(int64_t s, const ControlBl
 void Trainer::Impl::report_progress(int64_t s, const ControlBlock& sums, StepRates& rates) {
   const double loss = step_loss();
   const double live = rates.add(sums.samples);
-  if (recovery.client()) recovery.client()->set_progress(loss, live);
+  if (recovery.control()) recovery.control()->set_progress(loss, live);
   result.final_loss = loss;
   if (audit_->enabled())
     audit_->record("apply", current.plan.generation, s, state.current_digest(), current.rank, current.world,
@@ -293,7 +293,7 @@ std::optional<WorkerEvent> Trainer::Impl::verify_replicas(int64_t s) {
   try {
     recovery.verify(static_cast<uint64_t>(s), "verify-every");
   } catch (const comm::CommError& e) {
-    if (!recovery.client()) throw;  // fault tolerance off: nothing to recover with
+    if (!recovery.control()) throw;  // fault tolerance off: nothing to recover with
     recovery.failure(e);
     return WorkerEvent{WorkerEventKind::StepFailed, StepFailure::Transport};
   } catch (const DivergenceError& e) {
@@ -301,7 +301,7 @@ std::optional<WorkerEvent> Trainer::Impl::verify_replicas(int64_t s) {
     // reports its (s, digest); the coordinator's plan finds the holders of T disagreeing and
     // stops the whole job naming them (docs/protocol.md step 4).
     log::error("worker", e.what());
-    elastic::Client* client = recovery.client();
+    elastic::ControlPlane* client = recovery.control();
     if (!client) throw;
     if (!recovery.generation_over()) client->failure_report(current.plan.generation, s, std::nullopt, e.what());
     return WorkerEvent{WorkerEventKind::StepFailed, StepFailure::Divergence};

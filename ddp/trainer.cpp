@@ -85,8 +85,8 @@ CheckpointOrigin Trainer::Impl::origin() const {
 // A checkpoint that could not be written is a warning; the heartbeats (and the leave) carry
 // the count to the launcher.
 void Trainer::Impl::report_checkpoint_failures() {
-  if (recovery.client() && checkpointing.failures() > 0)
-    recovery.client()->set_checkpoint_failures(checkpointing.failures(), checkpointing.last_error());
+  if (recovery.control() && checkpointing.failures() > 0)
+    recovery.control()->set_checkpoint_failures(checkpointing.failures(), checkpointing.last_error());
 }
 
 void Trainer::Impl::finish_result(double train_seconds) {
@@ -145,7 +145,7 @@ void Trainer::Impl::before_fault(const elastic::FaultSpec& f, int64_t s) {
   // The launcher's report of specs that never fired hears it from the coordinator. Best
   // effort: a coordinator out of reach must not stop the fault from firing.
   try {
-    if (recovery.client()) recovery.client()->injected(current.plan.generation, s, f.to_string());
+    if (recovery.control()) recovery.control()->injected(current.plan.generation, s, f.to_string());
   } catch (const Error& e) {
     log::warn("worker", "could not tell the coordinator about ", f.to_string(), ": ", e.what());
   }
@@ -158,27 +158,39 @@ void Trainer::Impl::before_fault(const elastic::FaultSpec& f, int64_t s) {
   tracer.flush();
 }
 
-// Fault tolerance on: the fault injector, the audit log, the transport context and the
-// coordinator's client with its hooks; this thread is the training thread.
-void Trainer::Impl::start_fault_tolerant(const elastic::ClientOptions& copt) {
-  slot = copt.slot;
-  // Under `ringfence run` stdout is the launcher's output pipe (base/output_pump.h), which
-  // stdio would buffer whole: line by line, as on a terminal, so progress shows as it happens.
-  if (std::getenv("RINGFENCE_COORD")) std::setvbuf(stdout, nullptr, _IOLBF, BUFSIZ);
-  // The launcher's run directory takes the post-mortems: never a terminal or pipe that may
-  // not be read while this worker recovers.
-  if (const char* dir = std::getenv("RINGFENCE_RUN_DIR"); cfg.flight_recorder.empty() && dir && *dir)
-    cfg.flight_recorder = str(dir, "/flight-slot", copt.slot, "-inc", copt.incarnation, ".jsonl");
+// Fault tolerance on: the coordinator (the environment's, or the seams'), the fault
+// injector, the audit log and the transport context; this thread is the training thread.
+void Trainer::Impl::start_fault_tolerant() {
+  std::shared_ptr<elastic::ControlPlane> control = cfg.seams.control;
+  int64_t incarnation = cfg.seams.incarnation;
+  std::string token;
+  if (control) {
+    inj = std::make_unique<FaultInjector>(cfg.seams.faults, incarnation, control->slot());
+  } else {
+    const elastic::ClientOptions copt = elastic::ClientOptions::from_env();
+    incarnation = copt.incarnation;
+    token = copt.token;
+    // Under `ringfence run` stdout is the launcher's output pipe (base/output_pump.h), which
+    // stdio would buffer whole: line by line, as on a terminal, so progress shows as it happens.
+    if (std::getenv("RINGFENCE_COORD")) std::setvbuf(stdout, nullptr, _IOLBF, BUFSIZ);
+    // The launcher's run directory takes the post-mortems: never a terminal or pipe that may
+    // not be read while this worker recovers.
+    if (const char* dir = std::getenv("RINGFENCE_RUN_DIR"); cfg.flight_recorder.empty() && dir && *dir)
+      cfg.flight_recorder = str(dir, "/flight-slot", copt.slot, "-inc", copt.incarnation, ".jsonl");
+    inj = FaultInjector::from_env(copt.incarnation, copt.slot);
+    control = std::make_shared<elastic::Client>(copt);
+  }
+  slot = control->slot();
   log::set_slot(slot);
-  inj = FaultInjector::from_env(copt.incarnation, copt.slot);
   inj->set_drop([this] { recovery.inject_drop(); });
-  audit_ = std::make_unique<AuditLog>(cfg.audit_log, copt.slot, copt.incarnation);
+  if (cfg.seams.process_fault) inj->set_process_fault(cfg.seams.process_fault);
+  audit_ = std::make_unique<AuditLog>(cfg.audit_log, slot, incarnation);
   checkpointing.attach(audit_.get());
   checkpointing.set_storage_faults([this](int64_t s) { return inj->storage_fault(s); });  // --inject disk:...
   inj->set_before_fire([this](const elastic::FaultSpec& f, int64_t s) { before_fault(f, s); });
-  recovery.start(copt, *inj, *audit_);  // the transport context, the client, step 1's hooks
   watch.board().attach_thread(current_tid());  // this is the training thread
-  recovery.client()->set_activity_source([this] { return watch.board().read(Clock::now()); });
+  control->set_activity_source([this] { return watch.board().read(Clock::now()); });
+  recovery.start(std::move(control), token, *inj, *audit_);  // the transport context, step 1's hooks
 }
 
 // `resume`: the newest valid checkpoint on disk, before the first report.
@@ -194,7 +206,7 @@ TrainerResult Trainer::Impl::run() {
     throw InvalidInput(str("overlap_ab_period must be >= 0 (0 = off), not ", cfg.overlap_ab_period));
   if (cfg.micro_shards < 0) throw InvalidInput(str("micro_shards must be >= 0 (0 = the float sum), not ", cfg.micro_shards));
   if (!cfg.fault_tolerance) return run_plain();
-  start_fault_tolerant(elastic::ClientOptions::from_env());
+  start_fault_tolerant();
   if (cfg.resume) resume_from_disk();
   // The life cycle (worker_life.h): each action's outcome decides the next.
   WorkerTransition t{WorkerState::Joining, WorkerAction::Join};
@@ -204,7 +216,7 @@ TrainerResult Trainer::Impl::run() {
   recovery.forget_previous();  // no next generation to shrink into
   recovery.end_trace_phase();
   finish_result(seconds_since(joined_at));
-  recovery.client()->close();
+  recovery.control()->close();
   return result;
 }
 
@@ -229,7 +241,7 @@ WorkerEvent Trainer::Impl::perform(WorkerAction action) {
     case WorkerAction::DropComm:
       recovery.drop_comm();
       // D4: a fenced worker comes back as a new member.
-      return {recovery.client()->fenced() ? WorkerEventKind::Fenced : WorkerEventKind::CommDropped};
+      return {recovery.control()->fenced() ? WorkerEventKind::Fenced : WorkerEventKind::CommDropped};
     case WorkerAction::End:
     case WorkerAction::EndStandby: break;
   }
@@ -256,7 +268,7 @@ void Trainer::Impl::final_save() {
   } catch (const ckpt::CheckpointWriteFailed& e) {
     // Every restart would end the same way: stop the job with it (best effort).
     try {
-      recovery.client()->fatal(e.what());
+      recovery.control()->fatal(e.what());
     } catch (const Error&) {
     }
     throw;
@@ -267,7 +279,7 @@ void Trainer::Impl::final_save() {
 WorkerEvent Trainer::Impl::leave() {
   final_save();
   inj->at(FaultPhase::Leave, state.step());
-  elastic::Client& client = *recovery.client();
+  elastic::ControlPlane& client = *recovery.control();
   try {
     client.leave();
   } catch (const elastic::Refused& e) {
@@ -306,7 +318,7 @@ TrainerProgress Trainer::progress() const {
   p.rank = i.current.rank;
   p.world = i.current.world;
   p.step = i.state.step();
-  const elastic::Client* client = i.recovery.client();
+  const elastic::ControlPlane* client = i.recovery.control();
   p.stop_requested = client && client->stop_requested();
   p.reconfigure_requested = client && client->reconfigure_requested();
   return p;

@@ -18,6 +18,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "base/error.h"
 #include "comm/communicator.h"
@@ -27,12 +28,28 @@
 #include "core/tensor.h"
 #include "ddp/reducer.h"
 #include "ddp/stall_bound.h"
+#include "elastic/control_plane.h"
+#include "elastic/fault_spec.h"
 
 namespace rf::ddp {
 
 // loss(output, labels) -> a 1-element tensor: the SUM over the samples (never the mean:
 // the reducer divides by the global count).
 using LossFn = std::function<Tensor(const Tensor& output, std::span<const int32_t> labels)>;
+
+// How a fault-tolerant trainer meets its coordinator, its peers and its faults. Left empty:
+// as `ringfence run` says through the environment (elastic::Client, comm::make_communicator,
+// RINGFENCE_INJECT, kill and stop by signal). A test fills them to run W trainers as threads
+// of one process (tests/ddp/inproc: elastic::SimControl, a loopback data plane).
+struct TrainerSeams {
+  std::shared_ptr<elastic::ControlPlane> control;  // made, not joined; null: the environment's
+  int64_t incarnation = 0;                         // with control: this worker's (its slot is control's)
+  std::vector<elastic::FaultSpec> faults;          // with control: instead of RINGFENCE_INJECT
+  // Each generation's communicator; empty: comm::make_communicator(backend, options).
+  std::function<std::shared_ptr<comm::Communicator>(const comm::CommOptions&)> communicators;
+  // What kill, stop, exit and hang do (FaultInjector::set_process_fault); empty: to this process.
+  std::function<void(const elastic::FaultSpec&)> process_fault;
+};
 
 struct TrainerConfig {
   // false: plain data-parallel training for comparison (the failure-free overhead of all
@@ -108,6 +125,7 @@ struct TrainerConfig {
   const std::atomic<bool>* stop_requested = nullptr;
   std::chrono::milliseconds plan_timeout{120000};
   std::chrono::milliseconds ready_timeout{60000};
+  TrainerSeams seams;
 };
 
 struct TrainerResult {

@@ -89,7 +89,7 @@ struct Trainer::Impl {
   // --- trainer.cpp: set-up and the life cycle ----------------------------------------
   TrainerResult run();
   TrainerResult run_plain();
-  void start_fault_tolerant(const elastic::ClientOptions& copt);
+  void start_fault_tolerant();
   void before_fault(const elastic::FaultSpec& f, int64_t s);
   void resume_from_disk();
   WorkerEvent perform(WorkerAction action);

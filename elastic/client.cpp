@@ -61,7 +61,7 @@ ClientOptions ClientOptions::from_env() {
   return o;
 }
 
-Client::Client(ClientOptions options) : opt_(std::move(options)) {
+Client::Client(ClientOptions options) : ControlPlane(options.slot), opt_(std::move(options)) {
   wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (wake_fd_ < 0) throw rf::Error(rf::str("eventfd: ", std::strerror(errno)));
 }
@@ -69,28 +69,6 @@ Client::Client(ClientOptions options) : opt_(std::move(options)) {
 Client::~Client() {
   close();
   ::close(wake_fd_);
-}
-
-void Client::on_revoked(std::function<void(const Revocation&)> cb) {
-  std::lock_guard<std::mutex> l(cb_mu_);
-  on_revoked_ = std::move(cb);
-}
-void Client::on_fenced(std::function<void(const std::string&)> cb) {
-  std::lock_guard<std::mutex> l(cb_mu_);
-  on_fenced_ = std::move(cb);
-}
-void Client::on_stopped(std::function<void()> cb) {
-  std::lock_guard<std::mutex> l(cb_mu_);
-  on_stopped_ = std::move(cb);
-}
-void Client::set_activity_source(std::function<Activity()> source) {
-  std::lock_guard<std::mutex> l(cb_mu_);
-  activity_ = std::move(source);
-}
-
-std::string Client::fence_reason() const {
-  std::lock_guard<std::mutex> l(cb_mu_);
-  return fence_reason_;
 }
 
 std::pair<std::string, int> Client::locate() const {
@@ -146,10 +124,7 @@ JoinInfo Client::join_once(TimePoint deadline) {
   info.target_world = welcome.target_world;
   opt_.heartbeat = ms(*welcome.heartbeat_ms);
   opt_.lease = ms(*welcome.lease_ms);
-  fenced_ = false;
-  active_ = 0;
-  notified_ = 0;
-  seen_ = info.generation;
+  admitted(info.generation);
   // The coordinator's lease runs from the join: heartbeats start now, not after the caller
   // connection is made too (on a lossy link each lost SYN of it costs a second).
   start_heartbeats(joined);
@@ -166,18 +141,6 @@ void Client::start_heartbeats(TimePoint joined) {
   hb_stop_ = false;
   last_renewal_ = joined.time_since_epoch().count();
   hb_thread_ = std::thread([this, joined] { heartbeat_loop(joined); });
-}
-
-json Client::heartbeat_message() const {
-  Heartbeat beat;
-  beat.generation = active_.load();
-  beat.step = step_.load();
-  if (const double l = loss_.load(); l >= 0) beat.loss = l;
-  if (const double r = samples_per_s_.load(); r >= 0) beat.samples_per_s = r;
-  std::lock_guard<std::mutex> l(cb_mu_);
-  if (activity_) beat.activity = activity_();
-  if (ckpt_failed_ != 0) beat.ckpt_failed = ckpt_failed_, beat.ckpt_error = ckpt_error_;
-  return encode_request(beat);
 }
 
 void Client::heartbeat_loop(TimePoint joined) {
@@ -198,7 +161,7 @@ void Client::heartbeat_loop(TimePoint joined) {
         return;
       }
       if (d.kind == RenewalDecision::Send) {
-        member_.send(heartbeat_message(), lease.fence_at());
+        member_.send(encode_request(heartbeat_now()), lease.fence_at());
         lease.sent(now);
         continue;
       }
@@ -216,60 +179,15 @@ void Client::heartbeat_loop(TimePoint joined) {
   }
 }
 
-bool Client::on_heartbeat_reply(const HeartbeatReply& reply) {
-  if (reply.fenced) {
-    fence("the coordinator evicted this worker");
-    return false;
-  }
-  const uint64_t g = reply.generation;
-  if (seen_.exchange(g) != g) notify_generation_waiters();
-  // The flag belongs to the generation that runs now: a reply about an older one (or
-  // about a round still forming) must not make us leave the new generation again.
-  reconfigure_ = reply.reconfigure && reply.phase == Phase::Running && g == active_.load();
-  stop_ = reply.stop;
-  if (reply.phase == Phase::Stopped && !stopped_.exchange(true)) {
-    notify_generation_waiters();
-    std::lock_guard<std::mutex> l(cb_mu_);
-    if (on_stopped_) on_stopped_();
-  }
-  const uint64_t active = active_.load();
-  if (active != 0 && g > active && g > notified_.load()) {
-    notified_ = g;
-    Revocation r{g, reply.planned, reply.cause};
-    std::lock_guard<std::mutex> l(cb_mu_);
-    if (on_revoked_) on_revoked_(r);
-  }
-  return true;
-}
-
-void Client::notify_generation_waiters() {
-  { std::lock_guard<std::mutex> l(gen_mu_); }  // a waiter between its check and its wait sees the change
-  gen_cv_.notify_all();
-}
-
-bool Client::wait_generation_above(uint64_t g, TimePoint deadline) {
-  std::unique_lock<std::mutex> l(gen_mu_);
-  gen_cv_.wait_until(l, deadline, [&] { return seen_.load() > g || fenced_.load() || stopped_.load(); });
-  return seen_.load() > g;
-}
-
-void Client::fence(const std::string& why) {
-  fenced_ = true;
-  // The coordinator must not count us as alive any more. Off the heartbeat thread (a lost
-  // leader seen by a call) the connection is only shut down: that thread may be waiting on it.
+// Fencing (ControlPlane::fence): the coordinator must not count us as alive any more. Off
+// the heartbeat thread (a lost leader seen by a call) the connection is only shut down: that
+// thread may be waiting on it. A call the training thread waits in may be to a leader that
+// is gone or cut off: it must not wait its whole timeout, the worker has to join the next
+// leader.
+void Client::cut_off() {
   if (std::this_thread::get_id() == hb_thread_.get_id()) member_.close();
   else member_.shutdown();
-  notify_generation_waiters();
-  // A call the training thread waits in may be to a leader that is gone or cut off: it must
-  // not wait its whole timeout, the worker has to join the next leader.
   if (!opt_.etcd.empty()) caller_.shutdown();
-  std::function<void(const std::string&)> cb;
-  {
-    std::lock_guard<std::mutex> l(cb_mu_);
-    fence_reason_ = why;
-    cb = on_fenced_;
-  }
-  if (cb) cb(why);
 }
 
 void Client::stop_heartbeats() {
@@ -288,7 +206,7 @@ void Client::close() {
 json Client::call(const json& req, Duration timeout) {
   std::lock_guard<std::mutex> l(call_mu_);
   if (opt_.etcd.empty()) return caller_.call(req, Clock::now() + timeout);
-  if (fenced_.load()) throw Refused(rf::str("slot ", opt_.slot, " is fenced (", fence_reason(), "): join again"));
+  if (fenced()) throw Refused(rf::str("slot ", opt_.slot, " is fenced (", fence_reason(), "): join again"));
   try {
     return caller_.call(req, Clock::now() + timeout);
   } catch (const ConnectionLost& e) {
@@ -308,56 +226,9 @@ PlanQuery Client::wait_plan(uint64_t round, Duration timeout) {
       call(encode_request(PlanRequest{round, t}), timeout + opt_.call_timeout));
 }
 
-Plan Client::next_plan(const std::function<StateReport()>& state, Duration timeout) {
-  const TimePoint deadline = Clock::now() + timeout;
-  const uint64_t active = active_.load();
-  uint64_t round = active == 0 ? 0 : (seen_.load() > active ? seen_.load() : active + 1);
-  std::string waited;  // why the last report was not taken, for the timeout's error
-  for (int attempt = 0; attempt < 1000 && Clock::now() < deadline; ++attempt) {
-    Answer a = report(round, state());
-    if (a.kind == Answer::Fenced) throw Refused(rf::str("slot ", opt_.slot, " is fenced: join again"));
-    if (a.kind == Answer::Finished) throw JobFinished(a.reason);
-    if (a.kind == Answer::Stopped) throw JobStopped(rf::str("the coordinator stopped the job: ", a.reason));
-    if (a.kind == Answer::Refused && active != 0) {
-      // The round after `active` is not open: generation `active` still forms (this worker
-      // left its recovery) or runs, and only its revocation opens the round. Asking again
-      // before a heartbeat reply shows it would spin through the attempts in milliseconds.
-      waited = a.reason;
-      if (!wait_generation_above(std::max(active, a.generation), deadline)) continue;  // fenced, stopped or late
-      round = seen_.load();
-      continue;
-    }
-    if (a.kind != Answer::Accepted) {  // stale: follow the coordinator's number
-      waited = a.reason;
-      round = active == 0 ? 0 : (a.generation == active ? active + 1 : a.generation);
-      continue;
-    }
-    while (Clock::now() < deadline) {
-      PlanQuery q = wait_plan(a.generation, std::min<Duration>(deadline - Clock::now(), std::chrono::seconds(5)));
-      switch (q.kind) {
-        case PlanQuery::Ready:
-          active_ = q.plan.generation;
-          notified_ = std::max(notified_.load(), q.plan.generation);
-          return q.plan;
-        case PlanQuery::Revoked: round = q.generation; break;
-        case PlanQuery::Fenced: throw Refused(rf::str("slot ", opt_.slot, " is fenced: join again"));
-        case PlanQuery::Stopped: throw JobStopped(rf::str("the coordinator stopped the job: ", q.error));
-        case PlanQuery::Done: throw JobFinished(kJobFinishedReason);
-        case PlanQuery::Pending: continue;  // still forming (or standby): keep waiting
-      }
-      break;  // revoked: report again for the new round
-    }
-  }
-  throw CallTimeout(rf::str("slot ", opt_.slot, " got no plan within ", std::chrono::duration<double>(timeout).count(),
-                            " s", waited.empty() ? "" : rf::str(" (the coordinator's last answer: ", waited, ")")));
-}
-
-ReadyQuery Client::ready(uint64_t generation, Duration timeout) {
+ReadyQuery Client::ready_call(uint64_t generation, Duration timeout) {
   const int64_t t = std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count();
-  const ReadyQuery q = decode_reply_as<ReadyQuery>(
-      call(encode_request(Ready{generation, t}), timeout + opt_.call_timeout));
-  if (q.kind == ReadyQuery::Running) active_ = generation, reconfigure_ = false;
-  return q;
+  return decode_reply_as<ReadyQuery>(call(encode_request(Ready{generation, t}), timeout + opt_.call_timeout));
 }
 
 void Client::kv_set(uint64_t g, const std::string& key, const std::string& value) {
@@ -395,21 +266,7 @@ void Client::phase_timing(uint64_t g, RecoveryPhase phase, double ms_) {
   call(encode_request(PhaseTiming{g, phase, ms_}), opt_.call_timeout);
 }
 
-void Client::fatal(const std::string& error) {
-  // The protocol bounds text fields; cut at a UTF-8 character boundary.
-  size_t n = std::min(error.size(), kMaxTextBytes);
-  while (n < error.size() && n > 0 && (static_cast<unsigned char>(error[n]) & 0xC0) == 0x80) --n;
-  call(encode_request(Fatal{error.substr(0, n)}), opt_.call_timeout);
-}
-
-void Client::set_checkpoint_failures(int64_t failed, const std::string& last_error) {
-  // The protocol bounds text fields; cut at a UTF-8 character boundary.
-  size_t n = std::min(last_error.size(), kMaxTextBytes);
-  while (n < last_error.size() && n > 0 && (static_cast<unsigned char>(last_error[n]) & 0xC0) == 0x80) --n;
-  std::lock_guard<std::mutex> l(cb_mu_);
-  ckpt_failed_ = failed;
-  ckpt_error_ = last_error.substr(0, n);
-}
+void Client::fatal(const std::string& error) { call(encode_request(Fatal{bounded_text(error)}), opt_.call_timeout); }
 
 void Client::injected(uint64_t g, int64_t step, const std::string& spec) {
   // One lease at most: the fault waits on this call (for after_chunks, inside comm's hook),
@@ -419,14 +276,7 @@ void Client::injected(uint64_t g, int64_t step, const std::string& spec) {
 }
 
 void Client::leave() {
-  // The step goes with it: heartbeats carry it up to one heartbeat late, and the job's
-  // last step (the launcher's report of --inject specs that never fired) must be exact.
-  Leave req{step_.load(), std::nullopt, ""};
-  {
-    std::lock_guard<std::mutex> l(cb_mu_);
-    if (ckpt_failed_ != 0) req.ckpt_failed = ckpt_failed_, req.ckpt_error = ckpt_error_;
-  }
-  call(encode_request(req), opt_.call_timeout);
+  call(encode_request(leave_request()), opt_.call_timeout);
   close();
 }
 
