@@ -51,11 +51,6 @@ FaultInjector::FaultInjector(std::vector<elastic::FaultSpec> specs, int64_t inca
   for (const auto& f : specs_) measures_steps_ = measures_steps_ || (incarnation_ == 0 && f.factor.has_value());
 }
 
-std::unique_ptr<FaultInjector> FaultInjector::from_env(int64_t incarnation, int slot) {
-  const char* env = std::getenv("RINGFENCE_INJECT");
-  return std::make_unique<FaultInjector>(elastic::parse_fault_specs(env ? env : ""), incarnation, slot);
-}
-
 void FaultInjector::on_plan(int64_t redo, bool fresh) {
   prev_max_redo_.store(max_redo_.load());
   if (!fresh && redo > max_redo_.load()) max_redo_.store(redo);

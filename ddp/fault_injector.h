@@ -60,8 +60,6 @@ class FaultInjector {
  public:
   FaultInjector() = default;
   FaultInjector(std::vector<elastic::FaultSpec> specs, int64_t incarnation, int slot);
-  // From RINGFENCE_INJECT (workers ignore the launcher's at= specs).
-  static std::unique_ptr<FaultInjector> from_env(int64_t incarnation, int slot);
 
   void set_rank(int rank) { rank_.store(rank); }
   // A plan arrived that resumes at step `redo` (T+1); fresh starts do not count.

@@ -20,6 +20,7 @@
 #include "comm/bootstrap/local_launcher.h"
 #include "ddp/trainer_impl.h"
 #include "elastic/client.h"
+#include "elastic/worker_env.h"
 #include "elastic/errors.h"
 
 namespace rf::ddp {
@@ -64,9 +65,8 @@ comm::RankEnv plain_rank_env(std::unique_ptr<TempDir>& store) {
 }
 
 std::string trace_path(const TrainerConfig& c) {
-  if (!c.trace.empty()) return c.trace;
-  const char* env = std::getenv("RINGFENCE_TRACE");
-  return env ? env : "";
+  if (!c.trace.empty() || c.seams.control) return c.trace;
+  return elastic::read_worker_env().trace;
 }
 }  // namespace
 
@@ -167,17 +167,18 @@ void Trainer::Impl::start_fault_tolerant() {
   if (control) {
     inj = std::make_unique<FaultInjector>(cfg.seams.faults, incarnation, control->slot());
   } else {
-    const elastic::ClientOptions copt = elastic::ClientOptions::from_env();
+    const elastic::WorkerEnv env = elastic::read_worker_env();
+    const elastic::ClientOptions copt = elastic::ClientOptions::from(env);
     incarnation = copt.incarnation;
     token = copt.token;
     // Under `ringfence run` stdout is the launcher's output pipe (base/output_pump.h), which
     // stdio would buffer whole: line by line, as on a terminal, so progress shows as it happens.
-    if (std::getenv("RINGFENCE_COORD")) std::setvbuf(stdout, nullptr, _IOLBF, BUFSIZ);
+    std::setvbuf(stdout, nullptr, _IOLBF, BUFSIZ);
     // The launcher's run directory takes the post-mortems: never a terminal or pipe that may
     // not be read while this worker recovers.
-    if (const char* dir = std::getenv("RINGFENCE_RUN_DIR"); cfg.flight_recorder.empty() && dir && *dir)
-      cfg.flight_recorder = str(dir, "/flight-slot", copt.slot, "-inc", copt.incarnation, ".jsonl");
-    inj = FaultInjector::from_env(copt.incarnation, copt.slot);
+    if (cfg.flight_recorder.empty() && !env.run_dir.empty())
+      cfg.flight_recorder = str(env.run_dir, "/flight-slot", copt.slot, "-inc", copt.incarnation, ".jsonl");
+    inj = std::make_unique<FaultInjector>(elastic::parse_fault_specs(env.inject), copt.incarnation, copt.slot);
     control = std::make_shared<elastic::Client>(copt);
   }
   slot = control->slot();
@@ -295,11 +296,7 @@ WorkerEvent Trainer::Impl::leave() {
   return {WorkerEventKind::Left};
 }
 
-bool launched_by_ringfence() {
-  for (const char* name : {"RINGFENCE_COORD", "RINGFENCE_ETCD"})
-    if (const char* v = std::getenv(name); v && *v) return true;
-  return false;
-}
+bool launched_by_ringfence() { return elastic::read_worker_env().launched(); }
 
 Trainer::Trainer(nn::Module& model, LossFn loss, const data::Dataset& dataset, optim::Optimizer& optimizer,
                  TrainerConfig config)

@@ -26,38 +26,23 @@ namespace rf::elastic {
 using nlohmann::json;
 
 namespace {
-
-std::string env_or_throw(const char* name) {
-  const char* v = std::getenv(name);
-  if (!v || !*v) throw rf::InvalidInput(rf::str("environment variable ", name, " is not set (the launcher sets it)"));
-  return v;
-}
-
-int64_t env_int(const char* name, int64_t min, int64_t max) {
-  std::string v = env_or_throw(name);
-  char* end = nullptr;
-  long long x = std::strtoll(v.c_str(), &end, 10);
-  if (end != v.c_str() + v.size() || x < min || x > max)
-    throw rf::InvalidInput(rf::str("environment variable ", name, "='", v, "' is not an integer in [", min, ", ", max, "]"));
-  return x;
-}
-
 Duration ms(int64_t x) { return std::chrono::milliseconds(x); }
-
 }  // namespace
 
-ClientOptions ClientOptions::from_env() {
+ClientOptions ClientOptions::from(const WorkerEnv& env) {
+  if (!env.launched())
+    throw rf::InvalidInput("environment variable RINGFENCE_COORD is not set (the launcher sets it)");
   ClientOptions o;
-  if (const char* etcd = std::getenv("RINGFENCE_ETCD"); etcd && *etcd) {
-    o.etcd = parse_etcd_endpoints(etcd);
-    if (const char* job = std::getenv("RINGFENCE_JOB"); job && *job) o.job = job;
+  if (!env.etcd.empty()) {
+    o.etcd = parse_etcd_endpoints(env.etcd);
+    if (!env.job.empty()) o.job = env.job;
     control_prefix(o.job);  // checks the name
   } else {
-    std::tie(o.host, o.port) = parse_host_port(env_or_throw("RINGFENCE_COORD"));
+    std::tie(o.host, o.port) = parse_host_port(env.coord);
   }
-  o.token = env_or_throw("RINGFENCE_TOKEN");
-  o.slot = static_cast<int>(env_int("RINGFENCE_SLOT", 0, 1'000'000));
-  o.incarnation = env_int("RINGFENCE_INCARNATION", 0, int64_t{1} << 53);
+  o.token = env.token;
+  o.slot = env.slot;
+  o.incarnation = env.incarnation;
   return o;
 }
 

@@ -28,6 +28,7 @@
 #include "elastic/errors.h"
 #include "elastic/replies.h"
 #include "elastic/wire.h"
+#include "elastic/worker_env.h"
 
 namespace rf::elastic {
 
@@ -50,10 +51,11 @@ struct ClientOptions {
   Duration heartbeat = std::chrono::milliseconds(100);
   Duration lease = std::chrono::seconds(1);
 
-  // From RINGFENCE_COORD (host:port) or RINGFENCE_ETCD (endpoints) and RINGFENCE_JOB,
-  // RINGFENCE_TOKEN, RINGFENCE_SLOT, RINGFENCE_INCARNATION. Throws rf::InvalidInput naming a
-  // missing or bad variable.
-  static ClientOptions from_env();
+  // The coordinator `ringfence run` names (RINGFENCE_COORD host:port, or RINGFENCE_ETCD's
+  // endpoints and RINGFENCE_JOB) and this worker's token, slot and incarnation. Throws
+  // rf::InvalidInput naming a missing or bad variable.
+  static ClientOptions from(const WorkerEnv& env);
+  static ClientOptions from_env() { return from(read_worker_env()); }
 };
 
 class Client final : public ControlPlane {

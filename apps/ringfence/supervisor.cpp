@@ -13,7 +13,7 @@
 #include "apps/ringfence/job_summary.h"
 #include "apps/ringfence/job_supervisor.h"
 #include "apps/ringfence/trace_merge.h"
-#include "apps/ringfence/worker_env.h"
+#include "elastic/worker_env.h"
 #include "base/log.h"
 #include "base/str.h"
 

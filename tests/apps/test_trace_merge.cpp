@@ -14,7 +14,7 @@
 
 #include "apps/ringfence/timeline_html.h"
 #include "apps/ringfence/trace_merge.h"
-#include "apps/ringfence/worker_env.h"
+#include "elastic/worker_env.h"
 #include "elastic/launch_options.h"
 
 using nlohmann::json;
@@ -156,11 +156,11 @@ TEST_CASE("--trace FILE reaches each worker as its own part in RINGFENCE_TRACE")
   rf::elastic::RunOptions with_log = o;
   with_log.event_log = "/tmp/ev.jsonl";
   CHECK(rf::apps::coordinator_event_log(with_log) == "/tmp/ev.jsonl");
-  rf::apps::WorkerEnv w;
+  rf::elastic::WorkerEnv w;
   w.slot = 1;
   w.trace = rf::apps::trace_part_path(o.trace, 1, 2);
-  const auto env = rf::apps::worker_environment(w, nullptr);
+  const auto env = rf::elastic::worker_environment(w, nullptr);
   CHECK(env.back() == "RINGFENCE_TRACE=/tmp/x.json.parts/slot1.inc2.jsonl");
-  const auto none = rf::apps::worker_environment({}, nullptr);
+  const auto none = rf::elastic::worker_environment({}, nullptr);
   for (const auto& e : none) CHECK(e.rfind("RINGFENCE_TRACE=", 0) != 0);
 }
