@@ -27,9 +27,8 @@ Place& place() {
 Level level_from_env() {
   const char* v = std::getenv("RINGFENCE_LOG_LEVEL");
   if (v == nullptr) return Level::info;
-  for (Level l : {Level::debug, Level::info, Level::warn, Level::error})
-    if (to_string(l) == v) return l;
-  return Level::info;  // an unknown value: the default (said once, below)
+  // An unknown value gives the default (said once, below).
+  return parse_enum(kLevelNames, v).value_or(Level::info);
 }
 
 std::atomic<int>& level_store() {
@@ -46,15 +45,7 @@ void append_field(std::string& out, int64_t v) {
 
 }  // namespace
 
-std::string_view to_string(Level level) {
-  switch (level) {
-    case Level::debug: return "debug";
-    case Level::info: return "info";
-    case Level::warn: return "warn";
-    case Level::error: return "error";
-  }
-  return "?";
-}
+std::string_view to_string(Level level) { return name_of(kLevelNames, level); }
 
 void set_slot(int slot) { place().slot.store(slot, std::memory_order_relaxed); }
 void set_rank(int rank) { place().rank.store(rank, std::memory_order_relaxed); }

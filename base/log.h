@@ -19,11 +19,15 @@
 #include <cstdint>
 #include <string_view>
 
+#include "base/enum_names.h"
 #include "base/str.h"
 
 namespace rf::log {
 
 enum class Level : uint8_t { debug, info, warn, error };
+inline constexpr EnumName<Level> kLevelNames[] = {
+    {Level::debug, "debug"}, {Level::info, "info"}, {Level::warn, "warn"}, {Level::error, "error"}};
+static_assert(lists_each_once(kLevelNames));
 std::string_view to_string(Level level);
 
 // The process's place in the job, printed in each line's bracket; set as it becomes known.

@@ -13,14 +13,7 @@
 
 namespace rf {
 
-const char* to_string(ThreadPriority p) {
-  switch (p) {
-    case ThreadPriority::RealTime: return "real-time";
-    case ThreadPriority::Raised: return "raised";
-    case ThreadPriority::Unchanged: return "unchanged";
-  }
-  return "?";
-}
+const char* to_string(ThreadPriority p) { return name_of(kThreadPriorityNames, p); }
 
 pid_t current_tid() { return static_cast<pid_t>(::syscall(SYS_gettid)); }
 

@@ -16,9 +16,15 @@
 #include <cstdint>
 #include <sys/types.h>
 
+#include "base/enum_names.h"
+
 namespace rf {
 
 enum class ThreadPriority { RealTime, Raised, Unchanged };
+inline constexpr EnumName<ThreadPriority> kThreadPriorityNames[] = {
+    {ThreadPriority::RealTime, "real-time"}, {ThreadPriority::Raised, "raised"},
+    {ThreadPriority::Unchanged, "unchanged"}};
+static_assert(lists_each_once(kThreadPriorityNames));
 const char* to_string(ThreadPriority p);
 ThreadPriority raise_to_control_plane();  // the calling thread
 

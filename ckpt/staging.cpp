@@ -12,15 +12,7 @@
 namespace rf::ckpt {
 namespace fs = std::filesystem;
 
-const char* to_string(StagingVerdict v) {
-  switch (v) {
-    case StagingVerdict::Stage: return "stage";
-    case StagingVerdict::NotOutOfSpace: return "not out of space";
-    case StagingVerdict::NothingOlder: return "no older checkpoint to make room with";
-    case StagingVerdict::TooSmall: return "the directory cannot hold it even alone";
-  }
-  return "?";
-}
+const char* to_string(StagingVerdict v) { return name_of(kStagingVerdictNames, v); }
 
 StagingPlan plan_staging(const StagingInput& in) {
   StagingPlan plan;

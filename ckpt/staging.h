@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "base/enum_names.h"
 #include "ckpt/checkpoint_dir.h"
 #include "ckpt/storage_error.h"
 
@@ -47,6 +48,13 @@ enum class StagingVerdict {
   NothingOlder,   // no older checkpoint in the directory to make room with
   TooSmall,       // even without the older ones the directory could not hold it
 };
+inline constexpr EnumName<StagingVerdict> kStagingVerdictNames[] = {
+    {StagingVerdict::Stage, "stage"},
+    {StagingVerdict::NotOutOfSpace, "not out of space"},
+    {StagingVerdict::NothingOlder, "no older checkpoint to make room with"},
+    {StagingVerdict::TooSmall, "the directory cannot hold it even alone"},
+};
+static_assert(lists_each_once(kStagingVerdictNames));
 const char* to_string(StagingVerdict v);
 
 struct StagingPlan {

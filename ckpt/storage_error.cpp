@@ -7,17 +7,7 @@
 
 namespace rf::ckpt {
 
-const char* to_string(StorageOp op) {
-  switch (op) {
-    case StorageOp::Create: return "create";
-    case StorageOp::Write: return "write";
-    case StorageOp::Fsync: return "fsync";
-    case StorageOp::Close: return "close";
-    case StorageOp::Rename: return "rename";
-    case StorageOp::SyncDir: return "fsync of the directory";
-  }
-  return "?";
-}
+const char* to_string(StorageOp op) { return name_of(kStorageOpNames, op); }
 
 StorageError::StorageError(std::string path, StorageOp op, int err)
     : rf::Error(rf::str(path, ": ", to_string(op), " failed: ", std::strerror(err))),

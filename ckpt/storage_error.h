@@ -11,11 +11,17 @@
 #include <chrono>
 #include <string>
 
+#include "base/enum_names.h"
 #include "base/error.h"
 
 namespace rf::ckpt {
 
 enum class StorageOp { Create, Write, Fsync, Close, Rename, SyncDir };
+inline constexpr EnumName<StorageOp> kStorageOpNames[] = {
+    {StorageOp::Create, "create"}, {StorageOp::Write, "write"},   {StorageOp::Fsync, "fsync"},
+    {StorageOp::Close, "close"},   {StorageOp::Rename, "rename"}, {StorageOp::SyncDir, "fsync of the directory"},
+};
+static_assert(lists_each_once(kStorageOpNames));
 const char* to_string(StorageOp op);
 
 class StorageError : public rf::Error {

@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "base/clock.h"
+#include "base/enum_names.h"
 #include "comm/bootstrap/bootstrap_store.h"
 #include "comm/tag.h"
 #include "comm/types.h"
@@ -110,6 +111,8 @@ class Communicator {
 // ---- making one ------------------------------------------------------------------------
 
 enum class Backend { Ucx, Nccl };
+inline constexpr EnumName<Backend> kBackendNames[] = {{Backend::Ucx, "ucx"}, {Backend::Nccl, "nccl"}};
+static_assert(lists_each_once(kBackendNames));
 const char* backend_name(Backend b);  // "ucx", "nccl"
 // "ucx" or "nccl"; anything else throws rf::InvalidInput naming the text and the choices.
 Backend parse_backend(std::string_view text);

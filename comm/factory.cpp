@@ -52,17 +52,10 @@ DeviceBackends& installed_backends() {
 
 }  // namespace
 
-const char* backend_name(Backend b) {
-  switch (b) {
-    case Backend::Ucx: return "ucx";
-    case Backend::Nccl: return "nccl";
-  }
-  return "?";
-}
+const char* backend_name(Backend b) { return name_of(kBackendNames, b); }
 
 Backend parse_backend(std::string_view text) {
-  if (text == "ucx") return Backend::Ucx;
-  if (text == "nccl") return Backend::Nccl;
+  if (const auto b = parse_enum(kBackendNames, text)) return *b;
   throw rf::InvalidInput(rf::str("comm backend '", text, "' is not one of: ucx, nccl"));
 }
 

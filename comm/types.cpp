@@ -15,15 +15,7 @@ size_t dtype_size(DType t) {
   return 0;
 }
 
-const char* dtype_name(DType t) {
-  switch (t) {
-    case DType::f32: return "float";
-    case DType::f64: return "double";
-    case DType::i64: return "int64";
-    case DType::u64: return "uint64";
-  }
-  return "?";
-}
+const char* dtype_name(DType t) { return name_of(kDTypeNames, t); }
 
 bool RegisteredMemory::contains(const void* p, size_t n) const {
   const auto a = reinterpret_cast<uintptr_t>(p), base = reinterpret_cast<uintptr_t>(data());

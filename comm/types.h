@@ -7,9 +7,14 @@
 #include <cstdint>
 #include <functional>
 
+#include "base/enum_names.h"
+
 namespace rf::comm {
 
 enum class DType : uint8_t { f32, f64, i64, u64 };
+inline constexpr EnumName<DType> kDTypeNames[] = {
+    {DType::f32, "float"}, {DType::f64, "double"}, {DType::i64, "int64"}, {DType::u64, "uint64"}};
+static_assert(lists_each_once(kDTypeNames));
 enum class Device : uint8_t { host, cuda };
 
 size_t dtype_size(DType t);

@@ -60,62 +60,9 @@ WorkerTransition next_action(const WorkerTransition& from, WorkerEvent event) {
   return {from.state, A::End};  // not reached
 }
 
-const char* to_string(WorkerState s) {
-  switch (s) {
-    case S::Joining: return "joining";
-    case S::Reporting: return "reporting";
-    case S::Forming: return "forming";
-    case S::Resuming: return "resuming";
-    case S::Training: return "training";
-    case S::Leaving: return "leaving";
-    case S::Dropping: return "dropping";
-    case S::Done: return "done";
-  }
-  return "?";
-}
-
-const char* to_string(WorkerEventKind e) {
-  switch (e) {
-    case E::Joined: return "joined";
-    case E::JobFinished: return "job finished";
-    case E::PlanReceived: return "plan received";
-    case E::Fenced: return "fenced";
-    case E::Formed: return "formed";
-    case E::FormFailed: return "form failed";
-    case E::Running: return "running";
-    case E::Revoked: return "revoked";
-    case E::StepFailed: return "step failed";
-    case E::Reconfigure: return "reconfigure";
-    case E::StopRequested: return "stop requested";
-    case E::Finished: return "finished";
-    case E::Left: return "left";
-    case E::CommDropped: return "comm dropped";
-  }
-  return "?";
-}
-
-const char* to_string(StepFailure f) {
-  switch (f) {
-    case StepFailure::None: return "none";
-    case StepFailure::Transport: return "transport";
-    case StepFailure::Divergence: return "divergence";
-  }
-  return "?";
-}
-
-const char* to_string(WorkerAction a) {
-  switch (a) {
-    case A::Join: return "join";
-    case A::Report: return "report";
-    case A::Form: return "form";
-    case A::Resume: return "resume";
-    case A::Train: return "train";
-    case A::Leave: return "leave";
-    case A::DropComm: return "drop comm";
-    case A::End: return "end";
-    case A::EndStandby: return "end standby";
-  }
-  return "?";
-}
+const char* to_string(WorkerState s) { return name_of(kWorkerStateNames, s); }
+const char* to_string(WorkerEventKind e) { return name_of(kWorkerEventKindNames, e); }
+const char* to_string(StepFailure f) { return name_of(kStepFailureNames, f); }
+const char* to_string(WorkerAction a) { return name_of(kWorkerActionNames, a); }
 
 }  // namespace rf::ddp

@@ -34,9 +34,17 @@
 // final digest, rank 0's evaluation).
 #include <cstdint>
 
+#include "base/enum_names.h"
+
 namespace rf::ddp {
 
 enum class WorkerState { Joining, Reporting, Forming, Resuming, Training, Leaving, Dropping, Done };
+inline constexpr EnumName<WorkerState> kWorkerStateNames[] = {
+    {WorkerState::Joining, "joining"},   {WorkerState::Reporting, "reporting"}, {WorkerState::Forming, "forming"},
+    {WorkerState::Resuming, "resuming"}, {WorkerState::Training, "training"},   {WorkerState::Leaving, "leaving"},
+    {WorkerState::Dropping, "dropping"}, {WorkerState::Done, "done"},
+};
+static_assert(lists_each_once(kWorkerStateNames));
 
 enum class WorkerEventKind {
   Joined,         // join: this worker is a member of the job
@@ -54,10 +62,30 @@ enum class WorkerEventKind {
   Left,           // the coordinator took the leave
   CommDropped,    // the generation's communicator is gone, this worker still a member
 };
+inline constexpr EnumName<WorkerEventKind> kWorkerEventKindNames[] = {
+    {WorkerEventKind::Joined, "joined"},
+    {WorkerEventKind::JobFinished, "job finished"},
+    {WorkerEventKind::PlanReceived, "plan received"},
+    {WorkerEventKind::Fenced, "fenced"},
+    {WorkerEventKind::Formed, "formed"},
+    {WorkerEventKind::FormFailed, "form failed"},
+    {WorkerEventKind::Running, "running"},
+    {WorkerEventKind::Revoked, "revoked"},
+    {WorkerEventKind::StepFailed, "step failed"},
+    {WorkerEventKind::Reconfigure, "reconfigure"},
+    {WorkerEventKind::StopRequested, "stop requested"},
+    {WorkerEventKind::Finished, "finished"},
+    {WorkerEventKind::Left, "left"},
+    {WorkerEventKind::CommDropped, "comm dropped"},
+};
+static_assert(lists_each_once(kWorkerEventKindNames));
 
 // Why a step failed: a transport error, stall or abort (comm::CommError), or replicas
 // found diverged by verify-every (the job stops at the next plan).
 enum class StepFailure { None, Transport, Divergence };
+inline constexpr EnumName<StepFailure> kStepFailureNames[] = {
+    {StepFailure::None, "none"}, {StepFailure::Transport, "transport"}, {StepFailure::Divergence, "divergence"}};
+static_assert(lists_each_once(kStepFailureNames));
 
 struct WorkerEvent {
   WorkerEventKind kind;
@@ -75,6 +103,18 @@ enum class WorkerAction {
   End,         // run() returns: this worker trained to the job's end
   EndStandby,  // run() returns: this worker ended without training to the end (a spare)
 };
+inline constexpr EnumName<WorkerAction> kWorkerActionNames[] = {
+    {WorkerAction::Join, "join"},
+    {WorkerAction::Report, "report"},
+    {WorkerAction::Form, "form"},
+    {WorkerAction::Resume, "resume"},
+    {WorkerAction::Train, "train"},
+    {WorkerAction::Leave, "leave"},
+    {WorkerAction::DropComm, "drop comm"},
+    {WorkerAction::End, "end"},
+    {WorkerAction::EndStandby, "end standby"},
+};
+static_assert(lists_each_once(kWorkerActionNames));
 
 const char* to_string(WorkerState s);
 const char* to_string(WorkerEventKind e);

@@ -65,19 +65,7 @@ constexpr std::pair<const char*, int> kDiskErrors[] = {
 
 }  // namespace
 
-const char* to_string(FaultKind k) {
-  switch (k) {
-    case FaultKind::Kill: return "kill";
-    case FaultKind::Stop: return "stop";
-    case FaultKind::Hang: return "hang";
-    case FaultKind::Exit: return "exit";
-    case FaultKind::Drop: return "drop";
-    case FaultKind::Slow: return "slow";
-    case FaultKind::Disk: return "disk";
-    case FaultKind::GpuHang: return "gpu_hang";
-  }
-  return "?";
-}
+const char* to_string(FaultKind k) { return name_of(kFaultKindNames, k); }
 
 const char* disk_error_name(int err) {
   for (const auto& [name, e] : kDiskErrors)
@@ -85,42 +73,17 @@ const char* disk_error_name(int err) {
   return "?";
 }
 
-const char* to_string(FaultPhase p) {
-  switch (p) {
-    case FaultPhase::Forward: return "forward";
-    case FaultPhase::Backward: return "backward";
-    case FaultPhase::Allreduce: return "allreduce";
-    case FaultPhase::Optimizer: return "optimizer";
-    case FaultPhase::Transfer: return "transfer";
-    case FaultPhase::Recovery: return "recovery";
-    case FaultPhase::Leave: return "leave";
-  }
-  return "?";
-}
+const char* to_string(FaultPhase p) { return name_of(kFaultPhaseNames, p); }
 
 namespace {
 
 FaultKind parse_kind(const std::string& text, const std::string& word) {
-  static const std::pair<const char*, FaultKind> kinds[] = {
-      {"kill", FaultKind::Kill}, {"stop", FaultKind::Stop}, {"hang", FaultKind::Hang},
-      {"exit", FaultKind::Exit}, {"drop", FaultKind::Drop}, {"slow", FaultKind::Slow}, {"disk", FaultKind::Disk},
-      {"gpu_hang", FaultKind::GpuHang}};
-  for (auto& [name, k] : kinds)
-    if (word == name) return k;
+  if (const auto k = parse_enum(kFaultKindNames, word)) return *k;
   bad(text, rf::str("unknown kind '", word, "'"));
   return FaultKind::Kill;  // not reached: bad() throws
 }
 
-std::optional<FaultPhase> parse_phase_word(const std::string& word) {
-  static const std::pair<const char*, FaultPhase> phases[] = {
-      {"forward", FaultPhase::Forward},     {"backward", FaultPhase::Backward},
-      {"allreduce", FaultPhase::Allreduce}, {"optimizer", FaultPhase::Optimizer},
-      {"transfer", FaultPhase::Transfer},   {"recovery", FaultPhase::Recovery},
-      {"leave", FaultPhase::Leave}};
-  for (auto& [name, p] : phases)
-    if (word == name) return p;
-  return std::nullopt;
-}
+std::optional<FaultPhase> parse_phase_word(const std::string& word) { return parse_enum(kFaultPhaseNames, word); }
 
 // One key=value of the spec `text` into f.
 void set_key(FaultSpec& f, const std::string& text, const std::string& key, const std::string& v) {

@@ -25,10 +25,23 @@
 #include <string>
 #include <vector>
 
+#include "base/enum_names.h"
+
 namespace rf::elastic {
 
 enum class FaultKind { Kill, Stop, Hang, Exit, Drop, Slow, Disk, GpuHang };
+inline constexpr EnumName<FaultKind> kFaultKindNames[] = {
+    {FaultKind::Kill, "kill"}, {FaultKind::Stop, "stop"}, {FaultKind::Hang, "hang"}, {FaultKind::Exit, "exit"},
+    {FaultKind::Drop, "drop"}, {FaultKind::Slow, "slow"}, {FaultKind::Disk, "disk"}, {FaultKind::GpuHang, "gpu_hang"},
+};
+static_assert(lists_each_once(kFaultKindNames));
 enum class FaultPhase { Forward, Backward, Allreduce, Optimizer, Transfer, Recovery, Leave };
+inline constexpr EnumName<FaultPhase> kFaultPhaseNames[] = {
+    {FaultPhase::Forward, "forward"},     {FaultPhase::Backward, "backward"}, {FaultPhase::Allreduce, "allreduce"},
+    {FaultPhase::Optimizer, "optimizer"}, {FaultPhase::Transfer, "transfer"}, {FaultPhase::Recovery, "recovery"},
+    {FaultPhase::Leave, "leave"},
+};
+static_assert(lists_each_once(kFaultPhaseNames));
 
 struct FaultSpec {
   FaultKind kind = FaultKind::Kill;

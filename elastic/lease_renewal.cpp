@@ -6,14 +6,7 @@
 
 namespace rf::elastic {
 
-const char* to_string(RenewalDecision::Kind k) {
-  switch (k) {
-    case RenewalDecision::Send: return "send";
-    case RenewalDecision::Wait: return "wait";
-    case RenewalDecision::Fence: return "fence";
-  }
-  return "?";
-}
+const char* to_string(RenewalDecision::Kind k) { return name_of(kRenewalKindNames, k); }
 
 LeaseRenewal::LeaseRenewal(LeaseRenewalOptions options, TimePoint joined)
     : opt_(options), last_renewal_(joined), next_send_(joined + options.heartbeat) {

@@ -28,6 +28,7 @@
 #include <optional>
 
 #include "base/clock.h"
+#include "base/enum_names.h"
 
 namespace rf::elastic {
 
@@ -42,6 +43,9 @@ struct RenewalDecision {
   enum Kind { Send, Wait, Fence } kind = Wait;
   TimePoint until;  // Wait: the next heartbeat's time, or the fence's
 };
+inline constexpr EnumName<RenewalDecision::Kind> kRenewalKindNames[] = {
+    {RenewalDecision::Send, "send"}, {RenewalDecision::Wait, "wait"}, {RenewalDecision::Fence, "fence"}};
+static_assert(lists_each_once(kRenewalKindNames));
 const char* to_string(RenewalDecision::Kind k);  // send, wait, fence
 
 class LeaseRenewal {

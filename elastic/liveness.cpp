@@ -9,15 +9,7 @@ namespace {
 double seconds(Duration d) { return std::chrono::duration<double>(d).count(); }
 }  // namespace
 
-const char* to_string(LivenessVerdict::Kind k) {
-  switch (k) {
-    case LivenessVerdict::Alive: return "alive";
-    case LivenessVerdict::Stale: return "stale";
-    case LivenessVerdict::Hung: return "hung";
-    case LivenessVerdict::Wedged: return "wedged";
-  }
-  return "?";
-}
+const char* to_string(LivenessVerdict::Kind k) { return name_of(kLivenessKindNames, k); }
 
 LivenessVerdict judge_activity(TimePoint now, const Activity& a, TimePoint received, double wedge_factor,
                                Duration fresh_for) {

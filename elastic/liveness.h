@@ -28,6 +28,7 @@
 #include <string>
 
 #include "base/clock.h"
+#include "base/enum_names.h"
 #include "elastic/membership_types.h"
 
 namespace rf::elastic {
@@ -41,6 +42,10 @@ struct LivenessVerdict {
   std::string detail;    // for the event log: what, where, how long, which bound
 };
 
+inline constexpr EnumName<LivenessVerdict::Kind> kLivenessKindNames[] = {
+    {LivenessVerdict::Alive, "alive"}, {LivenessVerdict::Stale, "stale"},
+    {LivenessVerdict::Hung, "hung"},   {LivenessVerdict::Wedged, "wedged"}};
+static_assert(lists_each_once(kLivenessKindNames));
 const char* to_string(LivenessVerdict::Kind k);  // alive, stale, hung, wedged
 
 LivenessVerdict judge_activity(TimePoint now, const Activity& activity, TimePoint received, double wedge_factor,

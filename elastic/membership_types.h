@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "base/clock.h"
+#include "base/enum_names.h"
 #include "elastic/plan.h"
 
 namespace rf::elastic {
@@ -16,6 +17,11 @@ namespace rf::elastic {
 using namespace std::chrono_literals;
 
 enum class Phase { Forming, Running, Recovering, Stopped, Done };
+inline constexpr EnumName<Phase> kPhaseNames[] = {
+    {Phase::Forming, "FORMING"}, {Phase::Running, "RUNNING"}, {Phase::Recovering, "RECOVERING"},
+    {Phase::Stopped, "STOPPED"}, {Phase::Done, "DONE"},
+};
+static_assert(lists_each_once(kPhaseNames));
 const char* to_string(Phase p);  // FORMING, RUNNING, ...
 // The phase named `text` (to_string's word); nullopt when it names none.
 std::optional<Phase> parse_phase(const std::string& text);
@@ -39,12 +45,25 @@ enum class Cause {
   LeaderChanged,         // a coordinator replica took over from the leader (several replicas)
   GpuStuck,              // the worker said its own GPU never reached an operation (FailureKind::gpu_stuck)
 };
-// Every cause, for parsing by name: neither the enumerators' order nor their values matter.
-inline constexpr Cause kCauses[] = {
-    Cause::ConnectionClosed, Cause::ProcessExited, Cause::Replaced, Cause::LeaseExpired, Cause::Hung, Cause::Wedged,
-    Cause::ReportTimeout, Cause::ReadyTimeout, Cause::LeftDuringRecovery, Cause::FailureReport,
-    Cause::MemberLeftGeneration, Cause::Reconfigure, Cause::LeaderChanged, Cause::GpuStuck,
+inline constexpr EnumName<Cause> kCauseNames[] = {
+    {Cause::ConnectionClosed, "connection_closed"},
+    {Cause::ProcessExited, "process_exited"},
+    {Cause::Replaced, "replaced"},
+    {Cause::LeaseExpired, "lease_expired"},
+    {Cause::Hung, "hung"},
+    {Cause::Wedged, "wedged"},
+    {Cause::ReportTimeout, "report_timeout"},
+    {Cause::ReadyTimeout, "ready_timeout"},
+    {Cause::LeftDuringRecovery, "left_during_recovery"},
+    {Cause::FailureReport, "failure_report"},
+    {Cause::MemberLeftGeneration, "member_left_generation"},
+    {Cause::Reconfigure, "reconfigure"},
+    {Cause::LeaderChanged, "leader_changed"},
+    {Cause::GpuStuck, "gpu_stuck"},
 };
+static_assert(lists_each_once(kCauseNames));
+// Every cause, in the table's order.
+inline constexpr auto kCauses = all_values(kCauseNames);
 const char* to_string(Cause c);
 // The cause named `text` (to_string's word); nullopt when it names none.
 std::optional<Cause> parse_cause(const std::string& text);
@@ -58,31 +77,32 @@ bool evicts(Cause c);
 // generation (comm's CommErrorInfo::device_stuck): the reporter is the culprit, evicted.
 // (Inline: the request decoder, elastic/messages.cpp, stands alone in the fuzz target.)
 enum class FailureKind : uint8_t { comm, gpu_stuck };
-inline const char* to_string(FailureKind k) {  // comm, gpu_stuck
-  switch (k) {
-    case FailureKind::comm: return "comm";
-    case FailureKind::gpu_stuck: return "gpu_stuck";
-  }
-  return "?";
-}
+inline constexpr EnumName<FailureKind> kFailureKindNames[] = {{FailureKind::comm, "comm"},
+                                                              {FailureKind::gpu_stuck, "gpu_stuck"}};
+static_assert(lists_each_once(kFailureKindNames));
+inline const char* to_string(FailureKind k) { return name_of(kFailureKindNames, k); }  // comm, gpu_stuck
 // The kind named `text`; nullopt when it is none.
 inline std::optional<FailureKind> parse_failure_kind(const std::string& text) {
-  for (FailureKind k : {FailureKind::comm, FailureKind::gpu_stuck})
-    if (text == to_string(k)) return k;
-  return std::nullopt;
+  return parse_enum(kFailureKindNames, text);
 }
 
 // Why the coordinator stopped the job (the event log's `stop` line).
 enum class StopCause { BelowMinWorld, DigestMismatch, WorkerFatal };
+inline constexpr EnumName<StopCause> kStopCauseNames[] = {{StopCause::BelowMinWorld, "below_min_world"},
+                                                          {StopCause::DigestMismatch, "digest_mismatch"},
+                                                          {StopCause::WorkerFatal, "worker_fatal"}};
+static_assert(lists_each_once(kStopCauseNames));
 const char* to_string(StopCause c);
 
 // The phases of a recovery that a worker times and reports (the `phase` request), each the
 // max over the workers in the summary's `phases`: connect (the new communicator), transfer
 // (state from its source rank), verify (the digest of what it holds).
 enum class RecoveryPhase { Connect, Transfer, Verify };
+inline constexpr EnumName<RecoveryPhase> kRecoveryPhaseNames[] = {
+    {RecoveryPhase::Connect, "connect"}, {RecoveryPhase::Transfer, "transfer"}, {RecoveryPhase::Verify, "verify"}};
+static_assert(lists_each_once(kRecoveryPhaseNames));
 // Every recovery phase, in the order the summary lists them.
-inline constexpr RecoveryPhase kRecoveryPhases[] = {RecoveryPhase::Connect, RecoveryPhase::Transfer,
-                                                    RecoveryPhase::Verify};
+inline constexpr auto kRecoveryPhases = all_values(kRecoveryPhaseNames);
 const char* to_string(RecoveryPhase p);  // connect, transfer, verify: the wire's word
 // The recovery phase named `text`; nullopt when it names none.
 std::optional<RecoveryPhase> parse_recovery_phase(const std::string& text);
@@ -98,6 +118,9 @@ struct Activity {
   Duration bound{};      // its stall bound for what it does now (zero: do not judge it)
   std::string where;     // e.g. "step 325", "recovery of generation 3" (for the event log)
 };
+inline constexpr EnumName<Activity::Kind> kActivityKindNames[] = {
+    {Activity::Idle, "idle"}, {Activity::Compute, "compute"}, {Activity::Wait, "wait"}};
+static_assert(lists_each_once(kActivityKindNames));
 const char* to_string(Activity::Kind k);  // idle, compute, wait
 std::optional<Activity::Kind> parse_activity_kind(const std::string& text);
 
@@ -145,6 +168,11 @@ struct Answer {
   std::string reason;
   bool ok() const { return kind == Accepted; }
 };
+inline constexpr EnumName<Answer::Kind> kAnswerKindNames[] = {
+    {Answer::Accepted, "accepted"}, {Answer::Stale, "stale"},     {Answer::Fenced, "fenced"},
+    {Answer::Refused, "refused"},   {Answer::Stopped, "stopped"}, {Answer::Finished, "finished"},
+};
+static_assert(lists_each_once(kAnswerKindNames));
 const char* to_string(Answer::Kind k);  // accepted, stale, fenced, refused, stopped, finished
 std::optional<Answer::Kind> parse_answer_kind(const std::string& text);
 
@@ -170,6 +198,11 @@ struct PlanQuery {
   Plan plan;          // when Ready
   std::string error;  // when Stopped
 };
+inline constexpr EnumName<PlanQuery::Kind> kPlanQueryKindNames[] = {
+    {PlanQuery::Pending, "pending"}, {PlanQuery::Ready, "plan"},      {PlanQuery::Revoked, "revoked"},
+    {PlanQuery::Fenced, "fenced"},   {PlanQuery::Stopped, "stopped"}, {PlanQuery::Done, "done"},
+};
+static_assert(lists_each_once(kPlanQueryKindNames));
 const char* to_string(PlanQuery::Kind k);  // a plan reply's status word: pending, plan, revoked, ...
 
 struct ReadyQuery {
@@ -177,6 +210,11 @@ struct ReadyQuery {
   uint64_t generation = 0;
   std::string error;
 };
+inline constexpr EnumName<ReadyQuery::Kind> kReadyQueryKindNames[] = {
+    {ReadyQuery::Pending, "pending"}, {ReadyQuery::Running, "running"}, {ReadyQuery::Revoked, "revoked"},
+    {ReadyQuery::Fenced, "fenced"},   {ReadyQuery::Stopped, "stopped"}, {ReadyQuery::Done, "done"},
+};
+static_assert(lists_each_once(kReadyQueryKindNames));
 const char* to_string(ReadyQuery::Kind k);  // a ready reply's status word: pending, running, revoked, ...
 
 // What a line of the event log records; to_string gives its `event` word (join, refused,
@@ -185,14 +223,28 @@ enum class TransitionEvent {
   Join, Refused, HeartbeatStale, Fail, Evict, Revoke, Report, Stale, Plan, Ready, Running,
   ReconfigureRequested, StopRequested, Leave, Injected, Stop, Done,
 };
-// Every event, for parsing by name: neither the enumerators' order nor their values matter.
-inline constexpr TransitionEvent kTransitionEvents[] = {
-    TransitionEvent::Join, TransitionEvent::Refused, TransitionEvent::HeartbeatStale, TransitionEvent::Fail,
-    TransitionEvent::Evict, TransitionEvent::Revoke, TransitionEvent::Report, TransitionEvent::Stale,
-    TransitionEvent::Plan, TransitionEvent::Ready, TransitionEvent::Running,
-    TransitionEvent::ReconfigureRequested, TransitionEvent::StopRequested, TransitionEvent::Leave,
-    TransitionEvent::Injected, TransitionEvent::Stop, TransitionEvent::Done,
+inline constexpr EnumName<TransitionEvent> kTransitionEventNames[] = {
+    {TransitionEvent::Join, "join"},
+    {TransitionEvent::Refused, "refused"},
+    {TransitionEvent::HeartbeatStale, "heartbeat_stale"},
+    {TransitionEvent::Fail, "fail"},
+    {TransitionEvent::Evict, "evict"},
+    {TransitionEvent::Revoke, "revoke"},
+    {TransitionEvent::Report, "report"},
+    {TransitionEvent::Stale, "stale"},
+    {TransitionEvent::Plan, "plan"},
+    {TransitionEvent::Ready, "ready"},
+    {TransitionEvent::Running, "running"},
+    {TransitionEvent::ReconfigureRequested, "reconfigure_requested"},
+    {TransitionEvent::StopRequested, "stop_requested"},
+    {TransitionEvent::Leave, "leave"},
+    {TransitionEvent::Injected, "injected"},
+    {TransitionEvent::Stop, "stop"},
+    {TransitionEvent::Done, "done"},
 };
+static_assert(lists_each_once(kTransitionEventNames));
+// Every event, in the table's order.
+inline constexpr auto kTransitionEvents = all_values(kTransitionEventNames);
 const char* to_string(TransitionEvent e);
 std::optional<TransitionEvent> parse_transition_event(const std::string& text);
 

@@ -14,11 +14,7 @@ namespace {
 constexpr int64_t kMaxGen = int64_t{1} << 53;
 constexpr int64_t kMaxStep = int64_t{1} << 53;
 
-std::optional<Role> parse_role(const std::string& text) {
-  for (Role r : {Role::Member, Role::Caller, Role::Launcher, Role::Replica})
-    if (text == to_string(r)) return r;
-  return std::nullopt;
-}
+std::optional<Role> parse_role(const std::string& text) { return parse_enum(kRoleNames, text); }
 
 uint64_t gen(const json& m, const char* key = "generation") {
   return static_cast<uint64_t>(get_int(m, key, 0, kMaxGen));
@@ -182,15 +178,7 @@ Request decode(const json& m, const std::string& type) {
 
 }  // namespace
 
-const char* to_string(Role r) {
-  switch (r) {
-    case Role::Member: return "member";
-    case Role::Caller: return "caller";
-    case Role::Launcher: return "launcher";
-    case Role::Replica: return "replica";
-  }
-  return "?";
-}
+const char* to_string(Role r) { return name_of(kRoleNames, r); }
 
 Request decode_request(const json& m) {
   const std::string type = m.at("type").get<std::string>();

@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/enum_names.h"
 #include "elastic/membership_types.h"
 
 namespace rf::elastic {
@@ -27,6 +28,9 @@ inline constexpr int64_t kMaxWaitMs = 3'600'000;
 // Replica: a standby coordinator replica watching the leader (docs/control-plane.md); it
 // sends nothing after its hello, and the leader's process ending closes its connection.
 enum class Role { Member, Caller, Launcher, Replica };
+inline constexpr EnumName<Role> kRoleNames[] = {
+    {Role::Member, "member"}, {Role::Caller, "caller"}, {Role::Launcher, "launcher"}, {Role::Replica, "replica"}};
+static_assert(lists_each_once(kRoleNames));
 const char* to_string(Role r);  // member, caller, launcher, replica: the hello's word
 
 struct Hello {

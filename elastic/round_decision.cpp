@@ -4,17 +4,7 @@
 
 namespace rf::elastic {
 
-const char* to_string(RoundDecision::Reason r) {
-  using R = RoundDecision::Reason;
-  switch (r) {
-    case R::MembersMissing: return "members_missing";
-    case R::WindowOpen: return "window_open";
-    case R::BelowMinWorld: return "below_min_world";
-    case R::TargetReached: return "target_reached";
-    case R::WindowPassed: return "window_passed";
-  }
-  return "?";
-}
+const char* to_string(RoundDecision::Reason r) { return name_of(kRoundReasonNames, r); }
 
 RoundDecision decide_round(TimePoint now, const RoundView& v, const MembershipOptions& o) {
   using R = RoundDecision::Reason;

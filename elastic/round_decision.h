@@ -17,6 +17,7 @@
 #include <string>
 
 #include "base/clock.h"
+#include "base/enum_names.h"
 #include "elastic/membership_types.h"
 
 namespace rf::elastic {
@@ -42,6 +43,14 @@ struct RoundDecision {
   TimePoint deadline;  // Wait: when the decision can change by time alone
   std::string error;   // Stop: the job's error text
 };
+inline constexpr EnumName<RoundDecision::Reason> kRoundReasonNames[] = {
+    {RoundDecision::Reason::MembersMissing, "members_missing"},
+    {RoundDecision::Reason::WindowOpen, "window_open"},
+    {RoundDecision::Reason::BelowMinWorld, "below_min_world"},
+    {RoundDecision::Reason::TargetReached, "target_reached"},
+    {RoundDecision::Reason::WindowPassed, "window_passed"},
+};
+static_assert(lists_each_once(kRoundReasonNames));
 const char* to_string(RoundDecision::Reason r);
 
 RoundDecision decide_round(TimePoint now, const RoundView& view, const MembershipOptions& options);

@@ -6,15 +6,7 @@
 
 namespace rf::apps {
 
-const char* to_string(RestartAction a) {
-  switch (a) {
-    case RestartAction::Restart: return "restart";
-    case RestartAction::NoRestartsLeft: return "no_restarts_left";
-    case RestartAction::GoOnWithout: return "go_on_without";
-    case RestartAction::StopJob: return "stop_job";
-  }
-  return "?";
-}
+const char* to_string(RestartAction a) { return name_of(kRestartActionNames, a); }
 
 std::string error_signature(const std::string& error) {
   std::string out;
@@ -53,17 +45,7 @@ RestartDecision decide_restart(const RestartInput& in) {
 
 namespace rf::apps {
 
-const char* to_string(ExitAction a) {
-  switch (a) {
-    case ExitAction::Finished: return "finished";
-    case ExitAction::Restart: return "restart";
-    case ExitAction::RestartHeld: return "restart_held";
-    case ExitAction::NoRestartsLeft: return "no_restarts_left";
-    case ExitAction::GoOnWithout: return "go_on_without";
-    case ExitAction::StopJob: return "stop_job";
-  }
-  return "?";
-}
+const char* to_string(ExitAction a) { return name_of(kExitActionNames, a); }
 
 namespace {
 
@@ -131,14 +113,7 @@ ExitDecision decide_exit(const WorkerExit& e, const JobView& job, const RestartO
   return d;
 }
 
-const char* to_string(HeldAction a) {
-  switch (a) {
-    case HeldAction::Wait: return "wait";
-    case HeldAction::NeedTarget: return "need_target";
-    case HeldAction::Start: return "start";
-  }
-  return "?";
-}
+const char* to_string(HeldAction a) { return name_of(kHeldActionNames, a); }
 
 HeldDecision decide_held_release(TimePoint now, const HeldRestart& held, const HeldView& view,
                                  Duration min_world_timeout) {

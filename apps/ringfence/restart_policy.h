@@ -15,13 +15,19 @@
 #include <cstdint>
 #include <optional>
 
-#include "base/clock.h"
 #include <string>
 #include <vector>
+
+#include "base/clock.h"
+#include "base/enum_names.h"
 
 namespace rf::apps {
 
 enum class RestartAction { Restart, NoRestartsLeft, GoOnWithout, StopJob };
+inline constexpr EnumName<RestartAction> kRestartActionNames[] = {
+    {RestartAction::Restart, "restart"}, {RestartAction::NoRestartsLeft, "no_restarts_left"},
+    {RestartAction::GoOnWithout, "go_on_without"}, {RestartAction::StopJob, "stop_job"}};
+static_assert(lists_each_once(kRestartActionNames));
 const char* to_string(RestartAction a);
 
 inline constexpr int kSameErrorRestarts = 2;  // restarts that failed as the first exit did
@@ -82,6 +88,15 @@ enum class ExitAction {
   GoOnWithout,     // not restarted: the job goes on without the slot (note says so)
   StopJob,         // the job ends with `error`
 };
+inline constexpr EnumName<ExitAction> kExitActionNames[] = {
+    {ExitAction::Finished, "finished"},
+    {ExitAction::Restart, "restart"},
+    {ExitAction::RestartHeld, "restart_held"},
+    {ExitAction::NoRestartsLeft, "no_restarts_left"},
+    {ExitAction::GoOnWithout, "go_on_without"},
+    {ExitAction::StopJob, "stop_job"},
+};
+static_assert(lists_each_once(kExitActionNames));
 const char* to_string(ExitAction a);
 
 struct ExitDecision {
@@ -118,6 +133,9 @@ enum class HeldAction {
   NeedTarget,  // a recovery finished: its target step T is needed (the summary's) to judge
   Start,       // starts now, for `reason`
 };
+inline constexpr EnumName<HeldAction> kHeldActionNames[] = {
+    {HeldAction::Wait, "wait"}, {HeldAction::NeedTarget, "need_target"}, {HeldAction::Start, "start"}};
+static_assert(lists_each_once(kHeldActionNames));
 const char* to_string(HeldAction a);
 
 struct HeldDecision {

@@ -75,8 +75,6 @@ RegroupPlan plan_regroup(const std::vector<std::string>& previous, const std::ve
   return plan;
 }
 
-const char* regroup_kind_name(RegroupPlan::Kind k) {
-  return k == RegroupPlan::Kind::shrink ? "shrink" : "fresh init";
-}
+const char* regroup_kind_name(RegroupPlan::Kind k) { return name_of(kRegroupKindNames, k); }
 
 }  // namespace rf::comm::nccl

@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "base/enum_names.h"
+
 namespace rf::comm::nccl {
 
 struct RegroupPlan {
@@ -31,6 +33,9 @@ struct RegroupPlan {
 RegroupPlan plan_regroup(const std::vector<std::string>& previous, const std::vector<std::string>& next,
                          bool previous_communicator_usable);
 
+inline constexpr EnumName<RegroupPlan::Kind> kRegroupKindNames[] = {{RegroupPlan::Kind::shrink, "shrink"},
+                                                                     {RegroupPlan::Kind::fresh_init, "fresh init"}};
+static_assert(lists_each_once(kRegroupKindNames));
 const char* regroup_kind_name(RegroupPlan::Kind k);  // "shrink", "fresh init"
 
 }  // namespace rf::comm::nccl

@@ -98,15 +98,7 @@ WaitDecision decide_wait(const WaitTarget& t, const WaitObservation& o, const Wa
   return d;
 }
 
-const char* action_name(WaitAction a) {
-  switch (a) {
-    case WaitAction::keep_polling: return "keep polling";
-    case WaitAction::done: return "done";
-    case WaitAction::fail: return "fail";
-    case WaitAction::revoke: return "revoke";
-  }
-  return "?";
-}
+const char* action_name(WaitAction a) { return name_of(kWaitActionNames, a); }
 
 std::exception_ptr decision_error(const WaitDecision& d) {
   if (d.action != WaitAction::fail && d.action != WaitAction::revoke) return nullptr;

@@ -44,6 +44,7 @@
 #include <string>
 
 #include "base/clock.h"
+#include "base/enum_names.h"
 #include "comm/errors.h"
 
 namespace rf::comm {
@@ -92,6 +93,10 @@ enum class WaitAction : uint8_t {
   revoke,        // revoke the communicator now (ncclCommRevoke / ncclCommAbort), then fail
                  // this and every other operation of it with `error`
 };
+inline constexpr EnumName<WaitAction> kWaitActionNames[] = {
+    {WaitAction::keep_polling, "keep polling"}, {WaitAction::done, "done"}, {WaitAction::fail, "fail"},
+    {WaitAction::revoke, "revoke"}};
+static_assert(lists_each_once(kWaitActionNames));
 enum class ErrorKind : uint8_t { none, aborted, timed_out, peer_failed };
 
 struct WaitDecision {

@@ -26,6 +26,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/enum_names.h"
 #include "comm/bootstrap/bootstrap_store.h"
 #include "comm/collective.h"
 #include "comm/communicator.h"
@@ -97,6 +98,9 @@ struct UcxOptions {
 // collective made no progress within the stall bound, or it was aborted. Each fails the
 // collectives with its own error type (PeerFailed, TimedOut, Aborted).
 enum class PoisonKind : uint8_t { peer, timeout, abort };
+inline constexpr EnumName<PoisonKind> kPoisonKindNames[] = {
+    {PoisonKind::peer, "peer"}, {PoisonKind::timeout, "timeout"}, {PoisonKind::abort, "abort"}};
+static_assert(lists_each_once(kPoisonKindNames));
 const char* to_string(PoisonKind kind);
 
 class UcxCommunicator : public Communicator {

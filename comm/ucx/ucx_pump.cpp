@@ -80,14 +80,7 @@ bool UcxCommunicator::check_farewells() {
   return true;
 }
 
-const char* to_string(PoisonKind kind) {
-  switch (kind) {
-    case PoisonKind::peer: return "peer";
-    case PoisonKind::timeout: return "timeout";
-    case PoisonKind::abort: return "abort";
-  }
-  return "?";
-}
+const char* to_string(PoisonKind kind) { return name_of(kPoisonKindNames, kind); }
 
 bool UcxCommunicator::pump() {
   if (poisoned_) {

@@ -4,6 +4,7 @@
 // And the names of the states they carry.
 #include <doctest/doctest.h>
 
+#include <array>
 #include <iterator>
 #include <set>
 #include <string>
@@ -132,12 +133,11 @@ TEST_CASE("states: each name parses back to its enumerator") {
 
 namespace {
 
-// Every enumerator of `all` has a name of its own that parses back to it, and no other
-// value of the enum names one: an enumerator added anywhere in the enum but not to `all`
-// is named by to_string (its switch has a case for every enumerator, or the build warns),
-// so it would fail to parse back here. Neither the enumerators' order nor their values matter.
+// Every value of `all` (the enum's table, base/enum_names.h) has a name of its own that
+// parses back to it, and so does every other value of the enum that to_string names.
+// Neither the enumerators' order nor their values matter.
 template <class E, size_t N, class Parse>
-void check_names(const E (&all)[N], Parse parse) {
+void check_names(const std::array<E, N>& all, Parse parse) {
   std::set<std::string> names;
   for (E e : all) {
     CHECK(std::string(to_string(e)) != "?");
