@@ -1,7 +1,8 @@
 // Every enum whose words come from a base/enum_names.h table: its own to_string (or *_name)
 // gives exactly the pinned words, in enumerator order (they are a protocol: the event log,
 // the wire, audit lines and messages); its parser, or the table, reads each word back; no
-// word or value is listed twice. A new enumerator fails here until its word is pinned.
+// word or value is listed twice. A word added to a table fails here until it is pinned here
+// too; an enumerator left out of its table entirely is caught by no check (see base/enum_names.h).
 #include <doctest/doctest.h>
 
 #include <initializer_list>
