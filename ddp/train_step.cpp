@@ -48,7 +48,8 @@ WorkerEvent Trainer::Impl::train_generation() {
     if (recovery.generation_over()) return {WorkerEventKind::Revoked};
     if (!recovery.control() && cfg.stop_requested && cfg.stop_requested->load()) return {WorkerEventKind::StopRequested};
     // R2: contribute to s only after applying s-1.
-    if (const auto ended = train_step(state.step() + 1, rates)) return *ended;
+    const int64_t s = state.step() + 1;
+    if (const auto ended = cfg.local_step ? local_train_step(s, rates) : train_step(s, rates)) return *ended;
   }
   return {WorkerEventKind::Finished};
 }

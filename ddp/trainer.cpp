@@ -31,7 +31,8 @@ namespace {
 CheckpointingOptions checkpointing_options(const TrainerConfig& c) {
   return {.dir = c.ckpt_dir, .every = c.ckpt_every, .keep = c.ckpt_keep, .staging_dir = c.ckpt_staging, .resume = c.resume, .model_name = c.model_name,
           .optimizer_hparams = c.ckpt_optimizer_hparams, .data_order = c.ckpt_data_order,
-          .gradient_sum = ckpt::gradient_sum_name(c.micro_shards)};
+          .gradient_sum = ckpt::gradient_sum_name(c.micro_shards), .on_restore = c.on_restore,
+          .partial_write_hook = c.ckpt_partial_write_hook};
 }
 
 // A folder of its own under TMPDIR (or /tmp), removed with everything in it.
@@ -96,15 +97,23 @@ void Trainer::Impl::finish_result(double train_seconds) {
   result.generation = current.plan.generation;
   result.world = current.world;
   result.resumed_step = checkpointing.resumed_step();
+  result.checkpoints = checkpointing.saves();
+  result.checkpoints_failed = checkpointing.failures();
+  result.ckpt_wait_seconds = checkpointing.wait_seconds();
 }
 
 // Fault tolerance off: one generation from comm's local launcher, the same step loop.
 TrainerResult Trainer::Impl::run_plain() {
-  // One generation, always a fresh start: without a coordinator the ranks could not agree
-  // on which checkpoint to continue from.
-  if (cfg.resume) throw InvalidInput("resume needs fault tolerance (fault_tolerance = true, under ringfence run)");
   std::unique_ptr<TempDir> alone_store;
   const comm::RankEnv env = plain_rank_env(alone_store);
+  // One generation. Several ranks always start fresh: without a coordinator they could not
+  // agree on which checkpoint to continue from. One rank may resume, and may run the
+  // program's own step.
+  if ((cfg.resume || !cfg.resume_from.empty()) && env.world > 1)
+    throw InvalidInput(str("resume needs fault tolerance (fault_tolerance = true, under ringfence run) with ", env.world,
+                           " ranks: without a coordinator they could not agree on the checkpoint"));
+  if (cfg.resume && !cfg.resume_from.empty()) throw InvalidInput("resume and resume_from: give one of them");
+  if (cfg.local_step && (env.world > 1 || exact)) throw InvalidInput("local_step: one rank only, not in exact mode");
   slot = env.rank;
   current.rank = env.rank;
   current.world = env.world;
@@ -116,6 +125,9 @@ TrainerResult Trainer::Impl::run_plain() {
   audit_ = std::make_unique<AuditLog>(cfg.audit_log, env.rank, 0);
   checkpointing.attach(audit_.get());
   comm::prepare_backend(cfg.backend);
+  if (env.world == 1) checkpointing.one_rank_alone();  // the directory's lock first
+  if (cfg.resume) resume_from_disk();
+  if (!cfg.resume_from.empty()) checkpointing.restore_file(cfg.resume_from, current.plan.generation);
   checkpointing.refuse_foreign();
   // The plain-mode communicator: no coordinator, no recovery, the fixed D3.
   comm::FileStore store(env.store_dir);
@@ -207,6 +219,8 @@ TrainerResult Trainer::Impl::run() {
     throw InvalidInput(str("overlap_ab_period must be >= 0 (0 = off), not ", cfg.overlap_ab_period));
   if (cfg.micro_shards < 0) throw InvalidInput(str("micro_shards must be >= 0 (0 = the float sum), not ", cfg.micro_shards));
   if (!cfg.fault_tolerance) return run_plain();
+  if (!cfg.resume_from.empty() || cfg.local_step)
+    throw InvalidInput("resume_from and local_step: without fault tolerance only (one rank; with it: resume)");
   start_fault_tolerant();
   if (cfg.resume) resume_from_disk();
   // The life cycle (worker_life.h): each action's outcome decides the next.
@@ -318,6 +332,7 @@ TrainerProgress Trainer::progress() const {
   const elastic::ControlPlane* client = i.recovery.control();
   p.stop_requested = client && client->stop_requested();
   p.reconfigure_requested = client && client->reconfigure_requested();
+  p.checkpoints_failed = i.checkpointing.failures();
   return p;
 }
 

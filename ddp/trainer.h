@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "ckpt/checkpoint_dir.h"
 #include "comm/communicator.h"
 #include "core/data/dataset.h"
 #include "core/nn/module.h"
@@ -57,7 +58,8 @@ struct TrainerConfig {
   // launcher (RF_RANK, RF_WORLD, RF_STORE: a FileStore), or with none of the three set one
   // rank alone (a program run by hand), and any failure is fatal. A program that runs
   // both ways sets it to launched_by_ringfence().
-  // `resume` with it off is refused (InvalidInput): nothing would agree on the checkpoint.
+  // With it off, `resume` and `resume_from` need one rank (InvalidInput otherwise: ranks
+  // without a coordinator could not agree on the checkpoint).
   bool fault_tolerance = true;
   std::string model_name = "model";  // recorded in state images; a receiver checks it
   // The communicators' backend. Their device is the model's: every parameter on one device
@@ -103,16 +105,28 @@ struct TrainerConfig {
   // fresh start into a ckpt_dir that already holds checkpoints throws InvalidInput before
   // any step (they are another run's; docs/ddp.md); under the launcher the worker first
   // reports it to the coordinator as fatal, which stops the job with it (no restarts).
+  // One rank without fault tolerance takes the directory's lock at its start and restores
+  // with `resume` before its first step; its periodic checkpoints wait for a busy writer
+  // instead of being deferred (ddp/checkpointing.h).
   std::string ckpt_dir;
   int64_t ckpt_every = 0;
   int64_t ckpt_keep = 3;
   std::string ckpt_staging = "/var/tmp";  // the final checkpoint's staging (ckpt/staging.h)
   bool resume = false;
-  // Recorded in every checkpoint as the single-process programs record them
-  // (models/train_setup.h checkpoint_meta): the optimizer's hyper-parameters, a JSON
-  // object, and the data order ("": none).
+  // Recorded in every checkpoint (the reference programs: models/train_setup.h
+  // checkpoint_meta): the optimizer's hyper-parameters, a JSON object, and the data order
+  // ("": none).
   std::string ckpt_optimizer_hparams = "{}";
   std::string ckpt_data_order = "";
+  // Without fault tolerance, one rank: continue from this checkpoint file instead of the
+  // newest in ckpt_dir (any problem with it is an error; ckpt_dir may then hold no newer
+  // checkpoint). "": none.
+  std::string resume_from;
+  // Called on the training thread after the state was restored from a disk checkpoint
+  // (resume, resume_from, a whole-job restart), with its step and file.
+  std::function<void(int64_t step, const std::string& path)> on_restore;
+  // Tests: handed to the checkpoint writer (ckpt/checkpoint_dir.h, called as it writes).
+  ckpt::PartialWriteHook ckpt_partial_write_hook;
   // comm's flight recorder dumps here when a generation's communicator fails. "" under
   // `ringfence run`: RINGFENCE_RUN_DIR/flight-slotS-incI.jsonl; "" without a launcher: stderr.
   std::string flight_recorder;
@@ -123,6 +137,13 @@ struct TrainerConfig {
   // handler), training stops after the step in flight and the final checkpoint is written,
   // as R5's stop does under ringfence run (where the launcher owns the stop). Null: never.
   const std::atomic<bool>* stop_requested = nullptr;
+  // Without fault tolerance, one rank, not exact mode: the program's own step replaces
+  // forward, the all-reduce and the optimizer's update (models/graph_step.h: the step as a
+  // CUDA graph). Given the batch (host memory) and its labels, it zeroes the gradients,
+  // computes the loss SUM and backward, divides the gradients by the batch's size, applies
+  // the optimizer and returns the loss sum (one value on the model's device): the
+  // trainer's own arithmetic at W = 1, so the same bits. Null: the trainer's step.
+  std::function<Tensor(const Tensor& x, std::span<const int32_t> labels)> local_step;
   std::chrono::milliseconds plan_timeout{120000};
   std::chrono::milliseconds ready_timeout{60000};
   TrainerSeams seams;
@@ -137,7 +158,10 @@ struct TrainerResult {
   int world = 0;
   bool standby = false;         // a spare that was never needed
   double train_seconds = 0.0;
-  int64_t resumed_step = -1;    // the disk checkpoint restored with `resume` (-1: none)
+  int64_t resumed_step = -1;    // the disk checkpoint restored (resume, resume_from; -1: none)
+  int64_t checkpoints = 0;      // disk checkpoints this worker saved (as rank 0)
+  int64_t checkpoints_failed = 0;  // of them, not written (warnings; ddp/checkpointing.h)
+  double ckpt_wait_seconds = 0.0;  // training time spent waiting for the checkpoint writer
 };
 
 // Thrown when replicas that must be equal are not (verify-every, recovery step 7): the
@@ -157,6 +181,7 @@ struct TrainerProgress {
   int64_t step = -1;               // last applied step
   bool stop_requested = false;     // graceful stop asked for: the next step carries it (R5)
   bool reconfigure_requested = false;  // a joiner waits: the next step carries it (R5)
+  int64_t checkpoints_failed = 0;  // disk checkpoints this worker could not write
 };
 
 // True when `ringfence run` started this process (RINGFENCE_COORD or, with coordinator

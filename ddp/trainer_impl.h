@@ -111,8 +111,10 @@ struct Trainer::Impl {
   std::vector<Batch> load_shards(int64_t s);
   void shards_forward_backward(int64_t s, const std::vector<Batch>& shards, const ControlBlock& cb,
                                const TraceArgs& ta, StepTimes& t);
-  // The step's global mean loss (the reducer's, or exact mode's).
-  double step_loss() const { return exact ? exact->global_loss() : reducer.global_loss(); }
+  // The step's global mean loss (the reducer's, exact mode's, or the program's own step's).
+  double step_loss() const {
+    return cfg.local_step ? local_loss : exact ? exact->global_loss() : reducer.global_loss();
+  }
   // Exact mode before a generation trains: W > M is refused at the job's start (a grown
   // generation runs with ranks that have no shards, said once).
   void check_micro_shards();
@@ -128,6 +130,10 @@ struct Trainer::Impl {
   void report_progress(int64_t s, const ControlBlock& sums, StepRates& rates);
   std::optional<WorkerEvent> verify_replicas(int64_t s);
   void trace_buckets(const TraceArgs& ta);
+
+  // --- local_step.cpp: one rank, the program's own step (TrainerConfig::local_step) ----
+  std::optional<WorkerEvent> local_train_step(int64_t s, StepRates& rates);
+  double local_loss = 0.0;  // its global mean loss (step_loss)
 };
 
 }  // namespace rf::ddp

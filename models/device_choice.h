@@ -2,7 +2,7 @@
 // Which device a train_mlp / train_cnn process computes on, from --device, --backend, the
 // GPUs this machine has and, under `ringfence run`, where the worker stands among the
 // host's workers. Pure: the program's main() asks CUDA how many GPUs there are, and
-// distributed_train.h reads the launcher's environment (RINGFENCE_LOCAL_RANK,
+// launch_env.h reads the launcher's environment (RINGFENCE_LOCAL_RANK,
 // RINGFENCE_LOCAL_WORLD, RINGFENCE_SLOT, RINGFENCE_INCARNATION).
 //
 // `--device cuda` (no index) is cuda:0 by hand, and under the launcher the GPU of its local

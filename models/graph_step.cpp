@@ -9,6 +9,7 @@
 #include "base/str.h"
 #include "core/device_runtime.h"
 #include "core/ops.h"
+#include "kernels/op_table.h"
 #include "models/train_setup.h"
 
 namespace rf::models {
@@ -32,7 +33,8 @@ GraphStep::GraphStep(nn::Module& model, optim::SGD& sgd, Device device, int clas
       device_(device),
       classes_(classes),
       make_graph_(make_graph),
-      policy_(make_graph_ != nullptr) {}
+      policy_(make_graph_ != nullptr),
+      divisor_(Storage::allocate(sizeof(float), device)) {}
 
 GraphStep::~GraphStep() {
   try {
@@ -90,8 +92,9 @@ Tensor GraphStep::run(const Tensor& x, std::span<const int32_t> labels) {
       Tensor logits = model_(in_x_);
       if (logits.dim() != 2 || logits.size(1) != classes_)
         throw InvalidInput(str("--cuda-graph: the model gives ", logits.shape().str(), " for ", classes_, " classes"));
-      loss_ = cross_entropy(logits, in_labels_, Reduction::Mean);
+      loss_ = cross_entropy(logits, in_labels_, Reduction::Sum);
       loss_.backward();
+      divide_gradients();
       sgd_.step();
     });
   } catch (const Error& e) {
@@ -107,13 +110,16 @@ Tensor GraphStep::run(const Tensor& x, std::span<const int32_t> labels) {
   return loss_;
 }
 
-// The step as train() has always issued it: the batch copied to the device, then each op.
+// The step as the trainer issues it at W = 1: the batch copied to the device, then each op.
 Tensor GraphStep::eager(const Tensor& x, std::span<const int32_t> labels) {
   ++counts_.eager;
   const Tensor on_device = x.to(device_);
+  const float size = static_cast<float>(labels.size());
+  runtime(device_, "graph step").write(divisor_->data(), &size, sizeof size);
   sgd_.zero_grad();
-  Tensor loss = classification_loss(model_(on_device), labels, Reduction::Mean);
+  Tensor loss = classification_loss(model_(on_device), labels, Reduction::Sum);
   loss.backward();
+  divide_gradients();
   sgd_.step();
   return loss;
 }
@@ -123,6 +129,17 @@ void GraphStep::write_inputs(const Tensor& x, std::span<const int32_t> labels) {
   DeviceRuntime& rt = runtime(device_, "--cuda-graph");
   rt.write(in_x_.data(), x.data(), sizeof(float) * static_cast<size_t>(x.numel()));
   rt.write(in_labels_->data(), labels.data(), sizeof(int32_t) * labels.size());
+  const float size = static_cast<float>(labels.size());
+  rt.write(divisor_->data(), &size, sizeof size);
+}
+
+// The reducer's division (ddp/reducer.cpp: divide_by, the divisor read on the device), on
+// each parameter's gradient: elementwise, so the bits of dividing the whole bucket.
+void GraphStep::divide_gradients() {
+  DeviceRuntime& rt = runtime(device_, "graph step");
+  const float* divisor = divisor_->data<float>();
+  for (const auto& [name, p] : sgd_.params())
+    rt.ops().divide_by(rt.exec(), p.numel(), divisor, p.impl().grad_data());
 }
 
 // The tensors the graph wrote go first (their blocks return to its pool), then the graph

@@ -136,7 +136,7 @@ void declare(CLI::App& app, std::map<const CLI::Option*, Setter>& setters, Train
          "each computed alone, the gradients summed in integers: the same\n"
          "bits for any number of ranks and any shrink, grow or resume on\n"
          "another W (docs/exact.md; CPU only; by hand: one rank, the same\n"
-         "bits, --resume only under ringfence run)",
+         "bits)",
          [&] { o.exact = true; });
   value("--micro-shards", "M",
         "exact mode's pieces per global batch (default 8; it must divide\n"

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "base/error.h"
-#include "models/train_loop.h"
+#include "models/train_options.h"
 
 namespace rf::models {
 

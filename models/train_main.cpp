@@ -17,7 +17,7 @@
 #include "core/malloc_tuning.h"
 #include "ddp/gpu_hang.h"
 #include "kernels/cpu/gemm.h"
-#include "models/distributed_train.h"
+#include "models/launch_env.h"
 #include "models/train_flags.h"
 #include "models/train_program.h"
 

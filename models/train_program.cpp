@@ -14,7 +14,8 @@
 #include "elastic/fault_spec.h"
 #include "elastic/error_file.h"
 #include "models/device_choice.h"
-#include "models/distributed_train.h"
+#include "models/launch_env.h"
+#include "models/train.h"
 #include "models/train_flags.h"
 
 namespace rf::models {
@@ -70,10 +71,7 @@ int run_train_program(TrainOptions opt, const GpuInventory& inventory, std::ostr
     return 2;
   }
   try {
-    if (launched || opt.exact)  // exact mode by hand: the trainer alone, one rank
-      train_distributed(opt, out, !launched);
-    else
-      train(opt, out);
+    train(opt, out);
   } catch (const std::bad_alloc&) {
     // what() is just "std::bad_alloc": say what it means and what usually causes it.
     const std::string msg = name + ": error: out of memory (is --synthetic or --batch too large for this machine?)";

@@ -1,7 +1,7 @@
 #pragma once
-// The body of train_mlp / train_cnn after the flags: training by hand (one process,
-// train_loop.h) or under `ringfence run` (data-parallel, distributed_train.h), chosen by
-// RINGFENCE_COORD in the environment. Returns the exit code: 0 ok, 1 failure (missing
+// The body of train_mlp / train_cnn after the flags: the device, then training
+// (models/train.h), by hand (one process) or under `ringfence run` (data-parallel), as
+// RINGFENCE_COORD in the environment says. Returns the exit code: 0 ok, 1 failure (missing
 // data, a bad --init file, a job the coordinator stopped, ...), 2 when --device cannot be
 // had here (models/device_choice.h) or --inject asks what it cannot do (gpu_hang on the
 // CPU), with the error on `err`. Under `ringfence run` that refusal also stops the job with
@@ -13,7 +13,7 @@
 #include <iosfwd>
 #include <string>
 
-#include "models/train_loop.h"
+#include "models/train_options.h"
 
 namespace rf::models {
 

@@ -140,6 +140,34 @@ void finish_run(const TrainOptions& opt, nn::Module& model, const data::Dataset&
   if (!opt.metrics_file.empty()) write_metrics(opt.metrics_file, opt, r);
 }
 
+void write_metrics(const std::string& path, const TrainOptions& opt, const TrainResult& r) {
+  nlohmann::json j = {{"model", model_name(opt.model)},
+                      {"device", device_name(opt.device)},
+                      {"backend", comm::backend_name(opt.backend)},
+                      {"test_accuracy", r.test_accuracy},
+                      {"test_loss", r.test_loss},
+                      {"final_loss", r.final_loss},
+                      {"steps", r.steps},
+                      {"samples", r.samples},
+                      {"train_seconds", r.train_seconds},
+                      {"samples_per_sec", r.samples_per_sec},
+                      {"state_digest", r.state_digest},
+                      {"batch", opt.batch},
+                      {"threads", opt.threads},
+                      {"seed", opt.seed},
+                      {"resumed_step", r.resumed_step},
+                      {"stopped", r.stopped},
+                      {"checkpoints", r.checkpoints},
+                      {"checkpoints_failed", r.checkpoints_failed},
+                      {"world_size", r.world_size},
+                      {"recoveries", r.recoveries},
+                      {"generation", r.generation},
+                      {"ckpt_wait_seconds", r.ckpt_wait_seconds}};
+  std::ofstream f = open_output(path, "--metrics");
+  f << j.dump(2) << "\n";
+  if (!f) throw Error(str("--metrics ", path, ": write failed"));
+}
+
 std::ofstream open_output(const std::string& path, const char* flag) {
   errno = 0;
   std::ofstream f(path, std::ios::trunc);

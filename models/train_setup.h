@@ -1,9 +1,8 @@
 #pragma once
-// What both training paths of train_mlp / train_cnn build from the same flags — the
-// single-process loop (train_loop.h) and the resilient data-parallel one under
-// `ringfence run` (distributed_train.h): the data, the model, the loss, the optimizer's
-// settings, and the end of a run (test accuracy, the final line, --metrics). One copy, so
-// the two paths cannot drift apart.
+// What train_mlp / train_cnn build from their flags for the trainer (models/train.h), by
+// hand and under `ringfence run` alike: the data, the model, the loss, the optimizer's
+// settings, the checkpoints' metadata, and the end of a run (test accuracy, the final
+// line, --metrics).
 #include <cstdint>
 #include <iosfwd>
 #include <memory>
@@ -15,7 +14,7 @@
 #include "core/nn/sequential.h"
 #include "core/ops.h"
 #include "core/optim/sgd.h"
-#include "models/train_loop.h"
+#include "models/train_options.h"
 
 namespace rf::models {
 
@@ -44,19 +43,24 @@ optim::SgdOptions sgd_options(const TrainOptions& opt);
 
 // What every checkpoint of this run records besides its step, generation and world: the
 // model, the optimizer and its hyper-parameters, and the data order (batch, number of
-// training samples, seed). One copy for both paths, so a checkpoint written under
-// `ringfence run` resumes by hand without a warning, and the other way round.
+// training samples, seed). The same by hand and under `ringfence run`, so a checkpoint
+// written one way resumes the other way without a warning.
 ckpt::SnapshotMeta checkpoint_meta(const TrainOptions& opt, int64_t train_samples);
 
-// Cross-entropy over the logits. The single-process loop takes the mean over the batch;
-// the data-parallel one the SUM over the local samples (the reducer divides the reduced
-// gradient by the global count, docs/protocol.md R3), which gives the same update.
+// Cross-entropy over the logits: the trainer's loss is Reduction::Sum over the local
+// samples (its reducer divides the reduced gradient by the global count, docs/protocol.md
+// R3); evaluation sums too and divides once.
 Tensor classification_loss(const Tensor& logits, std::span<const int32_t> labels, Reduction reduction);
 
 // The end of a run: evaluates `model` on `test`, fills r.test_accuracy / r.test_loss,
 // prints "== test accuracy ..." to `log` and writes --metrics when asked.
 void finish_run(const TrainOptions& opt, nn::Module& model, const data::Dataset& test, TrainResult& r,
                 std::ostream& log);
+
+// Writes the --metrics JSON (keys test_accuracy, final_loss, steps, samples_per_sec,
+// state_digest, plus model, device, backend, test_loss, samples, train_seconds, batch,
+// threads, world_size, generation, recoveries, checkpoints, ...).
+void write_metrics(const std::string& path, const TrainOptions& opt, const TrainResult& r);
 
 // An output file (--loss-log, --metrics, ...), truncated; rf::InvalidInput names the flag.
 std::ofstream open_output(const std::string& path, const char* flag);

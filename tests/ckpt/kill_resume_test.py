@@ -222,7 +222,7 @@ def main():
         b = f.read(1)
         f.seek(-7, os.SEEK_END)
         f.write(bytes([b[0] ^ 0x40]))
-    got, out = resume_and_compare("damaged", d, ref, [f"warn train: resume: skipping {newest}", "corrupted"])
+    got, out = resume_and_compare("damaged", d, ref, [f"warn ckpt: resume: skipping {newest}", "corrupted"])
     if got["resumed_step"] >= int(files[-1][5:14]):
         fail("damaged: resumed from the damaged file")
 

@@ -73,7 +73,7 @@ PY
 quick=(--synthetic 300 --batch 64 --max-steps 2 --log-interval 0)
 "$bin/train_mlp" "${quick[@]}" --ckpt-dir "$tmp/ck" --resume > "$tmp/out" 2>&1 \
   || fail "--resume on an empty --ckpt-dir should start fresh"
-grep -q "warn train: resume: no valid checkpoint in $tmp/ck (none found); starting fresh" "$tmp/out" \
+grep -q "warn ckpt: resume: no valid checkpoint in $tmp/ck (none found); starting fresh" "$tmp/out" \
   || fail "--resume on an empty dir: no warning"
 [[ -f "$tmp/ck/ckpt-000000001.safetensors" ]] || fail "no checkpoint at the end of training"
 set +e

@@ -12,10 +12,11 @@
    bitwise equal to the uninterrupted run. Resuming the same directory without --exact is
    refused naming both settings.
    By hand, SIGINT after step 5 stops it after the step in flight: exit 0, the final
-   checkpoint of that step written.
+   checkpoint of that step written; and 20 steps by hand into a directory, then --resume
+   by hand to step 40, end on exact mode's digest.
 3. Bad input, before any step: --micro-shards not dividing --batch, --micro-shards without
-   --exact (exit 2 each, with the reason), --exact --resume by hand (exit 1, naming
-   ringfence run); W > M under ringfence run: the job STOPs naming it, nobody restarted.
+   --exact (exit 2 each, with the reason); W > M under ringfence run: the job STOPs naming
+   it, nobody restarted.
 Every run has a deadline; on expiry its process group is SIGKILLed and the test fails.
 """
 import glob
@@ -146,14 +147,21 @@ def main():
             check(os.path.exists(os.path.join(d2, ck)), f"--exact by hand, stopped at step {stopped[0]}: no {ck} in "
                                                         f"{os.listdir(d2)}")
 
+        # by hand, resumed: 20 steps, then --resume to 40, exact mode's digest
+        d3 = os.path.join(tmp, "alone-ckpt")
+        rc, out = run([train_mlp, "--max-steps", "20", "--log-interval", "0", "--exact", "--ckpt-dir", d3],
+                      f"{tmp}/alone-half.txt")
+        check(rc == 0, f"--exact by hand, 20 steps: exit {rc}: {out[-300:]}")
+        rc, out = run([*mlp, "--exact", "--ckpt-dir", d3, "--resume"], f"{tmp}/alone.txt")
+        check(rc == 0 and "(step 19), continuing at step 20" in out and final_digests(out) == {exact_digest},
+              f"--exact --resume by hand: exit {rc}, digests {final_digests(out)}, exact mode's {exact_digest}: "
+              f"{out[-300:]}")
+
         # 3. bad input
         for args, want_text in ((["--exact", "--micro-shards", "5"], "does not divide the global batch"),
                                 (["--micro-shards", "4"], "--micro-shards: needs --exact")):
             rc, out = run([*job(ringfence, 2), *mlp, *args], f"{tmp}/bad.txt")
             check(rc not in (0, None) and want_text in out, f"{args}: exit {rc}, output {out[-400:]}")
-        rc, out = run([*mlp, "--exact", "--ckpt-dir", os.path.join(tmp, "alone-ckpt"), "--resume"], f"{tmp}/alone.txt")
-        check(rc == 1 and "--resume with --exact: needs ringfence run" in out,
-              f"--exact --resume by hand: exit {rc}: {out[-300:]}")
         rc, out = run([*job(ringfence, 3), *mlp, "--exact", "--micro-shards", "2", "--batch", "64"], f"{tmp}/w-gt-m.txt")
         check(rc == 1 and "3 ranks for 2 micro-shards" in out and "job STOPPED" in out,
               f"W > M: exit {rc}: {out[-600:]}")

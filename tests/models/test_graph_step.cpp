@@ -2,9 +2,10 @@
 // keeps the work, replay runs it again. That checks the host's half of --cuda-graph — the
 // policy's decisions in a real loop, the inputs copied into the graph's own buffers before
 // each replay, the loss read from the graph's output, the optimizer's counters, a failed
-// capture falling back to eager steps — against the eager step, bit for bit. What only a
-// GPU can check (the captured kernels, the private pool) is tests/models/gpu_programs_test.py's
-// cuda-graph case.
+// capture falling back to eager steps — against the eager step, bit for bit; and, as the
+// trainer's local step (ddp::TrainerConfig::local_step), against the trainer's own step. What
+// only a GPU can check (the captured kernels, the private pool) is
+// tests/models/gpu_programs_test.py's cuda-graph case.
 #include <doctest/doctest.h>
 
 #include <functional>
@@ -16,6 +17,7 @@
 #include "base/error.h"
 #include "core/data/dataset.h"
 #include "core/state_digest.h"
+#include "ddp/trainer.h"
 #include "models/graph_step.h"
 #include "models/train_setup.h"
 
@@ -126,4 +128,54 @@ TEST_CASE("graph step: a label outside the classes is refused before a replay co
   labels[2] = 10;
   CHECK_THROWS_WITH_AS(stepper.run(x, labels), "nll_loss: label 10 of row 2 is outside [0, 10)", InvalidInput);
   g_sgd = nullptr;
+}
+
+namespace {
+
+// `steps` steps by hand through the trainer (one rank, no fault tolerance), batch 32 of 250
+// samples (every 8th batch short: 26 rows), with GraphStep as its local step when `factory`
+// is given.
+Run trainer_steps(StepGraphFactory factory, bool local_step, int steps) {
+  TrainOptions o;
+  o.model = ModelKind::MLP;
+  o.synthetic = 250;
+  o.lr = 0.02f;
+  const data::Dataset ds = load_train_set(o);
+  auto model = build_model(o);
+  optim::SGD sgd(model->named_parameters(), sgd_options(o));
+  g_sgd = &sgd;
+  GraphStep stepper(*model, sgd, Device::CPU, kReferenceClasses, factory);
+  Run r;
+  ddp::TrainerConfig cfg;
+  cfg.fault_tolerance = false;
+  cfg.global_batch = 32;
+  cfg.steps = steps;
+  cfg.on_step = [&r](int64_t, double loss) { r.losses.push_back(static_cast<float>(loss)); };
+  if (local_step) cfg.local_step = [&](const Tensor& x, std::span<const int32_t> y) { return stepper.run(x, y); };
+  ddp::Trainer trainer(
+      *model, [](const Tensor& out, std::span<const int32_t> y) { return classification_loss(out, y, Reduction::Sum); },
+      ds, sgd, cfg);
+  r.digest = trainer.run().digest;
+  CHECK(r.digest == state_digest(*model, sgd));
+  r.counts = stepper.counts();
+  g_sgd = nullptr;
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("graph step as the trainer's local step: the trainer's own step's losses and final state, bit for bit") {
+  const Run own = trainer_steps(nullptr, false, 20);
+  const Run eager = trainer_steps(nullptr, true, 20);
+  CHECK(eager.counts.eager == 20);
+  CHECK(eager.digest == own.digest);
+  CHECK(eager.losses == own.losses);
+  const Run graph = trainer_steps(&make_rerun, true, 20);
+  CHECK(graph.digest == own.digest);
+  CHECK(graph.losses == own.losses);
+  // steps 0-1 eager, 2 captured, the short batches (7, 15) eager and each followed by a
+  // full batch whose key the graph still holds (replayed), the rest replays
+  CHECK(graph.counts.captures == 1);
+  CHECK(graph.counts.eager == 4);
+  CHECK(graph.counts.replays == 15);
 }

@@ -17,7 +17,7 @@
 #include "core/state_digest.h"
 #include "models/init_file.h"
 #include "models/reference.h"
-#include "models/train_loop.h"
+#include "models/train.h"
 #include "models/train_setup.h"
 
 using namespace rf;

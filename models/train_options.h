@@ -1,14 +1,9 @@
 #pragma once
-// The single-process training loop of the reference models (train_mlp / train_cnn run by
-// hand; under `ringfence run` they use distributed_train.h instead): the global batch of step s
-// comes from the sampler (a pure function of (seed, s), docs/protocol.md R3), loss =
-// cross-entropy averaged over the batch, SGD with momentum. It prints step, loss and
-// samples/s every log interval and the test accuracy at the end. With checkpoints, a
-// resumed run continues at the checkpoint's step + 1 with the same batches (R3) and ends
-// bitwise identical to an uninterrupted one.
+// What train_mlp / train_cnn train with (their flags, models/train_flags.h) and what a run
+// gives back. One training loop takes them, models/train.h's (ddp::Trainer: by hand one
+// rank without fault tolerance, under `ringfence run` data-parallel and resilient).
 #include <atomic>
 #include <cstdint>
-#include <iosfwd>
 #include <string>
 #include <vector>
 
@@ -49,11 +44,12 @@ struct TrainOptions {
   // written and synced), prints "ckpt: test hook: paused ..." to stderr and waits to be
   // killed. -1: off.
   int64_t ckpt_test_pause_step = -1;
-  // Graceful stop: when this becomes true (the programs set it on SIGTERM / SIGINT), the
-  // loop stops after the step in flight, checkpoints it (with ckpt_dir), evaluates and
-  // returns normally; --resume continues from there. Null: never.
+  // Graceful stop, by hand: when this becomes true (the programs set it on SIGTERM /
+  // SIGINT), training stops after the step in flight, checkpoints it (with ckpt_dir),
+  // evaluates and returns normally; --resume continues from there. Null: never. (Under
+  // `ringfence run` the launcher owns the stop: R5.)
   const std::atomic<bool>* stop_requested = nullptr;
-  // Only under `ringfence run` (distributed_train.h): all ranks compare state digests
+  // Only under `ringfence run`: all ranks compare state digests
   // every N steps (0: off); every worker appends its state changes to this JSON-lines
   // file (one line per write, tagged with slot and incarnation; "" = none).
   int64_t verify_every = 0;
@@ -68,13 +64,13 @@ struct TrainOptions {
   bool any_gpu = false;
   // How gradients are all-reduced under ringfence run (--backend); one process has none.
   comm::Backend backend = comm::Backend::Ucx;
-  // Exact mode (under ringfence run; docs/exact.md): the global batch cut into micro_shards
-  // pieces, each computed alone, their gradients summed exactly: the same bits for any W.
+  // Exact mode (docs/exact.md): the global batch cut into micro_shards pieces, each
+  // computed alone, their gradients summed exactly: the same bits for any W (by hand too).
   bool exact = false;
   int micro_shards = 8;
   // By hand on a GPU (--cuda-graph): the step captured as a CUDA graph and replayed
-  // (models/graph_step.h); make_graph is the program's factory (rf::make_cuda_graph, set by
-  // its main(); null: every step eager).
+  // (models/graph_step.h, the trainer's local step); make_graph is the program's factory
+  // (rf::make_cuda_graph, set by its main(); null: every step eager).
   bool cuda_graph = false;
   StepGraphFactory make_graph = nullptr;
 };
@@ -93,19 +89,12 @@ struct TrainResult {
   int64_t checkpoints = 0;     // checkpoints saved by this process
   int64_t checkpoints_failed = 0;  // of them, not written (a full or failing disk: warnings)
   double ckpt_wait_seconds = 0;  // training time spent waiting for the checkpoint writer
-  std::vector<float> losses;   // per step (single process only)
+  std::vector<float> losses;   // per step applied by this process (by hand only)
   // Data-parallel runs (ringfence run): the world size and generation at the end, and
   // the generations this worker joined after its first (recoveries it took part in).
   int world_size = 1;
   uint64_t generation = 0;
   int64_t recoveries = 0;
 };
-
-TrainResult train(const TrainOptions& opt, std::ostream& log);
-
-// Writes the --metrics JSON (keys test_accuracy, final_loss, steps, samples_per_sec,
-// state_digest, plus model, device, backend, test_loss, samples, train_seconds, batch,
-// threads, world_size, generation, recoveries, ...).
-void write_metrics(const std::string& path, const TrainOptions& opt, const TrainResult& r);
 
 }  // namespace rf::models
