@@ -1,45 +1,41 @@
 #include "models/launch_env.h"
 
-#include <cstdlib>
 #include <ostream>
 #include <utility>
 
 #include "base/str.h"
 #include "elastic/client.h"
 #include "elastic/errors.h"
+#include "elastic/worker_env.h"
 #include "models/train_flags.h"
 
 namespace rf::models {
 namespace {
 
-int64_t env_int(const char* name, int64_t fallback) {
-  const char* v = std::getenv(name);
-  if (!v || !*v) return fallback;
-  char* end = nullptr;
-  const long long x = std::strtoll(v, &end, 10);
-  return *end ? fallback : x;  // the Trainer's own parsing names a malformed value
+// The launcher's environment, read once (elastic/worker_env.h); a malformed value is a
+// FlagError (exit 2: every restart would meet it again).
+const elastic::WorkerEnv& worker_env() {
+  static const elastic::WorkerEnv env = [] {
+    try {
+      return elastic::read_worker_env();
+    } catch (const InvalidInput& e) {
+      throw FlagError(e.what());
+    }
+  }();
+  return env;
 }
 
 }  // namespace
 
 LocalPlacement local_placement_from_env() {
-  LocalPlacement l;
-  for (auto [name, out] : {std::pair{"RINGFENCE_LOCAL_RANK", &l.local_rank}, std::pair{"RINGFENCE_LOCAL_WORLD", &l.local_world}}) {
-    const char* v = std::getenv(name);
-    if (!v || !*v) continue;
-    char* end = nullptr;
-    const long x = std::strtol(v, &end, 10);
-    if (*end || x < 0 || x > 1'000'000) throw FlagError(str(name, "='", v, "' is not a count"));
-    *out = static_cast<int>(x);
-  }
-  return l;
+  return {.local_rank = worker_env().local_rank, .local_world = worker_env().local_world};
 }
 
-std::pair<int, int64_t> worker_id_from_env() {
-  return {static_cast<int>(env_int("RINGFENCE_SLOT", 0)), env_int("RINGFENCE_INCARNATION", 0)};
-}
+std::pair<int, int64_t> worker_id_from_env() { return {worker_env().slot, worker_env().incarnation}; }
 
-bool job_ran_from_env() { return env_int("RINGFENCE_JOB_RAN", 0) == 1; }
+bool job_ran_from_env() { return worker_env().job_ran; }
+
+std::string inject_from_env() { return worker_env().inject; }
 
 void stop_job_before_start(const std::string& error, std::ostream& err) {
   try {

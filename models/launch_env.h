@@ -13,14 +13,15 @@ namespace rf::models {
 // Whether `ringfence run` started this process: ddp::launched_by_ringfence (ddp/trainer.h).
 using ddp::launched_by_ringfence;
 
-// This worker among its launcher's workers on this host: RINGFENCE_LOCAL_RANK and
-// RINGFENCE_LOCAL_WORLD (a launcher that sets neither: rank 0 of 1). FlagError when
-// malformed.
+// What the launcher tells this worker (elastic/worker_env.h, read once; FlagError when a
+// value is malformed): its place among its launcher's workers on this host
+// (RINGFENCE_LOCAL_RANK, _LOCAL_WORLD; rank 0 of 1 when unset), who it is in the job
+// (RINGFENCE_SLOT, _INCARNATION), whether the job had run when it started (RINGFENCE_JOB_RAN:
+// a restart, docs/launcher.md) and its fault specs (RINGFENCE_INJECT).
 LocalPlacement local_placement_from_env();
-// Who this worker is in the job: RINGFENCE_SLOT and RINGFENCE_INCARNATION (0 when unset).
 std::pair<int, int64_t> worker_id_from_env();
-// RINGFENCE_JOB_RAN=1: started into a job that already ran (a restart, docs/launcher.md).
 bool job_ran_from_env();
+std::string inject_from_env();
 
 // A start-up refusal every worker and every restart would meet again (e.g. --device): joins
 // the job and reports it to the coordinator as fatal, which STOPs the job with `error` (the

@@ -39,9 +39,8 @@ Device prepare_device(const TrainOptions& opt, const GpuInventory& inventory, bo
   for (const auto& [key, value] : choice.env) ::setenv(key.c_str(), value.c_str(), 0);
   const Device device = choice.device;
   if (device.is_cpu()) {
-    const char* inject = launched ? std::getenv("RINGFENCE_INJECT") : nullptr;
     try {
-      elastic::refuse_gpu_faults_on_cpu(elastic::parse_fault_specs(inject ? inject : ""));
+      elastic::refuse_gpu_faults_on_cpu(elastic::parse_fault_specs(launched ? inject_from_env() : ""));
     } catch (const InvalidInput& e) {
       throw FlagError(str("--inject: ", e.what()));
     }
