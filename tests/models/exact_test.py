@@ -90,15 +90,20 @@ def main():
         check(rc == 0, f"uninterrupted run: exit {rc}")
         want = final_digests(out)
         d, audit = os.path.join(tmp, "ckpt"), os.path.join(tmp, "audit.jsonl")
-        cmd = [*job(ringfence, 4, "--inject", "stop:rank=0:step=26:phase=forward"), *long,
+        # Rank 1 stops at step 26, so the job freezes there (until its lease runs out); rank 0,
+        # the checkpoint writer, goes on, and the job is killed once it froze and a checkpoint
+        # is on disk (stopping rank 0 would freeze its background writer too, and a loaded
+        # machine may not have finished writing step 19's by then).
+        cmd = [*job(ringfence, 4, "--inject", "stop:rank=1:step=26:phase=forward"), *long,
                "--ckpt-dir", d, "--ckpt-every", "10", "--audit-log", audit]
         with open(f"{tmp}/killed.txt", "w") as log:
             p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
             t_end = time.monotonic() + DEADLINE_S
-            frozen = False
-            while not frozen and p.poll() is None and time.monotonic() < t_end:
-                frozen = os.path.exists(audit) and '"inject"' in open(audit).read()
-                time.sleep(0.002)  # polling a file for a condition, not a timed wait for one
+            frozen = written = False
+            while not (frozen and written) and p.poll() is None and time.monotonic() < t_end:
+                frozen = frozen or (os.path.exists(audit) and '"inject"' in open(audit).read())
+                written = bool(glob.glob(os.path.join(d, "ckpt-*.safetensors")))
+                time.sleep(0.002)  # polling files for a condition, not a timed wait for one
             kill_job(p, d)
         check(frozen, "the W = 4 job never froze before step 26")
         while procs_mentioning(d) and time.monotonic() < t_end:
