@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <sys/ioctl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <array>
@@ -35,6 +36,7 @@ struct Stream {
   OutputQueue queue;
   bool writing = false;  // the writer holds a chunk taken from the queue
   bool broken = false;   // the real output failed (EPIPE): everything is dropped
+  bool shared = false;   // stdout and stderr are one file (a terminal, `2>&1`)
   std::condition_variable has_data;
 };
 
@@ -44,6 +46,9 @@ struct Pump {
   std::condition_variable progress;  // a queue moved: flush() looks again
   Stream out, err;
   std::atomic<bool> reader_busy{false};  // read a chunk that is not queued yet
+  // Held around each write to a shared output: a write of more than PIPE_BUF bytes to a
+  // pipe is not atomic, and the other stream's line would land inside one of ours.
+  std::mutex shared_write;
   std::array<Stream*, 2> streams() { return {&out, &err}; }
 };
 
@@ -87,7 +92,14 @@ void read_loop(Pump& p) {
   }
 }
 
-// The only thread that blocks on the real output.
+bool pipe_empty(const Stream& s) {
+  int n = 0;
+  return s.pipe_read < 0 || (::ioctl(s.pipe_read, FIONREAD, &n) == 0 && n == 0);
+}
+
+// The only thread that blocks on the real output. A part of a line is written only when
+// its rest is not on its way (in the pipe, or read and not queued yet): on a shared output
+// the other stream's next line would land inside it.
 void write_loop(Pump& p, Stream& s) {
   sigset_t pipe_sig;
   sigemptyset(&pipe_sig);
@@ -96,10 +108,20 @@ void write_loop(Pump& p, Stream& s) {
   std::unique_lock<std::mutex> lk(p.mu);
   for (;;) {
     s.has_data.wait(lk, [&] { return !s.queue.empty(); });
+    if (s.queue.only_part_of_a_line() && (!pipe_empty(s) || p.reader_busy.load())) {
+      s.has_data.wait_for(lk, std::chrono::milliseconds(5));  // the reader notifies; 5 ms if it read nothing
+      continue;
+    }
     std::string chunk = s.queue.take(kChunk);
     s.writing = true;
     lk.unlock();
-    const bool ok = write_all(s.real, chunk);
+    bool ok;
+    if (s.shared) {
+      std::lock_guard<std::mutex> one_writer(p.shared_write);
+      ok = write_all(s.real, chunk);
+    } else {
+      ok = write_all(s.real, chunk);
+    }
     lk.lock();
     s.writing = false;
     if (!ok && !s.broken) {
@@ -109,11 +131,6 @@ void write_loop(Pump& p, Stream& s) {
     }
     p.progress.notify_all();
   }
-}
-
-bool pipe_empty(const Stream& s) {
-  int n = 0;
-  return s.pipe_read < 0 || (::ioctl(s.pipe_read, FIONREAD, &n) == 0 && n == 0);
 }
 
 void flush_at_exit() { OutputPump::flush(); }
@@ -135,6 +152,10 @@ void install_once(size_t capacity) {
     ::close(fds[1]);
     s->pipe_read = fds[0];
   }
+  struct stat o{}, e{};
+  const bool same = p->out.real >= 0 && p->err.real >= 0 && ::fstat(p->out.real, &o) == 0 &&
+                    ::fstat(p->err.real, &e) == 0 && o.st_dev == e.st_dev && o.st_ino == e.st_ino;
+  p->out.shared = p->err.shared = same;
   // stdout is a pipe now; stdio would buffer it whole. Line by line, as on a terminal.
   std::setvbuf(stdout, nullptr, _IOLBF, BUFSIZ);
   std::thread(read_loop, std::ref(*p)).detach();

@@ -8,7 +8,9 @@
 // the real descriptor and is the only thread that ever blocks on it: when nobody reads the
 // terminal or pipe (a paused `less`, a stalled ssh link or log shipper), the queue grows to
 // its capacity and then drops whole lines, counted, with one note where they were dropped.
-// A reader that is gone (EPIPE) costs the output, never the process.
+// A reader that is gone (EPIPE) costs the output, never the process. Where stdout and
+// stderr are one file (a terminal, `2>&1`), the two writers take turns, a chunk of whole
+// lines each, so their lines interleave whole.
 //
 // `ringfence run` and `ringfence coord` install it first thing, so the launcher's live
 // line, the coordinator's loop and every worker (its stdout and stderr are the launcher's

@@ -53,7 +53,11 @@ void OutputQueue::note_drops() {
 }
 
 std::string OutputQueue::take(size_t max) {
-  const size_t n = std::min(max, queued());
+  size_t n = std::min(max, queued());
+  if (n < queued() || mid_line_) {  // end at the last line end within n, if there is one
+    const size_t end = std::string_view(buf_).substr(head_, n).find_last_of("\n\r");
+    if (end != std::string_view::npos) n = end + 1;
+  }
   std::string out = buf_.substr(head_, n);
   head_ += n;
   if (head_ == buf_.size()) {
@@ -64,6 +68,10 @@ std::string OutputQueue::take(size_t max) {
     head_ = 0;
   }
   return out;
+}
+
+bool OutputQueue::only_part_of_a_line() const {
+  return mid_line_ && std::string_view(buf_).substr(head_).find_first_of("\n\r") == std::string_view::npos;
 }
 
 void OutputQueue::discard_all() {

@@ -24,7 +24,10 @@ class OutputQueue {
   explicit OutputQueue(size_t capacity) : capacity_(capacity) {}
 
   void push(std::string_view bytes);
-  // Up to `max` bytes from the front, removed from the queue (empty when nothing is queued).
+  // Up to `max` bytes from the front, removed from the queue (empty when nothing is
+  // queued). They end at a line end when one lies within `max` bytes of the front (or
+  // everything queued fits), so what another stream writes between two takes lands
+  // between lines.
   std::string take(size_t max);
   // The output cannot be written any more (the reader is gone): what is queued and what
   // comes later is counted as dropped.
@@ -33,6 +36,8 @@ class OutputQueue {
   // later line may come to carry it). Not inside a line.
   void note_drops();
 
+  // What is queued is the start of one line, its end not pushed yet.
+  bool only_part_of_a_line() const;
   size_t queued() const { return buf_.size() - head_; }
   bool empty() const { return queued() == 0; }
   uint64_t dropped_lines() const { return dropped_lines_total_; }

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdio>
 #include <string>
+#include <thread>
 
 #include "base/output_pump.h"
 #include "base/output_queue.h"
@@ -51,7 +52,7 @@ bool read_until(int fd, std::string& got, const std::string& want, int deadline_
 struct Child {
   pid_t pid = -1;
   int out = -1, status = -1;
-  Child() {
+  explicit Child(void (*body)(int, int) = child) {
     int o[2], s[2];
     std::fflush(stdout);  // or the child would write the parent's buffered output again
     std::fflush(stderr);
@@ -62,7 +63,8 @@ struct Child {
     if (pid == 0) {
       ::close(o[0]);
       ::close(s[0]);
-      child(o[1], s[1]);
+      body(o[1], s[1]);
+      std::exit(0);
     }
     ::close(o[1]);
     ::close(s[1]);
@@ -115,6 +117,55 @@ TEST_CASE("OutputPump: writes never block while nobody reads; the lines come out
   CHECK(ordered);
   CHECK(kept > 1000);
   CHECK(kept < kLines);
+}
+
+// Two threads, one on stdout and one on stderr, into one pipe (as `2>&1` or a terminal).
+[[noreturn]] void two_streams_child(int out, int status) {
+  ::dup2(out, STDOUT_FILENO);
+  ::dup2(out, STDERR_FILENO);
+  rf::OutputPump::install();  // the default capacity: nothing is dropped
+  std::thread err([] {
+    for (int i = 0; i < kLines / 2; ++i) std::fprintf(stderr, "err %06d of the child's output\n", i);
+  });
+  for (int i = 0; i < kLines / 2; ++i) std::printf("out %06d of the child's output\n", i);
+  err.join();
+  std::fflush(stdout);
+  (void)!::write(status, "wrote\n", 6);
+  std::exit(0);
+}
+
+TEST_CASE("OutputPump: stdout and stderr into one output interleave whole lines, never parts of lines") {
+  Child c(two_streams_child);
+  std::string status;
+  CHECK(read_until(c.status, status, "wrote", 20000));  // both queues hold most of it now
+  std::string got;
+  CHECK(read_until(c.out, got, "", 20000));
+  CHECK(c.wait(20000) == 0);
+  // Every line is one of the child's lines, whole; each stream's lines all come, in order.
+  int next[2] = {0, 0};
+  size_t torn = 0, out_of_order = 0, lines = 0;
+  std::string first_torn;
+  for (size_t at = 0; at < got.size();) {
+    size_t end = got.find('\n', at);
+    if (end == std::string::npos) end = got.size();
+    const std::string line = got.substr(at, end - at);
+    at = end + 1;
+    ++lines;
+    const int which = line.rfind("out ", 0) == 0 ? 0 : line.rfind("err ", 0) == 0 ? 1 : -1;
+    if (which < 0 || line.size() != 32 || line.compare(10, 22, " of the child's output") != 0 ||
+        line.find_first_not_of("0123456789", 4) != 10) {
+      if (torn++ == 0) first_torn = line;
+      continue;
+    }
+    const int n = std::stoi(line.substr(4, 6));
+    out_of_order += n != next[which];
+    next[which] = n + 1;
+  }
+  CHECK_MESSAGE(torn == 0, torn, " torn line(s), the first: '", first_torn, "'");
+  CHECK(out_of_order == 0);
+  CHECK(next[0] == kLines / 2);
+  CHECK(next[1] == kLines / 2);
+  CHECK(lines == static_cast<size_t>(kLines));
 }
 
 TEST_CASE("OutputPump: a reader that is gone costs the output, not the process") {

@@ -89,3 +89,19 @@ TEST_CASE("OutputQueue: discard_all() drops what is queued and all that comes af
   CHECK(q.dropped_lines() == 3);
   CHECK(q.dropped_bytes() == 6);
 }
+
+TEST_CASE("OutputQueue: take() ends at the last line end it can, so another stream may write between takes") {
+  OutputQueue q(100);
+  q.push("one\ntwo\nthr");
+  CHECK(q.take(10) == "one\ntwo\n");  // not "one\ntwo\nth": the line "three" is not cut
+  q.push("ee\r");
+  CHECK(q.take(3) == "thr");          // no line end within 3 bytes: the line is cut after all
+  CHECK(q.take(100) == "ee\r");
+  q.push("partial");
+  CHECK(q.only_part_of_a_line());
+  CHECK(q.take(100) == "partial");    // take() does not hold back a line whose end has not come
+  CHECK(q.empty());
+  q.push(" line\nnext");
+  CHECK_FALSE(q.only_part_of_a_line());
+  CHECK(q.take(100) == " line\n");    // the line end queued: up to it
+}
