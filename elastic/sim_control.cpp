@@ -331,14 +331,19 @@ void SimControl::leave() {
   close();
 }
 
+bool SimControl::drop_connection_locked() {
+  if (!connected_) return false;
+  connected_ = false;
+  c_.m_.connection_lost(id_, c_.now_);
+  c_.drain_locked();
+  return true;
+}
+
 void SimControl::close() {
   {
     std::lock_guard<std::mutex> l(c_.mu_);
     closed_ = true;
-    if (!connected_) return;
-    connected_ = false;
-    c_.m_.connection_lost(id_, c_.now_);
-    c_.drain_locked();
+    if (!drop_connection_locked()) return;
   }
   c_.after_event();
 }
@@ -347,10 +352,7 @@ void SimControl::cut_off() {
   // On the delivering thread (no lock held): the connection closes as the Client's does.
   {
     std::lock_guard<std::mutex> l(c_.mu_);
-    if (!connected_) return;
-    connected_ = false;
-    c_.m_.connection_lost(id_, c_.now_);
-    c_.drain_locked();
+    if (!drop_connection_locked()) return;
     ++c_.changes_;
   }
   c_.cv_.notify_all();

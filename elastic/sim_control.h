@@ -119,6 +119,9 @@ class SimControl final : public ControlPlane {
   void cut_off() override;  // fenced: the connection closes (D1)
   // Under the coordinator's lock: throws ConnectionLost once killed or closed.
   void check_alive() const;
+  // Under the coordinator's lock: the connection closes (the coordinator sees it lost);
+  // false when it was closed already.
+  bool drop_connection_locked();
   // A blocked call's wait for a change (the lock is c_.mu_'s), counted in blocked_.
   void wait(std::unique_lock<std::mutex>& l, TimePoint deadline, std::string what);
   // One heartbeat now (the coordinator's lock held); nullopt when this worker sends none.
