@@ -115,13 +115,10 @@ void write_loop(Pump& p, Stream& s) {
     std::string chunk = s.queue.take(kChunk);
     s.writing = true;
     lk.unlock();
-    bool ok;
-    if (s.shared) {
-      std::lock_guard<std::mutex> one_writer(p.shared_write);
-      ok = write_all(s.real, chunk);
-    } else {
-      ok = write_all(s.real, chunk);
-    }
+    std::unique_lock<std::mutex> turn(p.shared_write, std::defer_lock);
+    if (s.shared) turn.lock();
+    const bool ok = write_all(s.real, chunk);
+    if (turn.owns_lock()) turn.unlock();
     lk.lock();
     s.writing = false;
     if (!ok && !s.broken) {
