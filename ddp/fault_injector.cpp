@@ -1,12 +1,17 @@
 #include "ddp/fault_injector.h"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <ctime>
 #include <thread>
 
 #include "base/error.h"
@@ -158,6 +163,53 @@ void FaultInjector::step_took(int64_t step, std::chrono::nanoseconds d) {
   if (recent_.size() > kStepWindow) recent_.pop_front();
 }
 
+namespace {
+
+// Only async-signal-safe calls (the child of a threaded process): whether `pid` is stopped.
+bool process_stopped(const char* stat_path) {
+  const int fd = ::open(stat_path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return true;  // gone: nothing to wait for
+  char buf[256];
+  const ssize_t n = ::read(fd, buf, sizeof buf - 1);
+  ::close(fd);
+  if (n <= 0) return true;
+  buf[n] = '\0';
+  // "pid (comm) S ...": the state follows the last ')' (comm may hold one).
+  const char* close_paren = nullptr;
+  for (const char* p = buf; *p; ++p)
+    if (*p == ')') close_paren = p;
+  return close_paren && close_paren[1] == ' ' && (close_paren[2] == 'T' || close_paren[2] == 't');
+}
+
+void sleep_ns(int64_t ns) {
+  timespec ts{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
+  while (::nanosleep(&ts, &ts) == -1 && errno == EINTR) {
+  }
+}
+
+// stop with for=: the whole process freezes, every thread at once (as a VM its host pauses,
+// or a debugger), and a helper child continues it `seconds` after it stopped. The child
+// first waits (at most 10 s) until the process is stopped, so a short freeze cannot send
+// SIGCONT before the SIGSTOP; it is reaped here once the process goes on.
+void freeze_for(double seconds) {
+  const pid_t self = ::getpid();
+  char stat_path[64];
+  std::snprintf(stat_path, sizeof stat_path, "/proc/%d/stat", static_cast<int>(self));
+  const pid_t child = ::fork();
+  if (child < 0) throw rf::Error(rf::str("--inject stop with for=: fork failed: ", std::strerror(errno)));
+  if (child == 0) {
+    for (int i = 0; i < 10'000 && !process_stopped(stat_path); ++i) sleep_ns(1'000'000);
+    sleep_ns(static_cast<int64_t>(seconds * 1e9));
+    ::kill(self, SIGCONT);
+    ::_exit(0);
+  }
+  ::raise(SIGSTOP);
+  while (::waitpid(child, nullptr, 0) == -1 && errno == EINTR) {
+  }
+}
+
+}  // namespace
+
 void FaultInjector::announce(size_t i, int64_t step, const char* where) {
   const auto& f = specs_[i];
   log::warn("inject", f.to_string(), " (at ", where, ")");
@@ -176,7 +228,10 @@ void FaultInjector::fire(size_t i, const char* where) {
   }
   switch (f.kind) {
     case FaultKind::Kill: ::raise(SIGKILL); break;
-    case FaultKind::Stop: ::raise(SIGSTOP); break;
+    case FaultKind::Stop:
+      if (f.for_s) freeze_for(*f.for_s);
+      else ::raise(SIGSTOP);
+      break;
     case FaultKind::Exit: ::_exit(3);
     case FaultKind::Hang:
       while (true) ::poll(nullptr, 0, 1 << 20);  // blocks this thread for good

@@ -5,7 +5,8 @@
 // incarnation 0 of the process (a replacement must not repeat its predecessor's fault),
 // when this worker's CURRENT rank and the step match. A spec without phase= fires at the
 // start of the step (forward).
-//   kill  SIGKILL self          stop  SIGSTOP self (D2: the lease expires)
+//   kill  SIGKILL self          stop  SIGSTOP self (D2: the lease expires); with for=,
+//         the process freezes that long and goes on (a helper child sends SIGCONT)
 //   hang  the calling thread blocks forever (the heartbeat thread goes on: D3 finds it)
 //   exit  _exit(3)              drop  force-closes this rank's endpoints (the hook given)
 //   gpu_hang  enqueues a kernel that never ends on the rank's compute stream (the process's

@@ -28,7 +28,7 @@ std::vector<std::string> split(const std::string& s, char sep) {
   throw rf::InvalidInput(rf::str("fault spec '", spec, "': ", why,
                                  " (expected KIND:rank=R:step=S[:phase=P][:after_chunks=K] or "
                                  "KIND:rank=R:at=SECONDS, KIND in kill|stop|hang|exit|drop|slow|disk|gpu_hang; slow also "
-                                 "takes :factor=F:steps=N, disk :error=ENOSPC|EIO|EROFS|EDQUOT:delay=SECONDS:writes=N)"));
+                                 "takes :factor=F:steps=N, disk :error=ENOSPC|EIO|EROFS|EDQUOT:delay=SECONDS:writes=N, stop :for=SECONDS)"));
 }
 
 int64_t parse_int(const std::string& spec, const std::string& key, const std::string& v,
@@ -110,6 +110,8 @@ void set_key(FaultSpec& f, const std::string& text, const std::string& key, cons
   } else if (key == "writes") {
     f.writes = parse_int(text, key, v, 1);
     if (*f.writes > 1'000'000) bad(text, "writes= is too large");
+  } else if (key == "for") {
+    f.for_s = parse_real(text, key, v, 0.001, 3600, "a time in seconds from 0.001 to 3600");
   } else if (key == "phase") {
     f.phase = parse_phase_word(v);
     if (!f.phase) bad(text, rf::str("unknown phase '", v, "'"));
@@ -136,6 +138,8 @@ void check_combination(const FaultSpec& f, const std::string& text) {
     if (f.rank != 0) bad(text, "a disk fault strikes the checkpoint writer, rank 0: rank=0");
     if (!f.error && !f.delay_s) bad(text, "a disk fault needs error= or delay= (or both)");
   }
+  if (f.for_s && (f.kind != FaultKind::Stop || !f.step))
+    bad(text, "for= only goes with kind stop and step= (the worker freezes itself, then goes on)");
   if (f.kind == FaultKind::GpuHang && f.after_chunks)
     bad(text, "gpu_hang enqueues its kernel at the start of a phase: no after_chunks=");
 }
@@ -190,6 +194,7 @@ std::string FaultSpec::to_string() const {
   if (error) s += rf::str(":error=", disk_error_name(*error));
   if (delay_s) s += ":delay=" + shortest(*delay_s);
   if (writes) s += rf::str(":writes=", *writes);
+  if (for_s) s += ":for=" + shortest(*for_s);
   if (at_seconds) s += ":at=" + shortest(*at_seconds);
   return s;
 }

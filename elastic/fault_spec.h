@@ -7,6 +7,8 @@
 //                                                       SECONDS after the job first runs
 //   disk:rank=0:step=S[:error=E][:delay=SECONDS][:writes=N]   at the checkpoint writer
 //   gpu_hang:rank=R:step=S[:phase=P]                   the worker's GPU gets stuck
+//   stop:rank=R:step=S[:phase=P]:for=SECONDS           the worker's process freezes for
+//                                                       SECONDS, then goes on
 // KIND is kill|stop|hang|exit|drop|slow|disk|gpu_hang; P is forward|backward|allreduce|
 // optimizer|transfer|recovery|leave (leave: after the job's last step S, before the
 // worker's leave is sent). A slow rank delays each of the N steps from S (default 1) by
@@ -17,6 +19,9 @@
 // delay= is required. gpu_hang enqueues a kernel that never ends on the rank's compute
 // stream (its host thread goes on; its next NCCL all-reduce never starts on its GPU); only
 // a worker computing on a GPU takes it (refuse_gpu_faults_on_cpu). Several specs travel
+// A stop with for= is a freeze, not a failure (a VM paused by its host, a debugger, a
+// job-control stop): a helper child continues the process after SECONDS, and a freeze
+// shorter than the lease must cost nothing (no eviction, no recovery). Several specs travel
 // in RINGFENCE_INJECT separated by ';'.
 // A malformed spec throws rf::InvalidInput naming the spec and what is wrong, so the
 // launcher can refuse it before anything starts.
@@ -55,6 +60,7 @@ struct FaultSpec {
   std::optional<int> error;             // disk only: the errno the checkpoint writes fail with
   std::optional<double> delay_s;        // disk only: each write waits this long first
   std::optional<int64_t> writes;        // disk only: how many checkpoint writes it strikes (1)
+  std::optional<double> for_s;          // stop with step= only: continued after this long
 
   bool launcher_side() const { return at_seconds.has_value(); }
   std::string to_string() const;  // canonical text; parse(to_string()) == *this

@@ -81,6 +81,13 @@ SCENARIOS = {
     # The same before the all-reduce starts (buckets already in flight): hung.
     "hang_allreduce_start": (["--inject", "hang:rank=0:step=19:phase=allreduce"], [],
                              {"recoveries": 1, "cause": "hung", "hang_s": 5}),
+    # Every process of the job frozen at once for 2.5 s (a host pausing the VM; a debugger),
+    # past the 1 s stall bound but within the lease (5 s here: at the default 1 s lease a
+    # freeze past the bound is also past the lease, and the lease decides): no failure.
+    # Each process is continued by its own helper child 2.5 s after it stopped; the freeze
+    # must cost nothing: no eviction (a frozen worker is not hung), no recovery, no restart.
+    "freeze_all_forward": ([*[a for r in range(3) for a in ("--inject", f"stop:rank={r}:step=12:phase=forward:for=2.5")],
+                            "--lease", "5s"], [], {"recoveries": 0}),
     "sigstop_rank0": (["--inject", "stop:rank=0:step=8:phase=backward", "--lease", "500ms"], [], {"recoveries": 1}),
     "sigstop_rank0_defaults": (["--inject", "stop:rank=0:step=8:phase=backward"], [],
                                {"recoveries": 1, "cause": "lease_expired", "hang_s": 5}),
@@ -314,7 +321,8 @@ def check_job(name, rc, results, audits, summ, work):
     return finals
 
 
-# Fault kinds that end or freeze the worker's process: each costs its slot one restart.
+# Fault kinds that end or freeze the worker's process for good: each costs its slot one
+# restart (a stop with for= is a freeze that ends: none).
 PROCESS_ENDING = ("kill", "stop", "hang", "exit")
 
 
@@ -326,7 +334,7 @@ def check_cost(name, launcher_flags, summ, work):
     summ = summ or {}
     fired = summ.get("injected", [])
     faulty = {(i["slot"], i["incarnation"]) for i in fired}
-    ending = [i for i in fired if i["spec"].split(":")[0] in PROCESS_ENDING]
+    ending = [i for i in fired if i["spec"].split(":")[0] in PROCESS_ENDING and ":for=" not in i["spec"]]
     no_restarts = "--max-restarts" in launcher_flags and launcher_flags[launcher_flags.index("--max-restarts") + 1] == "0"
     want = 0 if no_restarts else len(ending)
     check(summ.get("restarts") == want, f"{name}: {summ.get('restarts')} restart(s), expected {want} "

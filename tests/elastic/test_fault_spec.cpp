@@ -29,6 +29,27 @@ TEST_CASE("fault specs parse and round-trip") {
   CHECK(parse_fault_spec(l.to_string()) == l);
 }
 
+TEST_CASE("a stop with for= is a freeze of that many seconds, then the process goes on") {
+  auto f = parse_fault_spec("stop:rank=2:step=12:phase=forward:for=2.5");
+  CHECK(f.kind == FaultKind::Stop);
+  CHECK(f.for_s == 2.5);
+  CHECK(f.to_string() == "stop:rank=2:step=12:phase=forward:for=2.5");
+  CHECK(parse_fault_spec(f.to_string()) == f);
+  CHECK_FALSE(parse_fault_spec("stop:rank=2:step=12").for_s);  // without for=: stopped for good
+  const auto reason = [](const char* s) {
+    try {
+      parse_fault_spec(s);
+    } catch (const rf::InvalidInput& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  CHECK(reason("kill:rank=1:step=2:for=1").find("for= only goes with kind stop and step=") != std::string::npos);
+  CHECK(reason("stop:rank=1:at=2:for=1").find("for= only goes with kind stop and step=") != std::string::npos);
+  CHECK(reason("stop:rank=1:step=2:for=0").find("from 0.001 to 3600") != std::string::npos);
+  CHECK(reason("stop:rank=1:step=2:for=x").find("from 0.001 to 3600") != std::string::npos);
+}
+
 TEST_CASE("a slow rank says how slow and for how many steps") {
   auto f = parse_fault_spec("slow:rank=1:step=100:factor=5:steps=200");
   CHECK(f.kind == FaultKind::Slow);
