@@ -12,10 +12,14 @@
 //
 // Starved is not stuck: with attach_thread(), each read also says how long the training
 // thread has been runnable but waiting for a CPU since the activity began (its schedstat,
-// base/thread_sched.h), and the coordinator does not count that time. The reader samples
-// the counter at every heartbeat and takes an activity's start value from the sample
-// before it began, so it can only count a little more waiting than there was (at most one
-// heartbeat's worth from before the activity), never less.
+// base/thread_sched.h), and the coordinator does not count that time. Frozen is not stuck
+// either: the reader is given how long in all the process did not run when its heartbeat
+// thread was due to (a SIGSTOP, a VM its host paused: every thread stops at once, and
+// schedstat sees no wait), and says how much of that fell in the activity. The reader
+// samples both counters at every heartbeat and takes an activity's start values from the
+// samples before it began, so it can only count a little more than there was (at most one
+// heartbeat's worth from before the activity), never less: a verdict may come a heartbeat
+// late, never early.
 #include <atomic>
 #include <cstdint>
 
@@ -64,8 +68,9 @@ class ActivityBoard {
     ActivityBoard& b_;
     elastic::Activity::Kind was_;
   };
-  // The heartbeat thread only: it keeps the samples of the CPU-wait counter.
-  elastic::Activity read(TimePoint now);
+  // The heartbeat thread only: it keeps the samples of the CPU-wait and frozen counters.
+  // frozen_total: how long the process did not run, in all (ControlPlane::frozen_total).
+  elastic::Activity read(TimePoint now, Duration frozen_total = Duration::zero());
 
  private:
   static int64_t ns(Duration d) { return std::chrono::duration_cast<std::chrono::nanoseconds>(d).count(); }
@@ -75,12 +80,14 @@ class ActivityBoard {
   std::atomic<int64_t> index_{-1};
   std::atomic<int64_t> since_ns_{0};  // steady clock
   std::atomic<int64_t> bound_ns_{0};
-  // The reader's: the CPU-wait counter of the training thread, its last sample, and the
-  // start value of the activity that began at region_since_.
+  // The reader's: the CPU-wait counter of the training thread and the frozen counter, their
+  // last samples, and their start values for the activity that began at region_since_.
   ThreadCpuClock cpu_;
   int64_t prev_runnable_ = -1;
+  int64_t prev_frozen_ = -1;
   int64_t region_since_ = -1;
   int64_t region_base_ = 0;
+  int64_t frozen_base_ = 0;
 };
 
 }  // namespace rf::ddp

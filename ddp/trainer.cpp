@@ -202,7 +202,7 @@ void Trainer::Impl::start_fault_tolerant() {
   checkpointing.set_storage_faults([this](int64_t s) { return inj->storage_fault(s); });  // --inject disk:...
   inj->set_before_fire([this](const elastic::FaultSpec& f, int64_t s) { before_fault(f, s); });
   watch.board().attach_thread(current_tid());  // this is the training thread
-  control->set_activity_source([this] { return watch.board().read(Clock::now()); });
+  control->set_activity_source([this](Duration frozen) { return watch.board().read(Clock::now(), frozen); });
   recovery.start(std::move(control), token, *inj, *audit_);  // the transport context, step 1's hooks
 }
 

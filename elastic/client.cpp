@@ -151,6 +151,10 @@ void Client::heartbeat_loop(TimePoint joined) {
         continue;
       }
       const std::optional<json> m = member_.receive(d.until, wake_fd_);
+      // Back later than it asked (whatever woke it): the process did not run when it was
+      // due. A freeze during a send or a reply's handling is caught here too: the next
+      // wait's deadline has passed by then. Only a freeze shorter than a period can be missed.
+      note_overslept(Clock::now() - d.until);
       if (!m) continue;
       const HeartbeatReply reply = decode_reply_as<HeartbeatReply>(*m);
       const std::optional<TimePoint> renewed = lease.answered();

@@ -25,7 +25,7 @@ void ControlPlane::on_stopped(std::function<void()> cb) {
   std::lock_guard<std::mutex> l(cb_mu_);
   on_stopped_ = std::move(cb);
 }
-void ControlPlane::set_activity_source(std::function<Activity()> source) {
+void ControlPlane::set_activity_source(std::function<Activity(Duration)> source) {
   std::lock_guard<std::mutex> l(cb_mu_);
   activity_ = std::move(source);
 }
@@ -55,7 +55,7 @@ Heartbeat ControlPlane::heartbeat_now() const {
   if (const double l = loss_.load(); l >= 0) beat.loss = l;
   if (const double r = samples_per_s_.load(); r >= 0) beat.samples_per_s = r;
   std::lock_guard<std::mutex> l(cb_mu_);
-  if (activity_) beat.activity = activity_();
+  if (activity_) beat.activity = activity_(frozen_total());
   if (ckpt_failed_ != 0) beat.ckpt_failed = ckpt_failed_, beat.ckpt_error = ckpt_error_;
   return beat;
 }

@@ -53,8 +53,17 @@ class ControlPlane {
   void on_fenced(std::function<void(const std::string& why)> cb);
   // The job is STOPPED (a digest mismatch, a worker's fatal report): once.
   void on_stopped(std::function<void()> cb);
-  // Read before every heartbeat (must be cheap and thread-safe).
-  void set_activity_source(std::function<Activity()> source);
+  // Read before every heartbeat (must be cheap and thread-safe), given how long in all this
+  // process did not run when its heartbeat thread was due to (frozen_total(): stopped, its
+  // VM paused), for the source to discount what falls in the current activity.
+  void set_activity_source(std::function<Activity(Duration frozen_total)> source);
+  // The heartbeat thread, each time it wakes up late from a timed wait: the time it overslept
+  // is time the whole process did not run (it runs at a real-time priority where it can,
+  // base/thread_sched.h, so no other thread of the machine keeps it from its CPU).
+  void note_overslept(Duration d) {
+    if (d > Duration::zero()) frozen_ns_.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(d).count());
+  }
+  Duration frozen_total() const { return std::chrono::nanoseconds(frozen_ns_.load()); }
 
   // Joins as (slot, incarnation) and starts the heartbeats. Throws JobFinished when every
   // member had already left (DONE), Refused (wrong token, stale incarnation, job stopped)
@@ -146,6 +155,7 @@ class ControlPlane {
 
   const int slot_;
   std::atomic<int64_t> step_{-1};
+  std::atomic<int64_t> frozen_ns_{0};
   std::atomic<double> loss_{-1.0};           // < 0: none yet
   std::atomic<double> samples_per_s_{-1.0};  // < 0: none yet
   std::atomic<uint64_t> active_{0}, seen_{0}, notified_{0};
@@ -156,7 +166,7 @@ class ControlPlane {
   std::function<void(const Revocation&)> on_revoked_;
   std::function<void(const std::string&)> on_fenced_;
   std::function<void()> on_stopped_;
-  std::function<Activity()> activity_;
+  std::function<Activity(Duration)> activity_;
   std::string fence_reason_;
   int64_t ckpt_failed_ = 0;  // set_checkpoint_failures, under cb_mu_
   std::string ckpt_error_;

@@ -21,13 +21,18 @@ LivenessVerdict judge_activity(TimePoint now, const Activity& a, TimePoint recei
   }
   // The heartbeat left `elapsed` into the activity; it has gone on since it arrived (a
   // newer heartbeat would have replaced it). now < received cannot happen on one clock.
-  // Time it only waited for a CPU does not count: starved is not stuck.
+  // Time it only waited for a CPU, or the whole process did not run, does not count:
+  // starved or frozen is not stuck.
   const Duration starved = std::min(a.runnable, a.elapsed);
-  v.elapsed = a.elapsed - starved + (now > received ? now - received : Duration::zero());
-  const TimePoint began = received - a.elapsed + starved;
+  const Duration frozen = std::min(a.frozen, a.elapsed - starved);
+  v.elapsed = a.elapsed - starved - frozen + (now > received ? now - received : Duration::zero());
+  const TimePoint began = received - a.elapsed + starved + frozen;
   const std::string where = a.where.empty() ? "?" : a.where;
-  const std::string cpu_wait = starved > Duration::zero() ? rf::str(", not counting ", seconds(starved),
-                                                                     " s it waited for a CPU") : "";
+  std::string cpu_wait;
+  if (starved > Duration::zero()) cpu_wait = rf::str(", not counting ", seconds(starved), " s it waited for a CPU");
+  if (frozen > Duration::zero())
+    cpu_wait += rf::str(cpu_wait.empty() ? ", not counting " : " nor ", seconds(frozen),
+                        " s the whole process was frozen");
   if (a.kind == Activity::Compute && v.elapsed > a.bound) {
     v.kind = LivenessVerdict::Hung;
     v.first_seen = began + a.bound;

@@ -117,6 +117,8 @@ struct Activity {
   Duration runnable{};   // ... of which it waited for a CPU (starved, not stuck: not judged)
   Duration bound{};      // its stall bound for what it does now (zero: do not judge it)
   std::string where;     // e.g. "step 325", "recovery of generation 3" (for the event log)
+  Duration frozen{};     // of `elapsed`, time the whole process did not run (stopped, its VM
+                         // paused): frozen, not stuck, not judged either
 };
 inline constexpr EnumName<Activity::Kind> kActivityKindNames[] = {
     {Activity::Idle, "idle"}, {Activity::Compute, "compute"}, {Activity::Wait, "wait"}};

@@ -45,6 +45,7 @@ Activity decode_activity(const json& a) {
   out.elapsed = std::chrono::microseconds(get_int(a, "elapsed_us", 0, int64_t{1} << 53));
   out.bound = std::chrono::microseconds(get_int(a, "bound_us", 0, int64_t{1} << 53));
   if (auto r = get_opt_int(a, "runnable_us", 0, int64_t{1} << 53)) out.runnable = std::chrono::microseconds(*r);
+  if (auto f = get_opt_int(a, "frozen_us", 0, int64_t{1} << 53)) out.frozen = std::chrono::microseconds(*f);
   out.where = get_str(a, "where", 64);
   return out;
 }
@@ -207,11 +208,12 @@ json encode_request(const Heartbeat& r) {
   if (r.samples_per_s) j["samples_per_s"] = *r.samples_per_s;
   if (r.ckpt_failed) j["ckpt_failed"] = *r.ckpt_failed, j["ckpt_error"] = r.ckpt_error;
   const Activity& a = r.activity;
-  if (a.kind != Activity::Idle || a.elapsed != Duration{} || a.runnable != Duration{} || a.bound != Duration{} ||
-      !a.where.empty()) {
+  if (a.kind != Activity::Idle || a.elapsed != Duration{} || a.runnable != Duration{} || a.frozen != Duration{} ||
+      a.bound != Duration{} || !a.where.empty()) {
     const auto us = [](Duration d) { return std::chrono::duration_cast<std::chrono::microseconds>(d).count(); };
     j["activity"] = {{"kind", to_string(a.kind)}, {"elapsed_us", us(a.elapsed)}, {"runnable_us", us(a.runnable)},
                      {"bound_us", us(a.bound)}, {"where", a.where}};
+    if (a.frozen != Duration{}) j["activity"]["frozen_us"] = us(a.frozen);
   }
   return j;
 }

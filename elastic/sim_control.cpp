@@ -181,6 +181,7 @@ std::optional<HeartbeatReply> SimControl::beat_locked() {
   last_activity_ = a;
   a.elapsed = c_.now_ - activity_since_;
   a.runnable = Duration::zero();
+  a.frozen = Duration::zero();
   return reply_of(c_.m_.heartbeat(id_, b.generation, b.step, c_.now_, a));
 }
 

@@ -77,3 +77,22 @@ TEST_CASE("step watch: without a coordinator the communicator keeps the fixed ce
   CHECK(StepWatch::whole_ms(200us) == 1ms);   // never 0: a zero timeout would fire at once
   CHECK(StepWatch::whole_ms(1500200us) == 1501ms);  // rounded up, never shorter
 }
+
+TEST_CASE("step watch: a freeze counts toward the activity it fell in, from the sample before it began") {
+  StepWatch w(StallBoundOptions{});
+  w.begin_step(0);
+  // The very first read has no earlier sample: what the counter says then is its base. The
+  // process was frozen 300 ms before step 1 (the last read already said so), then 2.5 s in it.
+  CHECK(w.board().read(Clock::now(), 300ms).frozen == 0ms);
+  w.begin_step(1);  // a new activity from here
+  CHECK(w.board().read(Clock::now(), 300ms).frozen == 0ms);
+  Activity a = w.board().read(Clock::now(), 2800ms);
+  CHECK(a.where == "step 1");
+  CHECK(a.frozen == 2500ms);
+  // A freeze between the last read and the start of an activity is counted in it: a little
+  // more than there was, never less (a verdict can only come late).
+  w.begin_step(2);
+  CHECK(w.board().read(Clock::now(), 3000ms).frozen == 200ms);
+  w.idle();
+  CHECK(w.board().read(Clock::now(), 9s).frozen == 0ms);  // idle is never judged
+}

@@ -72,3 +72,27 @@ TEST_CASE("liveness: time a member only waited for a CPU is not counted (a CPU h
   a.runnable = 2s;
   CHECK(judge_activity(t0, a, t0, kWedge, kFresh).kind == LivenessVerdict::Alive);
 }
+
+TEST_CASE("liveness: time the whole process was frozen is not counted (a paused VM, a SIGSTOP within the lease)") {
+  // 2.6 s into its compute, 2.5 s of which the process did not run at all.
+  Activity a{Activity::Compute, 2600ms, 0ms, 1s, "step 12"};
+  a.frozen = 2500ms;
+  CHECK(judge_activity(t0, a, t0, kWedge, kFresh).kind == LivenessVerdict::Alive);
+  // Frozen and starved add up; past the bound even so: hung, and the detail says both.
+  a.runnable = 300ms;
+  a.frozen = 1000ms;
+  const LivenessVerdict v = judge_activity(t0, a, t0, kWedge, kFresh);
+  CHECK(v.kind == LivenessVerdict::Hung);
+  CHECK(v.elapsed == 1300ms);
+  CHECK(v.first_seen == t0 - 300ms);
+  CHECK(v.detail.find("not counting 0.3 s it waited for a CPU nor 1 s the whole process was frozen") !=
+        std::string::npos);
+  // Inside a collective: the wedge limit counts without the freeze too.
+  Activity w{Activity::Wait, 4s, 0ms, 1s, "step 12"};
+  w.frozen = 2500ms;
+  CHECK(judge_activity(t0, w, t0, kWedge, kFresh).kind == LivenessVerdict::Alive);
+  // More reported than elapsed: never a negative time.
+  a.runnable = 2s;
+  a.frozen = 2s;
+  CHECK(judge_activity(t0, a, t0, kWedge, kFresh).kind == LivenessVerdict::Alive);
+}

@@ -46,6 +46,10 @@ TEST_CASE("round trip: a heartbeat, with and without its optional figures, activ
   CHECK(full.activity.runnable == 20ms);
   CHECK(full.activity.bound == 2s);
   CHECK(full.activity.where == "step 41");
+  CHECK(full.activity.frozen == 0ms);
+  CHECK_FALSE(encode_request(h)["activity"].contains("frozen_us"));  // none: absent, read as none
+  h.activity.frozen = 900ms;
+  CHECK(round_trip(h).activity.frozen == 900ms);
 }
 
 TEST_CASE("round trip: a report, plan, ready, and the recovery's failure and phase timing") {
