@@ -11,6 +11,7 @@
 #include "comm/nccl/nccl_impl.h"
 #include "comm/nccl/regroup.h"
 #include "comm/nccl/unique_id.h"
+#include "comm/nccl/version.h"
 
 namespace rf::comm::nccl {
 
@@ -266,10 +267,12 @@ void prepare_nccl() {
     int version = 0;
     if (ncclResult_t r = ncclGetVersion(&version); r != ncclSuccess)
       throw rf::Error(rf::str("NCCL backend: ncclGetVersion: ", nccl_text(nullptr, r)));
-    // Same major.minor as the header we were built against: the Revoke/Shrink guards
-    // were decided from the header.
-    if (version / 100 != NCCL_VERSION_CODE / 100)
-      rf::log::warn("nccl", "the library ", version, " differs from the header's ", NCCL_VERSION_CODE);
+    // The Revoke/Shrink guards were decided from the header: an older library would fail
+    // on a missing symbol in the middle of a recovery. Refused here, by name.
+    if (const std::string why = nccl_library_refusal(version, NCCL_VERSION_CODE); !why.empty()) throw rf::Error(why);
+    if (version != NCCL_VERSION_CODE)
+      rf::log::warn("nccl", "the library ", nccl_version_text(version), " differs from the header's ",
+                    nccl_version_text(NCCL_VERSION_CODE));
   });
 }
 

@@ -64,22 +64,27 @@
 #include "comm/flight_recorder.h"
 #include "comm/nccl/nccl_communicator.h"
 #include "comm/nccl/staging.h"
+#include "comm/nccl/version.h"
 #include "comm/nccl/wait_loop.h"
 
-// ncclCommRevoke and ncclCommShrink came with NCCL 2.27/2.28; without them a failure is
-// ncclCommAbort and every generation a fresh init (logged when a communicator forms).
-#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
+// ncclCommShrink came with NCCL 2.27.3 and ncclCommRevoke with 2.28.7 (neither is in the
+// headers before); without them a failure is ncclCommAbort and every generation a fresh
+// init (logged when a communicator forms).
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 7)
 #define RF_NCCL_HAS_REVOKE 1
 #else
 #define RF_NCCL_HAS_REVOKE 0
 #endif
-#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 27, 0)
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 27, 3)
 #define RF_NCCL_HAS_SHRINK 1
 #else
 #define RF_NCCL_HAS_SHRINK 0
 #endif
 
 namespace rf::comm::nccl {
+
+static_assert(RF_NCCL_HAS_REVOKE == (NCCL_VERSION_CODE >= kNcclRevokeVersion), "version.h and the guard above agree");
+static_assert(RF_NCCL_HAS_SHRINK == (NCCL_VERSION_CODE >= kNcclShrinkVersion), "version.h and the guard above agree");
 
 namespace detail {
 
