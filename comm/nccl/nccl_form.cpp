@@ -6,6 +6,8 @@
 #include <cstring>
 #include <iostream>
 
+#include <unistd.h>
+
 #include "base/log.h"
 #include "comm/nccl/determinism.h"
 #include "comm/nccl/nccl_impl.h"
@@ -32,6 +34,9 @@ void apply_determinism(bool deterministic) {
     for (const EnvChoice& c : choices)
       if (!c.kept) setenv(c.name.c_str(), c.value.c_str(), 1);
     rf::log::info("nccl", describe_determinism(deterministic, choices));
+    const auto risks = order_risks(deterministic, [](const char* n) { return std::getenv(n); },
+                                   [](const std::string& path) { return ::access(path.c_str(), F_OK) == 0; });
+    for (const OrderRisk& r : risks) rf::log::warn("nccl", describe_order_risk(r));
   });
   if (applied != deterministic)
     rf::log::warn("nccl", "stays ", applied ? "deterministic" : "not deterministic",
