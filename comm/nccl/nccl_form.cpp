@@ -1,6 +1,7 @@
 // The NCCL backend: forming a generation's communicator (fresh init, or ncclCommShrink when
 // the coordinator's plan says so), and tearing one down within a bound. The class is in
 // nccl_impl.h; the wait loop and revocation in nccl_communicator.cpp.
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -50,18 +51,27 @@ void detail::abort_bounded(ncclComm_t comm, int device, const std::string& what,
     std::mutex mu;
     std::condition_variable cv;
     bool done = false;
+    double abort_ms = 0;  // how long ncclCommAbort itself took
   };
   auto st = std::make_shared<State>();
   std::thread([st, comm, device, after = std::move(after)] {
     bind_device(device);
+    const TimePoint t0 = Clock::now();
     if (comm) ncclCommAbort(comm);
+    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     if (after) after();
     std::lock_guard lk(st->mu);
     st->done = true;
+    st->abort_ms = ms;
     st->cv.notify_all();
   }).detach();
   std::unique_lock lk(st->mu);
-  if (st->cv.wait_for(lk, kTeardownBound, [&] { return st->done; })) return;
+  if (st->cv.wait_for(lk, kTeardownBound, [&] { return st->done; })) {
+    // A healthy abort joins NCCL's proxy threads, which poll every 500 ms: measured, so a
+    // slow teardown shows in the log before it reaches the bound.
+    if (comm) rf::log::info("nccl", what, " on cuda:", device, ": ncclCommAbort took ", std::lround(st->abort_ms), " ms");
+    return;
+  }
   rf::log::error("nccl", what, " on cuda:", device, ": ncclCommAbort has not returned after ",
                  static_cast<long long>(kTeardownBound.count()),
                  " s (NCCL waits for a kernel on this GPU that does not end); this worker exits with status ",
