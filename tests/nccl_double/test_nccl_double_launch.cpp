@@ -1,0 +1,80 @@
+// The double's launches (tests/nccl_double, fake_hooks.h): every collective of a
+// non-blocking communicator answers ncclInProgress and launches from a job thread, and
+// the first one makes the connections unless NCCL_RUNTIME_CONNECT=0 was set at init.
+#include <doctest/doctest.h>
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <cstdlib>
+
+#include "tests/nccl_double/double_unit.h"
+
+using namespace rf::nccl_double::unit;
+
+TEST_CASE("double: RF_FAKE_NCCL_INPROGRESS_MS delays the launch; a call before the state settles is misuse") {
+  setenv("RF_FAKE_NCCL_INPROGRESS_MS", "100", 1);
+  const ncclUniqueId id = new_id();
+  ranks(2, [&](int r) {
+    ncclComm_t c = init(2, id, r);
+    cudaStream_t s;
+    cudaStreamCreate(&s);
+    int64_t* v = nullptr;
+    cudaMalloc(reinterpret_cast<void**>(&v), sizeof(int64_t));
+    *v = r + 1;
+    const auto t0 = Clock::now();
+    CHECK(ncclAllReduce(v, v, 1, ncclInt64, ncclSum, c, s) == ncclInProgress);
+    ncclResult_t st;
+    CHECK((ncclCommGetAsyncError(c, &st) == ncclSuccess && st == ncclInProgress));
+    CHECK(cudaStreamQuery(s) == cudaSuccess);  // the kernel is not on the stream yet
+    CHECK(settle(c) == ncclSuccess);
+    CHECK(Clock::now() - t0 >= 90ms);
+    CHECK(cudaStreamSynchronize(s) == cudaSuccess);
+    CHECK(*v == 3);
+    // Calling again before the state reads ncclSuccess breaks NCCL's rule: refused, and
+    // the double makes it the async error once the launch job has ended.
+    CHECK(ncclAllReduce(v, v, 1, ncclInt64, ncclSum, c, s) == ncclInProgress);
+    CHECK(ncclAllReduce(v, v, 1, ncclInt64, ncclSum, c, s) == ncclInvalidArgument);
+    CHECK(settle(c) == ncclInvalidArgument);
+    CHECK(ncclCommRevoke(c, NCCL_REVOKE_DEFAULT) == ncclInProgress);  // no launch job left: safe
+    CHECK(settle(c) == ncclSuccess);
+    CHECK(ncclCommAbort(c) == ncclSuccess);
+    cudaFree(v);
+    cudaStreamDestroy(s);
+  });
+  unsetenv("RF_FAKE_NCCL_INPROGRESS_MS");
+}
+
+TEST_CASE("double: the first collective connects inside its launch, unless NCCL_RUNTIME_CONNECT=0 at init") {
+  setenv("RF_FAKE_NCCL_CONNECT_MS", "1000", 1);
+  for (const bool at_init : {false, true}) {
+    CAPTURE(at_init);
+    if (at_init) setenv("NCCL_RUNTIME_CONNECT", "0", 1);
+    const ncclUniqueId id = new_id();
+    ranks(2, [&](int r) {
+      const auto t0 = Clock::now();
+      ncclComm_t c = init(2, id, r);
+      const auto t1 = Clock::now();
+      cudaStream_t s;
+      cudaStreamCreate(&s);
+      int64_t* v = nullptr;
+      cudaMalloc(reinterpret_cast<void**>(&v), sizeof(int64_t));
+      *v = 1;
+      CHECK(launched(ncclAllReduce(v, v, 1, ncclInt64, ncclSum, c, s), c) == ncclSuccess);
+      const auto t2 = Clock::now();
+      CHECK(launched(ncclAllReduce(v, v, 1, ncclInt64, ncclSum, c, s), c) == ncclSuccess);  // connected now
+      const auto t3 = Clock::now();
+      // Only lower bounds are firm on a loaded machine; the 1 s that is absent has 700 ms of slack.
+      CHECK((at_init ? t1 - t0 : t2 - t1) >= 990ms);
+      CHECK((at_init ? t2 - t1 : t1 - t0) < 700ms);
+      CHECK(t3 - t2 < 700ms);
+      CHECK(cudaStreamSynchronize(s) == cudaSuccess);
+      CHECK(*v == 4);
+      CHECK(ncclCommAbort(c) == ncclSuccess);
+      cudaFree(v);
+      cudaStreamDestroy(s);
+    });
+  }
+  unsetenv("NCCL_RUNTIME_CONNECT");
+  unsetenv("RF_FAKE_NCCL_CONNECT_MS");
+}
