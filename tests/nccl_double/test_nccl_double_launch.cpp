@@ -46,7 +46,7 @@ TEST_CASE("double: RF_FAKE_NCCL_INPROGRESS_MS delays the launch; a call before t
 }
 
 TEST_CASE("double: the first collective connects inside its launch, unless NCCL_RUNTIME_CONNECT=0 at init") {
-  setenv("RF_FAKE_NCCL_CONNECT_MS", "1000", 1);
+  setenv("RF_FAKE_NCCL_CONNECT_MS", "2000", 1);
   for (const bool at_init : {false, true}) {
     CAPTURE(at_init);
     if (at_init) setenv("NCCL_RUNTIME_CONNECT", "0", 1);
@@ -64,10 +64,10 @@ TEST_CASE("double: the first collective connects inside its launch, unless NCCL_
       const auto t2 = Clock::now();
       CHECK(launched(ncclAllReduce(v, v, 1, ncclInt64, ncclSum, c, s), c) == ncclSuccess);  // connected now
       const auto t3 = Clock::now();
-      // Only lower bounds are firm on a loaded machine; the 1 s that is absent has 700 ms of slack.
-      CHECK((at_init ? t1 - t0 : t2 - t1) >= 990ms);
-      CHECK((at_init ? t2 - t1 : t1 - t0) < 700ms);
-      CHECK(t3 - t2 < 700ms);
+      // Only lower bounds are firm on a loaded machine; where the 2 s are absent, 1.5 s of slack.
+      CHECK((at_init ? t1 - t0 : t2 - t1) >= 1990ms);
+      CHECK((at_init ? t2 - t1 : t1 - t0) < 1500ms);
+      CHECK(t3 - t2 < 1500ms);
       CHECK(cudaStreamSynchronize(s) == cudaSuccess);
       CHECK(*v == 4);
       CHECK(ncclCommAbort(c) == ncclSuccess);
