@@ -18,7 +18,8 @@ reverts = {
     return true;
   }''','''  if (r == ncclInProgress) return complete_launch(op, failed);'''),
    ('comm/nccl/wait_loop.cpp','if (o.launched && o.event == EventState::done) {','if (o.event == EventState::done) {')], ['inprogress_w3']),
- 'fix3_overlap': ([('comm/nccl/nccl_collectives.cpp','      if (ok) ok = advance_launches(failed);','      if (ok) ok = advance_launches(failed);\n      if (ok && device && op->done) cudaStreamWaitEvent(static_cast<cudaStream_t>(caller), op->done, 0);')], ['overlap_w2']),
+ # Every call launches later now (ncclInProgress): the old caller's wait on `done` needs the launch first.
+ 'fix3_overlap': ([('comm/nccl/nccl_collectives.cpp','      if (ok) ok = advance_launches(failed);','      if (ok) ok = advance_launches(failed);\n      while (ok && device && op->launch != NcclOp::Launch::launched) ok = advance_launches(failed);\n      if (ok && device && op->done) cudaStreamWaitEvent(static_cast<cudaStream_t>(caller), op->done, 0);')], ['overlap_w2']),
  'fix4_stuck_names_self': ([('comm/nccl/wait_loop.cpp','    if (!o.started) {','    if (false) {')], ['stuck_w2']),
  'fix4b_stuck_on_abort': ([('comm/nccl/nccl_communicator.cpp','if (head.started != nullptr && judge_device_stuck(','if (false && judge_device_stuck(')], ['stuck_aborted_w2']),
  'fix5_plan_decides': ([('comm/nccl/nccl_form.cpp','  if (o.regroup.kind == CommRegroup::Kind::shrink) {\n    if (previous == nullptr)','''  CommOptions local = o;  // the old local decision
@@ -35,7 +36,7 @@ reverts = {
   struct OldGuard { int old = 0; explicit OldGuard(int d) { cudaGetDevice(&old); if (old != d) cudaSetDevice(d); } ~OldGuard() { cudaSetDevice(old); } } g(device_);'''),
    ('comm/nccl/nccl_impl.h','''      bind_device(device_);
       watchdog_main();''','''      watchdog_main();''')], ['allreduce_w2']),
- 'fix7_bounded_teardown': ([('comm/nccl/nccl_form.cpp','if (st->cv.wait_for(lk, kTeardownBound, [&] { return st->done; })) return;','st->cv.wait(lk, [&] { return st->done; }); return;')], ['stuck_w2']),
+ 'fix7_bounded_teardown': ([('comm/nccl/nccl_form.cpp','if (st->cv.wait_for(lk, kTeardownBound, [&] { return st->done; })) {','st->cv.wait(lk, [&] { return st->done; });\n  if (true) {')], ['stuck_w2']),
  'fix8_slots_return': ([('comm/nccl/nccl_form.cpp','  auto slots = std::make_unique<std::vector<StagingSlot>>(std::move(revoked_slots_));','  auto slots = std::make_unique<std::vector<StagingSlot>>();')], ['generations_w2']),
  'fix9_no_shrink_after_error': ([('comm/nccl/nccl_impl.h','return RF_NCCL_HAS_SHRINK && regroupable(Clock::now() + kRegroupSettleBound) != nullptr;','return RF_NCCL_HAS_SHRINK && shrinkable() != nullptr;')], ['death_no_shrink_w3']),
  'fix10_no_revoke_while_launching': ([('comm/nccl/nccl_communicator.cpp','    if (launching && settle(comm_,','    if (false && launching && settle(comm_,')], ['revoke_launching_w2']),
