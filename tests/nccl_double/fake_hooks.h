@@ -55,6 +55,9 @@ size_t rf_fake_cuda_pinned_bytes(void);
 
 // Live fake NCCL communicators in this process (made, not yet aborted or destroyed).
 int rf_fake_nccl_live_comms(void);
+// How many communicators of this process made their connections inside a collective's
+// launch (NCCL_RUNTIME_CONNECT not 0 when made) rather than at init, so far.
+int rf_fake_nccl_runtime_connects(void);
 
 #ifdef __cplusplus
 }  // extern "C"

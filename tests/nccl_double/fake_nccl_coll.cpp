@@ -12,6 +12,7 @@
 // reads ncclInProgress breaks NCCL's rule for non-blocking communicators: it is refused
 // with ncclInvalidArgument, which the double also makes the async error, so the misuse shows.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <vector>
@@ -67,6 +68,8 @@ std::string buffer_problem(const ncclComm& c, const void* p, size_t bytes, const
   return cat(which, " (", bytes, " bytes at ", p, ") is not device memory (not inside a cudaMalloc block)");
 }
 
+std::atomic<int> g_runtime_connects{0};  // connections made inside a collective's launch
+
 // The launch of `ops` on `stream` (one kernel): in the call, or by a launch job (see the
 // top of this file). Caller holds c.mu.
 ncclResult_t start(ncclComm& c, std::vector<Op> ops, cudaStream_t stream) {
@@ -79,7 +82,10 @@ ncclResult_t start(ncclComm& c, std::vector<Op> ops, cudaStream_t stream) {
   ++c.launch_jobs;
   push_job(c, [comm, ops = std::move(ops), stream, ms, connect] {
     auto cancelled = [comm] { return comm->closing.load() || comm->revoked; };
-    if (connect) connect_setup(*comm, cancelled);
+    if (connect) {
+      connect_setup(*comm, cancelled);
+      g_runtime_connects.fetch_add(1);
+    }
     std::unique_lock lk(comm->mu);
     comm->cv.wait_for(lk, std::chrono::milliseconds(ms), cancelled);
     --comm->launch_jobs;
@@ -164,6 +170,8 @@ void connect_setup(ncclComm& c, const std::function<bool()>& cancelled) {
 }
 
 }  // namespace rf_fake_nccl
+
+extern "C" int rf_fake_nccl_runtime_connects(void) { return g_runtime_connects.load(); }
 
 extern "C" ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t type,
                                       ncclRedOp_t red, ncclComm_t comm, cudaStream_t stream) {
