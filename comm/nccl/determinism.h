@@ -33,4 +33,24 @@ std::vector<EnvChoice> determinism_env(bool deterministic, const std::function<c
 // "not deterministic (...)" when off.
 std::string describe_determinism(bool deterministic, const std::vector<EnvChoice>& choices);
 
+// A setting outside the four above that changes the all-reduce's summation order (NCCL
+// 2.28.9): the channel count (NCCL_MIN_CTAS/NCCL_MAX_CTAS override the config's 4 without a
+// word; NCCL_MIN_NCHANNELS may exceed them), channels per call, the chunk size, a tuner
+// plugin that picks channels per call, the ring's order (topology and graph files), and
+// NCCL's configuration files, whose values count as the environment.
+struct OrderRisk {
+  std::string name;   // the variable, or the configuration file's path
+  std::string value;  // its value ("" for a file)
+  std::string what;   // what it changes, for the warning
+};
+
+// What is set that may change the order: `getenv` reads the environment, `exists` whether a
+// file exists (NCCL_CONF_FILE, $HOME/.nccl.conf, /etc/nccl.conf). Empty when not deterministic.
+std::vector<OrderRisk> order_risks(bool deterministic, const std::function<const char*(const char*)>& getenv,
+                                   const std::function<bool(const std::string&)>& exists);
+
+// The warning for one risk: it names the setting, what it changes, and when the bitwise
+// claim still holds (every rank, replacements included, with the same value).
+std::string describe_order_risk(const OrderRisk& risk);
+
 }  // namespace rf::comm::nccl

@@ -1,5 +1,6 @@
 // The NCCL backend: the wait loop and revocation. The class is in nccl_impl.h, forming and
 // teardown in nccl_form.cpp, starting and launching operations in nccl_collectives.cpp.
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <iostream>
@@ -59,6 +60,7 @@ NcclCommunicator::PollResult NcclCommunicator::poll(NcclOp* waiting, TimePoint c
   WaitOptions opt;
   opt.stall_timeout = stall_timeout();  // read afresh: set_stall_timeout applies now (D3)
   opt.poll_interval = kWaitPoll;
+  opt.launch_poll_interval = kLaunchPoll;
   const bool dropped = drop_flag_.load(std::memory_order_acquire);
   for (size_t i = 0; i < pending_.size();) {
     NcclOp& op = *pending_[i];
@@ -144,12 +146,26 @@ void NcclCommunicator::revoke(const WaitDecision& decision) {
   }
   poison_decision_ = d;
   poison_ = decision_error(d);
+#if RF_NCCL_HAS_REVOKE
+  if (comm_ && !broken_) {
+    // Not while a call is launching (nccl_impl.h, "Revocation"): it settles first, bounded,
+    // under loop_mu_ (a launch with its connections made at init takes microseconds).
+    const bool launching = std::any_of(pending_.begin(), pending_.end(),
+                                       [](const auto& p) { return p->launch == NcclOp::Launch::launching; });
+    if (launching && settle(comm_, Clock::now() + kLaunchSettleBound, false) == ncclInProgress) {
+      rf::log::info("nccl", "g=", generation_, " rank ", rank_, " cuda:", device_, ": not revoked (", d.error.cause,
+                    "): a call is still launching after ", std::chrono::milliseconds(kLaunchSettleBound).count(),
+                    " ms, and ncclCommRevoke would free NCCL's launch job under it; ncclCommAbort at teardown");
+      broken_ = true;
+    }
+  }
+#endif
   if (comm_ && !broken_) {
 #if RF_NCCL_HAS_REVOKE
     // Revoke stops the in-flight kernels and keeps the communicator, so the next
     // generation can ncclCommShrink it when the plan says so. Non-blocking: the state reads
     // ncclInProgress until the communicator is quiescent; the next generation's shrink
-    // waits for that, nobody here does.
+    // (and can_regroup) waits for that, nobody here does.
     const ncclResult_t r = ncclCommRevoke(comm_, NCCL_REVOKE_DEFAULT);
     rf::log::info("nccl", "g=", generation_, " rank ", rank_, " cuda:", device_, ": ncclCommRevoke (", d.error.cause,
                   "): ", nccl_text(comm_, r));

@@ -1,16 +1,21 @@
 // The NCCL backend: forming a generation's communicator (fresh init, or ncclCommShrink when
 // the coordinator's plan says so), and tearing one down within a bound. The class is in
 // nccl_impl.h; the wait loop and revocation in nccl_communicator.cpp.
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
 
+#include <unistd.h>
+
 #include "base/log.h"
 #include "comm/nccl/determinism.h"
 #include "comm/nccl/nccl_impl.h"
 #include "comm/nccl/regroup.h"
+#include "comm/nccl/runtime_connect.h"
 #include "comm/nccl/unique_id.h"
+#include "comm/nccl/version.h"
 
 namespace rf::comm::nccl {
 
@@ -31,10 +36,24 @@ void apply_determinism(bool deterministic) {
     for (const EnvChoice& c : choices)
       if (!c.kept) setenv(c.name.c_str(), c.value.c_str(), 1);
     rf::log::info("nccl", describe_determinism(deterministic, choices));
+    const auto risks = order_risks(deterministic, [](const char* n) { return std::getenv(n); },
+                                   [](const std::string& path) { return ::access(path.c_str(), F_OK) == 0; });
+    for (const OrderRisk& r : risks) rf::log::warn("nccl", describe_order_risk(r));
   });
   if (applied != deterministic)
     rf::log::warn("nccl", "stays ", applied ? "deterministic" : "not deterministic",
                   " in this process (the first communicator's setting; NCCL read it then)");
+}
+
+// NCCL_RUNTIME_CONNECT=0 where the user has not set it (runtime_connect.h), once per process
+// before its first communicator: NCCL reads it when it makes one.
+void apply_runtime_connect() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    const EnvChoice c = runtime_connect_env([](const char* n) { return std::getenv(n); });
+    if (!c.kept) setenv(c.name.c_str(), c.value.c_str(), 1);
+    rf::log::info("nccl", describe_runtime_connect(c));
+  });
 }
 
 }  // namespace
@@ -44,18 +63,27 @@ void detail::abort_bounded(ncclComm_t comm, int device, const std::string& what,
     std::mutex mu;
     std::condition_variable cv;
     bool done = false;
+    double abort_ms = 0;  // how long ncclCommAbort itself took
   };
   auto st = std::make_shared<State>();
   std::thread([st, comm, device, after = std::move(after)] {
     bind_device(device);
+    const TimePoint t0 = Clock::now();
     if (comm) ncclCommAbort(comm);
+    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     if (after) after();
     std::lock_guard lk(st->mu);
     st->done = true;
+    st->abort_ms = ms;
     st->cv.notify_all();
   }).detach();
   std::unique_lock lk(st->mu);
-  if (st->cv.wait_for(lk, kTeardownBound, [&] { return st->done; })) return;
+  if (st->cv.wait_for(lk, kTeardownBound, [&] { return st->done; })) {
+    // A healthy abort joins NCCL's proxy threads, which poll every 500 ms: measured, so a
+    // slow teardown shows in the log before it reaches the bound.
+    if (comm) rf::log::info("nccl", what, " on cuda:", device, ": ncclCommAbort took ", std::lround(st->abort_ms), " ms");
+    return;
+  }
   rf::log::error("nccl", what, " on cuda:", device, ": ncclCommAbort has not returned after ",
                  static_cast<long long>(kTeardownBound.count()),
                  " s (NCCL waits for a kernel on this GPU that does not end); this worker exits with status ",
@@ -120,19 +148,21 @@ void NcclCommunicator::form_shrink(const CommOptions& o, ncclConfig_t& cfg, Nccl
   if (prev.generation() != from) refuse(rf::str("this rank holds g=", prev.generation(), "'s communicator"));
   if (o.members.empty() || prev.members().empty()) refuse("no member lists to map the ranks with");
   std::lock_guard lk(prev.loop_mu());
-  ncclComm_t parent = prev.shrinkable();
-  if (parent == nullptr) refuse("this rank's communicator of it is gone (aborted)");
+  if (prev.shrinkable() == nullptr) refuse("this rank's communicator of it is gone (aborted)");
   const RegroupPlan plan = plan_regroup(prev.members(), o.members, true);
   if (plan.kind != RegroupPlan::Kind::shrink) refuse(plan.reason);
   const int old_rank = prev.rank();
   if (old_rank < 0 || old_rank >= static_cast<int>(plan.new_rank.size()) || plan.new_rank[old_rank] != rank_)
     refuse(rf::str("it maps previous rank ", old_rank, " elsewhere than rank ", rank_));
   const TimePoint until = Clock::now() + o.connect_timeout;
-  // A revoked communicator may be shrunk once it is quiescent (nccl.h).
-  if (settle(parent, until, false) == ncclInProgress)
+  // A revoked communicator may be shrunk once it is quiescent (nccl.h), and only if it
+  // settled without an error (nccl_impl.h, "Revocation").
+  ncclComm_t parent = prev.regroupable(until);
+  if (parent == nullptr && prev.shrinkable() != nullptr)
     throw TimedOut(bootstrap_info(rank_, generation_,
                                   rf::str("g=", from, "'s communicator on cuda:", device_,
                                           " is not quiescent after its revocation; cannot shrink it")));
+  if (parent == nullptr) refuse(prev.unshrinkable_why());
   std::vector<int> excluded = plan.excluded;  // NCCL sorts it in place
   // Non-blocking: NCCL writes the child's handle only when the shrink's background job
   // ends (it reads NULL until then, init.cc) and reports progress on the PARENT. The handle
@@ -150,6 +180,8 @@ void NcclCommunicator::form_shrink(const CommOptions& o, ncclConfig_t& cfg, Nccl
   if (r == ncclSuccess) {
     delete child;
     comm_ = made;
+    rf::log::info("nccl", "g=", generation_, " rank ", rank_, " cuda:", device_, ": shrink formed from g=", from, " (",
+                  world_, " ranks)");
     return;
   }
   const std::string text = nccl_text(parent, r);
@@ -194,7 +226,27 @@ void NcclCommunicator::form_fresh(const CommOptions& o, ncclConfig_t& cfg) {
   throw PeerFailed(i);
 }
 
-ncclResult_t NcclCommunicator::settle(ncclComm_t comm, TimePoint until, bool abortable) {
+ncclComm_t NcclCommunicator::regroupable(TimePoint until) const {
+  if (shrinkable() == nullptr) {
+    if (unshrinkable_.empty()) unshrinkable_ = "this rank's communicator of it is gone (aborted)";
+    return nullptr;
+  }
+  const ncclResult_t st = settle(comm_, until, false);
+  if (st == ncclSuccess) return comm_;
+  if (st == ncclInProgress) {
+    unshrinkable_ = "it is not quiescent after its revocation";
+    return nullptr;
+  }
+  broken_ = true;
+  unshrinkable_ = rf::str("it settled with ", nccl_text(comm_, st),
+                          " (NCCL keeps its proxy's error after a peer's death, through ncclCommRevoke; "
+                          "ncclCommShrink would return it)");
+  rf::log::info("nccl", "g=", generation_, " rank ", rank_, " cuda:", device_, ": not shrinkable: ", unshrinkable_,
+                "; the next generation forms afresh");
+  return nullptr;
+}
+
+ncclResult_t NcclCommunicator::settle(ncclComm_t comm, TimePoint until, bool abortable) const {
   for (;;) {
     ncclResult_t st = ncclSuccess;
     if (ncclResult_t r = ncclCommGetAsyncError(comm, &st); r != ncclSuccess) return r;
@@ -254,6 +306,7 @@ std::shared_ptr<Communicator> make_nccl_communicator(const CommOptions& o) {
   if (!o.members.empty() && static_cast<int>(o.members.size()) != o.world)
     throw rf::InvalidInput(rf::str("NCCL backend: ", o.members.size(), " members for world ", o.world));
   apply_determinism(o.nccl_deterministic);
+  apply_runtime_connect();
   auto* previous = dynamic_cast<NcclCommunicator*>(o.previous.get());
   auto c = std::make_shared<NcclCommunicator>(o, previous);
   c->start_watchdog();
@@ -266,10 +319,12 @@ void prepare_nccl() {
     int version = 0;
     if (ncclResult_t r = ncclGetVersion(&version); r != ncclSuccess)
       throw rf::Error(rf::str("NCCL backend: ncclGetVersion: ", nccl_text(nullptr, r)));
-    // Same major.minor as the header we were built against: the Revoke/Shrink guards
-    // were decided from the header.
-    if (version / 100 != NCCL_VERSION_CODE / 100)
-      rf::log::warn("nccl", "the library ", version, " differs from the header's ", NCCL_VERSION_CODE);
+    // The Revoke/Shrink guards were decided from the header: an older library would fail
+    // on a missing symbol in the middle of a recovery. Refused here, by name.
+    if (const std::string why = nccl_library_refusal(version, NCCL_VERSION_CODE); !why.empty()) throw rf::Error(why);
+    if (version != NCCL_VERSION_CODE)
+      rf::log::warn("nccl", "the library ", nccl_version_text(version), " differs from the header's ",
+                    nccl_version_text(NCCL_VERSION_CODE));
   });
 }
 

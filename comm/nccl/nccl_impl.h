@@ -11,8 +11,18 @@
 // other call on the communicator and no CUDA call on its stream. So an operation goes
 // queued -> launching (NCCL said ncclInProgress) -> launched (NCCL said ncclSuccess; its
 // `done` event is recorded behind the kernel then, never before), in order: one behind a
-// launching operation stays queued, and the poll launches it once NCCL settles. An
-// operation is done only when launched and its `done` event completed (wait_loop.h).
+// launching operation stays queued, and the poll launches it once NCCL settles (polled
+// every kLaunchPoll meanwhile, wait_loop.h). An operation is done only when launched and
+// its `done` event completed (wait_loop.h).
+//
+// Revocation (NCCL 2.28.9). ncclCommRevoke while a call is still launching frees NCCL's
+// launch job without resetting comm->groupJob: the next ncclCommGetAsyncError or
+// ncclCommAbort would use freed memory. So revoke() first lets a launching call settle,
+// up to kLaunchSettleBound; one that does not is never revoked (broken_: ncclCommAbort at
+// teardown). After a peer's death on the network transport NCCL's proxy keeps
+// ncclRemoteError, which ncclCommRevoke does not clear: the revoked communicator settles
+// with it and ncclCommShrink would return it at once. So a communicator is offered for
+// the next generation's shrink (can_regroup) only once it settled without an error.
 //
 // Streams. Each operation records `ready` on the caller's stream when it starts (the
 // bucket's producer is done there); our stream waits for it, then records `started`.
@@ -64,16 +74,18 @@
 #include "comm/flight_recorder.h"
 #include "comm/nccl/nccl_communicator.h"
 #include "comm/nccl/staging.h"
+#include "comm/nccl/version.h"
 #include "comm/nccl/wait_loop.h"
 
-// ncclCommRevoke and ncclCommShrink came with NCCL 2.27/2.28; without them a failure is
-// ncclCommAbort and every generation a fresh init (logged when a communicator forms).
-#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
+// ncclCommShrink came with NCCL 2.27.3 and ncclCommRevoke with 2.28.7 (neither is in the
+// headers before); without them a failure is ncclCommAbort and every generation a fresh
+// init (logged when a communicator forms).
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 7)
 #define RF_NCCL_HAS_REVOKE 1
 #else
 #define RF_NCCL_HAS_REVOKE 0
 #endif
-#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 27, 0)
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 27, 3)
 #define RF_NCCL_HAS_SHRINK 1
 #else
 #define RF_NCCL_HAS_SHRINK 0
@@ -81,10 +93,16 @@
 
 namespace rf::comm::nccl {
 
+static_assert(RF_NCCL_HAS_REVOKE == (NCCL_VERSION_CODE >= kNcclRevokeVersion), "version.h and the guard above agree");
+static_assert(RF_NCCL_HAS_SHRINK == (NCCL_VERSION_CODE >= kNcclShrinkVersion), "version.h and the guard above agree");
+
 namespace detail {
 
 inline constexpr auto kWaitPoll = std::chrono::microseconds(200);   // a waiting thread's poll
 inline constexpr auto kWatchdogPoll = std::chrono::milliseconds(2);  // the D3 backstop's poll
+inline constexpr auto kLaunchPoll = std::chrono::microseconds(20);   // either's poll while NCCL launches
+inline constexpr auto kLaunchSettleBound = std::chrono::seconds(1);  // revoke() waits this for a launch
+inline constexpr auto kRegroupSettleBound = std::chrono::seconds(1); // can_regroup() waits this for quiescence
 inline constexpr auto kTeardownBound = std::chrono::seconds(2);      // ncclCommAbort's longest wait
 inline constexpr int kExitTeardownStuck = 75;  // EX_TEMPFAIL: the launcher restarts the worker
 
@@ -211,18 +229,24 @@ class NcclCommunicator : public Communicator, public std::enable_shared_from_thi
   std::mutex& loop_mu() { return loop_mu_; }
   std::condition_variable& cv() { return cv_; }
   const std::vector<std::string>& members() const { return members_; }
-  // For the next generation's ncclCommShrink: the communicator, if it still exists
-  // (healthy, or revoked rather than aborted). Caller holds loop_mu_.
+  // The communicator, if it still exists (healthy, or revoked rather than aborted).
+  // Caller holds loop_mu_.
   ncclComm_t shrinkable() const { return broken_ ? nullptr : comm_; }
+  // For the next generation's ncclCommShrink: shrinkable() once it settled, by `until`,
+  // without an error; else null, and unshrinkable_why() says why. An error (the proxy's
+  // after a peer's death) leaves the communicator only to abort (broken_, logged); one not
+  // quiescent by `until` is refused this time only. Caller holds loop_mu_.
+  ncclComm_t regroupable(TimePoint until) const;
+  const std::string& unshrinkable_why() const { return unshrinkable_; }
   bool can_regroup() const override {
     std::lock_guard lk(loop_mu_);
-    return RF_NCCL_HAS_SHRINK && shrinkable() != nullptr;
+    return RF_NCCL_HAS_SHRINK && regroupable(Clock::now() + kRegroupSettleBound) != nullptr;
   }
   bool poisoned() const { return poison_ != nullptr; }
   int device() const { return device_; }
   // Waits while `comm` reports ncclInProgress, up to `until` (and the abort flag when
   // `abortable`). Returns the final state; ncclInProgress when the bound passed.
-  ncclResult_t settle(ncclComm_t comm, TimePoint until, bool abortable);
+  ncclResult_t settle(ncclComm_t comm, TimePoint until, bool abortable) const;
 
  private:
   // Refuses (rf::InvalidInput) a buffer on another GPU, or outside the registered memory
@@ -268,7 +292,10 @@ class NcclCommunicator : public Communicator, public std::enable_shared_from_thi
   std::deque<std::shared_ptr<NcclOp>> pending_;
   std::exception_ptr poison_;  // the first failure (a revoke decision's error)
   WaitDecision poison_decision_;
-  bool broken_ = false;  // ncclCommRevoke failed: comm_ is only for ncclCommAbort now
+  // comm_ is only for ncclCommAbort now: ncclCommRevoke failed or was not safe to call, or
+  // the communicator settled with an error (regroupable(), which is const: hence mutable).
+  mutable bool broken_ = false;
+  mutable std::string unshrinkable_;  // why regroupable() said null last
   // Slots under revoked copies: given back when our stream gets past them, after teardown.
   std::vector<StagingSlot> revoked_slots_;
   bool stop_ = false;

@@ -43,9 +43,9 @@ bool judge_device_stuck(bool started, Duration waiting, Duration stall_timeout) 
 }
 
 WaitDecision decide_wait(const WaitTarget& t, const WaitObservation& o, const WaitOptions& opt) {
-  if (opt.poll_interval <= Duration::zero()) {
-    throw rf::InvalidInput(rf::str("NCCL wait loop: poll interval ", seconds(opt.poll_interval),
-                                   " s; it must be positive"));
+  if (opt.poll_interval <= Duration::zero() || opt.launch_poll_interval <= Duration::zero()) {
+    throw rf::InvalidInput(rf::str("NCCL wait loop: poll interval ", seconds(opt.poll_interval), " s, launch poll interval ",
+                                   seconds(opt.launch_poll_interval), " s; both must be positive"));
   }
   if (o.abort_requested) {
     CommErrorInfo i = info_of(t);
@@ -92,8 +92,8 @@ WaitDecision decide_wait(const WaitTarget& t, const WaitObservation& o, const Wa
   }
   WaitDecision d;
   d.action = WaitAction::keep_polling;
-  const TimePoint by_interval =
-      opt.poll_interval > TimePoint::max() - o.now ? TimePoint::max() : o.now + opt.poll_interval;
+  const Duration interval = o.async == AsyncState::in_progress ? opt.launch_poll_interval : opt.poll_interval;
+  const TimePoint by_interval = interval > TimePoint::max() - o.now ? TimePoint::max() : o.now + interval;
   d.next_poll = std::min({by_interval, stall_at, opt.caller_deadline});
   return d;
 }

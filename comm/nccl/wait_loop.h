@@ -26,7 +26,11 @@
 //   6. the caller's deadline     -> fail this wait only (TimedOut; the operation keeps
 //      passed (Work::wait)          running and the stall timeout still applies)
 //   7. otherwise                 -> keep polling, next at the earliest of now + the poll
-//                                   interval, the stall deadline and the caller's deadline
+//                                   interval, the stall deadline and the caller's deadline;
+//                                   the launch poll interval while NCCL has a call in
+//                                   progress (ncclInProgress): the operation behind it
+//                                   launches only once it settles, so a short interval
+//                                   there launches the next bucket promptly
 // The stall deadline is last_progress + stall_timeout, read afresh at every poll, so a
 // stall timeout changed mid-wait (set_stall_timeout, D3) applies from the next poll on,
 // and a decision arrives no later than one poll interval after whichever deadline holds.
@@ -83,6 +87,7 @@ struct WaitObservation {
 struct WaitOptions {
   Duration stall_timeout = std::chrono::seconds(30);  // D3; the communicator's current value
   Duration poll_interval = std::chrono::milliseconds(1);  // > 0
+  Duration launch_poll_interval = std::chrono::microseconds(20);  // > 0; while async == in_progress
   TimePoint caller_deadline = TimePoint::max();           // Work::wait(deadline)
 };
 
@@ -114,7 +119,7 @@ struct WaitDecision {
 // steps (ddp/stall_bound.h).
 bool judge_device_stuck(bool started, Duration waiting, Duration stall_timeout);
 
-// Throws rf::InvalidInput for a poll interval that is not positive.
+// Throws rf::InvalidInput for a poll interval (either) that is not positive.
 WaitDecision decide_wait(const WaitTarget& target, const WaitObservation& obs, const WaitOptions& options);
 
 const char* action_name(WaitAction a);  // "keep polling", "done", "fail", "revoke"

@@ -103,8 +103,8 @@ void wait_key(Rank& me, const std::string& key, std::chrono::milliseconds t = 20
 // ---- scenarios ---------------------------------------------------------------------------
 
 // Several buckets outstanding at once on device buffers, host buffers through staging, and
-// every other collective. With RF_FAKE_NCCL_INPROGRESS_MS set, every NCCL call answers
-// ncclInProgress first (the lazy connect of a generation's first collective, always).
+// every other collective. Every NCCL call answers ncclInProgress (a launch job); with
+// RF_FAKE_NCCL_INPROGRESS_MS set (`inprogress`), each launch also takes that long.
 void allreduce(Rank& me) {
   auto c = make(me, 1, me.rank, me.world, members(me.world));
   std::vector<std::unique_ptr<DeviceFloats>> buckets;
@@ -273,24 +273,33 @@ void stuck_aborted(Rank& me) {
   cudaStreamSynchronize(me.stream);
 }
 
-// Generation 1 of W ranks; the last leaves (dies); the survivors' generation 2 as the plan
+// Generation 1 of W ranks; the last leaves as an evicted rank does: it stops calling (a
+// stopped or hung process), the survivors' all-reduce stalls and they revoke, and only then
+// does it exit, its sockets closing while none of their kernels waits on it. Their revoked
+// communicators settle without an error, so they can be shrunk. Generation 2 as the plan
 // says: `shrink` (ncclCommShrink of g1, child handle NULL until done) or `fresh`.
 // `disagree`: rank 1 lost its communicator (aborted) while rank 0 kept its one: the plan
 // says fresh and both obey (deciding locally, rank 0 would shrink and rank 1 wait for a
 // unique id: both time out).
 void regroup(Rank& me, const std::string& how) {
-  auto g1 = make(me, 1, me.rank, me.world, members(me.world), 2s);
+  auto g1 = make(me, 1, me.rank, me.world, members(me.world), 400ms);
   DeviceFloats x(4096);
   fill(x, me.rank);
   g1->allreduce(x.buffer(me.rank), OpId{1, 0});
   const int last = me.world - 1;
-  if (me.rank == last) return;  // leaves: the survivors' next all-reduce fails
+  if (me.rank == last) {
+    for (int r = 0; r < last; ++r) wait_key(me, rf::str("revoked", r));
+    return;  // exits: its sockets close now
+  }
   try {
     g1->allreduce(x.buffer(me.rank), OpId{2, 0});
     EXPECT(false, "an all-reduce without the last rank completed");
-  } catch (const CommError&) {
+  } catch (const TimedOut&) {
+  } catch (const CommError& e) {
+    EXPECT(false, "expected TimedOut (the stall bound), got ", e.what());
   }
-  EXPECT(g1->can_regroup(), "a revoked communicator can be shrunk");
+  signal_key(me, rf::str("revoked", me.rank));
+  EXPECT(g1->can_regroup(), "a revoked communicator that settled without an error can be shrunk");
   CommRegroup plan;
   if (how == "shrink") plan = CommRegroup{CommRegroup::Kind::shrink, 1};
   std::shared_ptr<Communicator> previous = g1;
@@ -302,6 +311,84 @@ void regroup(Rank& me, const std::string& how) {
   std::vector<int> survivors;
   for (int r = 0; r < last; ++r) survivors.push_back(r);
   EXPECT(summed(x, survivors), "generation 2's sum");
+}
+
+// The last rank dies (SIGKILL) inside the all-reduce: its sockets close while the
+// survivors' kernels wait on it, and NCCL's proxy keeps ncclRemoteError through
+// ncclCommRevoke (NCCL 2.28.9). So the revoked communicator is not shrinkable:
+// can_regroup() is false, each worker's report says comm_generation 0, and the
+// coordinator's plan is a fresh init (elastic/plan.h, decide_shrink_from), which works.
+void death(Rank& me) {
+  auto g1 = make(me, 1, me.rank, me.world, members(me.world), 2s);
+  DeviceFloats x(1 << 14);
+  fill(x, me.rank);
+  g1->allreduce(x.buffer(me.rank), OpId{1, 0});
+  const int last = me.world - 1;
+  if (me.rank == last) {
+    for (int r = 0; r < last; ++r) wait_key(me, rf::str("started", r));
+    raise(SIGKILL);
+  }
+  WorkPtr w = g1->allreduce_start(x.buffer(me.rank), OpId{2, 0}, me.stream);
+  signal_key(me, rf::str("started", me.rank));
+  try {
+    w->wait(Clock::now() + 20s);
+    EXPECT(false, "an all-reduce with a dead peer completed");
+  } catch (const PeerFailed&) {
+  } catch (const CommError& e) {
+    EXPECT(false, "expected PeerFailed, got ", e.what());
+  }
+  const bool can = g1->can_regroup();
+  EXPECT(!can, "a communicator revoked after a peer's death offers itself for ncclCommShrink, which fails at once");
+  CommRegroup plan;  // the coordinator's: shrink only when every rank reported it can
+  if (can) plan = CommRegroup{CommRegroup::Kind::shrink, 1};
+  std::shared_ptr<Communicator> previous = std::move(g1);
+  auto g2 = make(me, 2, me.rank, me.world - 1, members(me.world, last), 2s, std::move(previous), plan);
+  fill(x, me.rank);
+  g2->allreduce(x.buffer(me.rank), OpId{3, 0});
+  std::vector<int> survivors;
+  for (int r = 0; r < last; ++r) survivors.push_back(r);
+  EXPECT(summed(x, survivors), "generation 2's sum");
+}
+
+// abort() (the coordinator's revoke) while an all-reduce is still launching: NCCL's
+// ncclCommRevoke would free the launch job under it (the double aborts the process at the
+// next call that touches it). Rank 0's launch takes 100 ms, within the bound: it settles,
+// is revoked, and can be shrunk. Rank 1's takes 5 s: it is not revoked but left to
+// ncclCommAbort, which cancels it (can_regroup false).
+void revoke_launching(Rank& me) {
+  DeviceFloats x(1024);  // freed after the communicator's teardown (cudaFree waits for its stream)
+  fill(x, me.rank);
+  auto c = make(me, 1, me.rank, me.world, members(me.world), 30s);
+  setenv("RF_FAKE_NCCL_INPROGRESS_MS", me.rank == 0 ? "100" : "5000", 1);  // the double reads it at each call
+  WorkPtr w = c->allreduce_start(x.buffer(me.rank), OpId{1, 0}, me.stream);
+  c->abort("the coordinator revoked g=1");
+  try {
+    w->wait(Clock::now() + 10s);
+    EXPECT(false, "completed");
+  } catch (const Aborted&) {
+  } catch (const CommError& e) {
+    EXPECT(false, "expected Aborted, got ", e.what());
+  }
+  EXPECT(c->can_regroup() == (me.rank == 0), "rank ", me.rank, ": can_regroup() says ", c->can_regroup());
+  // Rank 0 checks before rank 1's sockets close (they would not matter: its kernel ended).
+  if (me.rank == 0) signal_key(me, "checked");
+  else wait_key(me, "checked");
+  unsetenv("RF_FAKE_NCCL_INPROGRESS_MS");
+}
+
+// A communicator whose connections take 1.5 s (RF_FAKE_NCCL_CONNECT_MS) under a 500 ms
+// stall bound: the backend has NCCL connect at init (NCCL_RUNTIME_CONNECT=0), inside the
+// connect timeout, so the first all-reduce completes; connecting inside it would stall it.
+void runtime_connect(Rank& me) {
+  DeviceFloats x(1024);  // freed after the communicator's teardown (cudaFree waits for its stream)
+  fill(x, me.rank);
+  auto c = make(me, 1, me.rank, me.world, members(me.world), 500ms);
+  const char* v = std::getenv("NCCL_RUNTIME_CONNECT");
+  EXPECT(v != nullptr && std::string(v) == "0", "NCCL_RUNTIME_CONNECT is ", v ? v : "unset", ", want 0");
+  c->allreduce(x.buffer(me.rank), OpId{1, 0});
+  std::vector<int> all(me.world);
+  for (int r = 0; r < me.world; ++r) all[r] = r;
+  EXPECT(summed(x, all), "the first all-reduce's sum");
 }
 
 // Ten generations, each revoked with a host all-reduce in flight (its staging slot under
@@ -354,6 +441,9 @@ int run_rank(const std::string& scenario) {
     else if (scenario == "stuck") stuck(me);
     else if (scenario == "stuck_aborted") stuck_aborted(me);
     else if (scenario == "shrink" || scenario == "fresh" || scenario == "disagree") regroup(me, scenario);
+    else if (scenario == "death_no_shrink") death(me);
+    else if (scenario == "revoke_launching") revoke_launching(me);
+    else if (scenario == "runtime_connect") runtime_connect(me);
     else if (scenario == "generations") generations(me);
     else EXPECT(false, "unknown scenario ", scenario);
   } catch (const std::exception& e) {
@@ -366,7 +456,8 @@ int run_rank(const std::string& scenario) {
 
 // How each rank must end: 0, except the rank a scenario kills or exits on purpose.
 bool ended_as_expected(const std::string& scenario, int world, const RankExit& x) {
-  if (scenario == "kill" && x.rank == world - 1) return WIFSIGNALED(x.status) && WTERMSIG(x.status) == SIGKILL;
+  if ((scenario == "kill" || scenario == "death_no_shrink") && x.rank == world - 1)
+    return WIFSIGNALED(x.status) && WTERMSIG(x.status) == SIGKILL;
   if (scenario == "stuck" && x.rank == 1) return WIFEXITED(x.status) && WEXITSTATUS(x.status) == 75;
   return x.ok();
 }
@@ -384,6 +475,7 @@ int main(int argc, char** argv) {
   LocalLaunch l = testing::self_launch({scenario, argv[2]}, world, std::chrono::seconds(60));
   l.env.push_back({"RF_FAKE_CUDA_DEVICES", std::to_string(std::max(world, 2))});
   if (scenario == "inprogress") l.env.push_back({"RF_FAKE_NCCL_INPROGRESS_MS", "30"});
+  if (scenario == "runtime_connect") l.env.push_back({"RF_FAKE_NCCL_CONNECT_MS", "1500"});
   int rc = 0;
   for (const RankExit& x : run_local_ranks(l)) {
     const bool ok = ended_as_expected(scenario, world, x);

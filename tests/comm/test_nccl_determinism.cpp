@@ -38,3 +38,26 @@ TEST_CASE("off: nothing is set") {
   CHECK(determinism_env(false, [](const char*) -> const char* { return nullptr; }).empty());
   CHECK(describe_determinism(false, {}).find("not deterministic") == 0);
 }
+
+TEST_CASE("settings that change the summation order are named: variables and NCCL's configuration files") {
+  const std::map<std::string, std::string> env{{"NCCL_MAX_CTAS", "2"}, {"NCCL_BUFFSIZE", "8388608"},
+                                               {"NCCL_TUNER_PLUGIN", "libmytuner.so"}, {"HOME", "/home/u"},
+                                               {"NCCL_DEBUG", "INFO"}};
+  const auto getenv = [&](const char* n) -> const char* {
+    auto it = env.find(n);
+    return it == env.end() ? nullptr : it->second.c_str();
+  };
+  const auto exists = [](const std::string& p) { return p == "/home/u/.nccl.conf"; };
+  std::map<std::string, std::string> named;
+  for (const OrderRisk& r : order_risks(true, getenv, exists)) named[r.name] = r.value;
+  CHECK(named == std::map<std::string, std::string>{{"NCCL_MAX_CTAS", "2"}, {"NCCL_BUFFSIZE", "8388608"},
+                                                    {"NCCL_TUNER_PLUGIN", "libmytuner.so"}, {"/home/u/.nccl.conf", ""}});
+  const std::string w = describe_order_risk({"NCCL_MAX_CTAS", "2", "the channel count"});
+  CHECK_MESSAGE(w.find("NCCL_MAX_CTAS=2 may change the channel count") == 0, w);
+  CHECK(w.find("every rank, replacements included, runs with the same setting") != std::string::npos);
+  CHECK(order_risks(false, getenv, exists).empty());  // not deterministic: nothing is promised
+}
+
+TEST_CASE("nothing set, no configuration file: no risk") {
+  CHECK(order_risks(true, [](const char*) -> const char* { return nullptr; }, [](const std::string&) { return false; }).empty());
+}

@@ -86,10 +86,17 @@ TEST_CASE("nothing yet: keep polling, next one poll interval on") {
   CHECK(decision_error(d) == nullptr);
 }
 
-TEST_CASE("ncclInProgress from the async error check is no error: keep polling") {
+TEST_CASE("ncclInProgress from the async error check is no error: keep polling, at the launch poll interval") {
   WaitObservation o = at(5ms);
   o.async = AsyncState::in_progress;
-  CHECK(decide_wait(target(), o, stall(1s)).action == WaitAction::keep_polling);
+  WaitOptions opt = stall(1s, 2ms);
+  opt.launch_poll_interval = 30us;
+  const WaitDecision d = decide_wait(target(), o, opt);
+  CHECK(d.action == WaitAction::keep_polling);
+  // The operation behind a launching one waits for it to settle: polled 30 us on, not 2 ms.
+  CHECK(d.next_poll == t0 + 5ms + 30us);
+  o.async = AsyncState::success;
+  CHECK(decide_wait(target(), o, opt).next_poll == t0 + 7ms);
 }
 
 TEST_CASE("the event completed: done") {
@@ -311,6 +318,9 @@ TEST_CASE("a decision arrives within one poll interval of the deadline, for any 
 
 TEST_CASE("options: a non-positive poll interval is refused; a huge stall timeout never overflows") {
   CHECK_THROWS_AS(decide_wait(target(), at(0ms), stall(1s, 0ms)), rf::InvalidInput);
+  WaitOptions no_launch_poll = stall(1s);
+  no_launch_poll.launch_poll_interval = 0us;
+  CHECK_THROWS_AS(decide_wait(target(), at(0ms), no_launch_poll), rf::InvalidInput);
   const WaitDecision d = decide_wait(target(), at(0ms), stall(Duration::max(), 1ms));
   CHECK(d.action == WaitAction::keep_polling);
   CHECK(d.next_poll == t0 + 1ms);

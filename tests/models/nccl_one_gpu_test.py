@@ -16,8 +16,12 @@ CASE
   clean        failure-free; at W = 2 the final digest equals the UCX fallback's (same flags)
   kill         rank 1 SIGKILLed inside step 20's all-reduce, replaced: DONE, bitwise equal to
                the failure-free NCCL run
-  shrink       the same kill without spares (--max-restarts 0 --min-world W-1): the survivors
-               go on with ncclCommShrink (in the log), DONE at world W-1
+  shrink       the same kill without spares (--max-restarts 0 --min-world W-1): DONE at world
+               W-1 in one recovery of one round, no failed ncclCommShrink. Every survivor either
+               logs "shrink formed from g=N", or (expected with NCCL 2.28.9: a peer's death
+               leaves its proxy's ncclRemoteError, which ncclCommRevoke keeps) the generation
+               forms afresh on every survivor, one of which logged "not shrinkable"; the
+               RESULT line says which
   stop         rank 1 SIGSTOPped at step 20; and
   gpu-hang     rank 1's GPU stuck at step 20 (--inject gpu_hang): the culprit is evicted (cause
                lease_expired, resp. gpu_stuck) within 2 stall bounds + 1 s of the fault, in one
@@ -57,41 +61,19 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from rf_testlib import load_json, check, failures, read_jsonl, run  # noqa: E402
+from rf_testlib import check, failures, run  # noqa: E402
+from nccl_one_gpu_sanitizer import TOOLS, case_sanitizer, sanitizer_targets  # noqa: E402
+from nccl_one_gpu_jobs import (  # noqa: E402
+    Ctx, GENERATION_STEPS, KILL, MEMORY_BOUND, SHARE_ENV, SKIP, STALL_FLOOR_S, children_of, expect_end,
+    fired, job, job_command, launcher_flags, left, plan, resident_bytes, set_budget, short, skip, smi,
+    worker_flags)
 
-SKIP = 77
 CASES = ("clean", "kill", "shrink", "stop", "gpu-hang", "generations", "sanitizer", "contexts")
 # Each case's whole budget (seconds) unless --budget says otherwise; below its ctest TIMEOUT.
 BUDGET_S = {"clean": 100, "kill": 100, "shrink": 80, "stop": 80, "gpu-hang": 90, "generations": 150,
             "sanitizer": 280, "contexts": 80}
-SHARE_ENV = {"RF_TEST_NCCL_SHARE_GPU": "1", "NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1",
-             "NCCL_NET": "Socket", "NCCL_SOCKET_IFNAME": "lo"}
 NO_GPU = re.compile(r"no CUDA device|no CUDA-capable device|this build has no CUDA|cudaGetDeviceCount|"
                     r"CUDA driver version is insufficient|cudaErrorNoDevice|cudaErrorInsufficientDriver")
-FINAL = re.compile(r"^== train_\w+ slot (\d+) incarnation (\d+): step (-?\d+),.* world (\d+),.* state (x3:[0-9a-f]{32})\s*$",
-                   re.M)
-STEPS = 40
-KILL = "kill:rank=1:step=20:phase=allreduce:after_chunks=1"  # inside step 20's all-reduce
-STALL_FLOOR_S = 1.0  # ddp/stall_bound.h: the bound of a rank whose steps take milliseconds
-MEMORY_BOUND = 64_000_000  # bytes
-T_END = time.monotonic()
-
-
-class Ctx:
-    def __init__(self, args, work):
-        self.a = args
-        self.work = work
-        self.rehearse = args.rehearse
-        self.device = ["--device", "cpu"] if args.rehearse else ["--device", "cuda"]
-
-
-def left(cap):
-    return max(1, min(cap, int(T_END - time.monotonic())))
-
-
-def skip(reason):
-    print(f"SKIPPED: {reason}", flush=True)
-    sys.exit(SKIP)
 
 
 def no_gpu_reason(ctx):
@@ -124,164 +106,6 @@ def gpu_count():
         return len([l for l in smi.stdout.splitlines() if l.startswith("GPU ")])
     except (OSError, subprocess.TimeoutExpired):
         return 0
-
-
-class Planned:
-    """A job a case runs: `ringfence run -n world [launcher flags] -- train_mlp [device] --backend B ...`."""
-
-    def __init__(self, name, world, backend, launcher=(), share=True, steps=STEPS, worker=()):
-        self.name, self.world, self.backend = name, world, backend
-        self.launcher, self.share, self.steps, self.worker = list(launcher), share, steps, list(worker)
-
-
-GPU_HANG = "gpu_hang:rank=1:step=20"
-STOP = "stop:rank=1:step=20"
-HANG = "hang:rank=1:step=20"  # --rehearse's stand-in for gpu_hang
-# generations: rank 1 drops its connections 10 times (nobody dies: the same processes live
-# through 11 generations); rank 0 is slowed (200 ms a step) in three windows where memory is
-# read: generation 1, generation 2 (the first after a recovery) and generation 11.
-DROPS = [18] + [34 + 4 * k for k in range(9)]
-WINDOWS = {"g1": 4, "g2": 20, "g11": 70}
-GENERATION_STEPS = 84
-
-
-def plan(case, world, rehearse):
-    """The jobs of a case, in the order it runs them."""
-    nccl = "ucx" if rehearse else "nccl"
-    if case == "clean":
-        return [Planned(f"nccl-clean-w{world}", world, nccl), Planned(f"ucx-clean-w{world}", world, "ucx", share=False)]
-    if case == "kill":
-        return [Planned(f"clean-w{world}", world, nccl), Planned(f"kill-w{world}", world, nccl, ["--inject", KILL])]
-    if case == "shrink":
-        return [Planned(f"shrink-w{world}", world, nccl, ["--inject", KILL, "--max-restarts", "0", "--min-world",
-                                                          str(world - 1), "--join-window", "300ms"])]
-    if case == "stop":
-        return [Planned(f"stop-w{world}", world, nccl, ["--inject", STOP])]
-    if case == "gpu-hang":
-        return [Planned(f"gpu_hang-w{world}", world, nccl, ["--inject", HANG if rehearse else GPU_HANG])]
-    if case == "generations":
-        specs = [f"drop:rank=1:step={s}:phase=allreduce:after_chunks=1" for s in DROPS]
-        specs += [f"slow:rank=0:step={s}:steps=12" for s in WINDOWS.values()]
-        return [Planned(f"generations-w{world}", world, nccl, [x for sp in specs for x in ("--inject", sp)],
-                        steps=GENERATION_STEPS)]
-    if case == "contexts":  # without the override: NCCL's own rule, one rank per GPU
-        return [Planned(f"contexts-w{world}", world, "nccl", share=False)]
-    return []
-
-
-class Job:
-    """One `ringfence run` of train_mlp and what it left: output, summary, events, final lines."""
-
-    def __init__(self, name, d, rc, out):
-        self.name, self.dir, self.rc, self.out = name, d, rc, out
-        self.summary = load_json(f"{d}/summary.json") or {}
-        self.metrics = load_json(f"{d}/metrics.json") or {}
-        self.events = read_jsonl(f"{d}/events.jsonl")
-        self.finals = {}  # slot -> (incarnation, step, world, digest) of its last final line
-        for slot, inc, step, w, digest in FINAL.findall(out):
-            self.finals[int(slot)] = (int(inc), int(step), int(w), digest)
-        digests = {v[3] for v in self.finals.values()}
-        self.digest = digests.pop() if len(digests) == 1 else None
-
-    def recoveries(self):
-        return self.summary.get("recoveries", [])
-
-
-def worker_flags(ctx, pj, d):
-    # 2048 samples in batches of 96: 22 steps an epoch; --max-steps ends the job.
-    return [*ctx.device, "--backend", pj.backend, "--synthetic", "2048", "--batch", "96", "--epochs",
-            str(3 + pj.steps // 66), "--max-steps", str(pj.steps), "--lr", "0.01", "--log-interval", "10",
-            "--metrics", f"{d}/metrics.json", *pj.worker]
-
-
-def launcher_flags(pj, d):
-    return ["run", "-n", str(pj.world), "--summary", f"{d}/summary.json", "--event-log", f"{d}/events.jsonl",
-            *pj.launcher]
-
-
-def job_command(ctx, pj, d):
-    return [ctx.a.ringfence, *launcher_flags(pj, d), "--", ctx.a.train_mlp, *worker_flags(ctx, pj, d)]
-
-
-def job_env(backend, share):
-    env = os.environ.copy()
-    env.pop("NCCL_HOSTID", None)  # one for the whole job would make every rank the same host again
-    if backend == "nccl" and share:
-        env.update(SHARE_ENV)
-    return env
-
-
-def start(cmd, log, env):
-    out = open(log, "w")
-    p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env)
-    return p, out
-
-
-def finish(p, out, deadline_s):
-    """Waits for p (its process group SIGKILLed at the deadline or on interruption); its exit status or None."""
-    try:
-        rc = p.wait(timeout=deadline_s)
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGKILL)
-        p.wait()
-        rc = None
-    except BaseException:
-        os.killpg(p.pid, signal.SIGKILL)
-        p.wait()
-        raise
-    finally:
-        out.close()
-    return rc
-
-
-def job(ctx, pj, cap=60, during=None):
-    """Runs one planned job; `during(pid)` (optional) is called every ~0.25 s while it runs."""
-    name, world, backend, share = pj.name, pj.world, pj.backend, pj.share
-    d = f"{ctx.work}/{name}"
-    os.makedirs(d)
-    deadline_s = left(cap)
-    p, out = start(job_command(ctx, pj, d), f"{d}/output.txt", job_env(backend, share))
-    if during is None:
-        rc = finish(p, out, deadline_s)
-    else:
-        t_end = time.monotonic() + deadline_s
-        try:
-            while p.poll() is None and time.monotonic() < t_end:
-                during(p.pid)
-                time.sleep(0.25)
-        except BaseException:
-            finish(p, out, 0)
-            raise
-        rc = finish(p, out, max(0.0, t_end - time.monotonic()))
-    with open(f"{d}/output.txt") as f:
-        j = Job(name, d, rc, f.read())
-    check(rc == 0, f"{name}: launcher exit {'(over its ' + str(deadline_s) + ' s deadline)' if rc is None else rc}"
-                   f" (see {d}/output.txt):\n{j.out[-2500:]}")
-    check(j.summary.get("phase") == "DONE", f"{name}: job not DONE (phase {j.summary.get('phase')})")
-    check("Duplicate GPU" not in j.out, f"{name}: NCCL said 'Duplicate GPU' (see {d}/output.txt)")
-    if backend == "nccl" and share and world > 1 and not ctx.rehearse:
-        warned = j.out.count("RF_TEST_NCCL_SHARE_GPU=1: ")
-        check(warned >= world, f"{name}: {warned} worker(s) warned of the share override, want >= {world}")
-    return j
-
-
-def expect_end(j, slots, world, steps=STEPS):
-    """Every slot in `slots` ended at the last step with `world`, all with one digest (also --metrics')."""
-    check(sorted(j.finals) == sorted(slots), f"{j.name}: final lines from slots {sorted(j.finals)}, want {sorted(slots)}")
-    check(all(s == steps - 1 and w == world for _, s, w, _ in j.finals.values()),
-          f"{j.name}: not every worker ended at step {steps - 1} with world {world}: {j.finals}")
-    check(j.digest is not None, f"{j.name}: replicas differ at the end: {j.finals}")
-    m = j.metrics
-    check(m.get("steps") == steps and m.get("world_size") == world and m.get("state_digest") == j.digest,
-          f"{j.name}: --metrics {m} (want {steps} steps, world {world}, digest {j.digest})")
-
-
-def fired(j):
-    return [(x.get("spec"), x.get("slot"), x.get("step")) for x in j.summary.get("injected", []) if x.get("by") == "worker"]
-
-
-def short(d):
-    return (d or "?")[:8] + "…"
 
 
 # --- the cases ---------------------------------------------------------------------------
@@ -318,18 +142,43 @@ def case_kill(ctx, world):
           f"{'equal to' if same else 'DIFFERENT from'} the failure-free run's ({short(ref.digest)})")
 
 
+SHRINK_FORMED = re.compile(r"g=(\d+) rank (\d+) cuda:\d+: shrink formed from g=(\d+) \((\d+) ranks\)")
+FRESH_AFTER = re.compile(r"g=(\d+) rank (\d+) cuda:\d+: fresh ncclCommInitRankConfig \(the plan's choice; g=\d+'s "
+                         r"communicator is torn down\)")
+NOT_SHRINKABLE = re.compile(r"g=\d+ rank \d+ cuda:\d+: not shrinkable: it settled with NCCL error \d+")
+SHRINK_FAILED = re.compile(r"ncclCommShrink of g=\d+ on cuda:\d+: .*")
+
+
 def case_shrink(ctx, world):
     j = job(ctx, plan("shrink", world, ctx.rehearse)[0])
     expect_end(j, [s for s in range(world) if s != 1], world - 1)
     recs = j.recoveries()
-    check(len(recs) == 1 and recs[0].get("finished") and recs[0].get("world") == world - 1,
-          f"{j.name}: recoveries {recs}, want one, finished, world {world - 1}")
-    shrinks = sorted(set(re.findall(r"ncclCommShrink of g=\d+", j.out)))
+    check(len(recs) == 1 and recs[0].get("finished") and recs[0].get("world") == world - 1
+          and recs[0].get("rounds") == 1,
+          f"{j.name}: recoveries {recs}, want one of one round, finished, world {world - 1}")
+    how = "rehearsal: no NCCL"
     if not ctx.rehearse:
-        check(shrinks, f"{j.name}: no 'ncclCommShrink' in the log (see {j.dir}/output.txt)")
+        failed = SHRINK_FAILED.findall(j.out)
+        check(not failed, f"{j.name}: a shrink failed: {failed[:2]} (see {j.dir}/output.txt)")
+        formed = SHRINK_FORMED.findall(j.out)
+        fresh = FRESH_AFTER.findall(j.out)
+        if formed:
+            check(len(formed) == world - 1 and len({r for _, r, _, _ in formed}) == world - 1
+                  and all(int(n) == world - 1 for _, _, _, n in formed) and not fresh,
+                  f"{j.name}: 'shrink formed' on {formed}, fresh inits {fresh}: want every one of the {world - 1} "
+                  f"survivors shrunk to {world - 1} ranks, none afresh")
+            how = f"shrink formed on all {len(formed)} survivors (from g={formed[0][2]})"
+        else:
+            check(len(fresh) == world - 1 and len({r for _, r in fresh}) == world - 1,
+                  f"{j.name}: no 'shrink formed', and {len(fresh)} fresh init(s) after the kill {fresh}: want one "
+                  f"on each of the {world - 1} survivors (see {j.dir}/output.txt)")
+            check(NOT_SHRINKABLE.search(j.out) is not None,
+                  f"{j.name}: formed afresh, but no survivor logged why its communicator was not shrinkable")
+            how = ("fresh init on every survivor: the revoked communicator kept NCCL's proxy error "
+                   f"({(NOT_SHRINKABLE.search(j.out) or [''])[0] or '?'})")
     print(f"RESULT NCCL W={world} on one GPU, {KILL} with no spare (--max-restarts 0): "
-          f"{'DONE' if j.summary.get('phase') == 'DONE' else 'NOT DONE'} at world {world - 1}; "
-          f"{len(re.findall(r'ncclCommShrink of g=', j.out))} ncclCommShrink line(s) ({', '.join(shrinks) or 'none'})")
+          f"{'DONE' if j.summary.get('phase') == 'DONE' else 'NOT DONE'} at world {world - 1}, "
+          f"{len(recs)} recovery of {recs[0].get('rounds') if recs else '-'} round(s); {how}")
 
 
 def stall_bound_s(j):
@@ -373,42 +222,6 @@ def case_evicted(ctx, case, world, causes, what):
           f"{f' {latency:.2f} s after the fault' if latency is not None else ''} (allowed {allowed:.1f} s: 2 x "
           f"{bound:.2f} s + 1 s, {said}); {len(recs)} recovery, rounds "
           f"{recs[0].get('rounds') if recs else '-'}; {'DONE' if j.summary.get('phase') == 'DONE' else 'NOT DONE'}")
-
-
-def children_of(pid):
-    out = []
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open(f"/proc/{d}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(")") + 2:].split()
-        if len(fields) > 1 and int(fields[1]) == pid:
-            out.append(int(d))
-    return out
-
-
-def smi(query, extra=()):
-    try:
-        r = subprocess.run(["nvidia-smi", f"--query-{query}", "--format=csv,noheader,nounits", *extra],
-                           capture_output=True, text=True, timeout=10)
-        return [[x.strip() for x in l.split(",")] for l in r.stdout.splitlines() if l.strip()] if r.returncode == 0 else []
-    except (OSError, subprocess.TimeoutExpired):
-        return []
-
-
-def resident_bytes(pid):
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
 
 
 def case_generations(ctx, world):
@@ -497,83 +310,6 @@ def case_generations(ctx, world):
           f"{'?' if worst is None else f'{worst / mib:.1f} MiB'} (bound 64 MB{' each' if per_process else ' x W'})")
 
 
-def find_sanitizer():
-    path = shutil.which("compute-sanitizer")
-    if path:
-        return path
-    for p in ("/usr/local/cuda/bin/compute-sanitizer", "/usr/local/cuda/compute-sanitizer/compute-sanitizer"):
-        if os.path.exists(p):
-            return p
-    return None
-
-
-REFUSED = re.compile(r"Device not supported|not supported on this (platform|device)|Unable to (find|load|initialize)|"
-                     r"Target application terminated before first instrumented API call|"
-                     r"Error: .*(injection|driver|profiling)", re.I)
-
-
-TOOLS = ("memcheck", "racecheck", "synccheck")
-
-
-def sanitizer_targets(ctx):
-    return [("test_nccl_gpu", [ctx.a.test_nccl_gpu]),
-            ("train_cnn, one step", [ctx.a.train_cnn, "--device", "cuda", "--synthetic", "64", "--batch", "32",
-                                     "--max-steps", "1", "--log-interval", "0"])]
-
-
-def case_sanitizer(ctx):
-    cs = find_sanitizer()
-    if cs is None:
-        skip("compute-sanitizer: not found (PATH, /usr/local/cuda/bin)")
-    if not (ctx.a.test_nccl_gpu and ctx.a.train_cnn):
-        sys.exit("sanitizer: needs --test-nccl-gpu and --train-cnn")
-    _, help_text = run([cs, "--help"], f"{ctx.work}/sanitizer-help.txt", left(30))
-    opts = ["--error-exitcode", "86", "--print-limit", "20"]
-    if "--report-api-errors" in help_text:
-        opts += ["--report-api-errors", "no"]  # NCCL and CUDA probe calls that may fail; we check every call
-    exclude = ["--kernel-name-exclude", "kns=nccl"] if "--kernel-name-exclude" in help_text else []
-    targets = sanitizer_targets(ctx)
-    refused, rows, notes = [], [], []
-    runs = [(tool, name, cmd) for tool in TOOLS for name, cmd in targets]
-    for i, (tool, name, cmd) in enumerate(runs):
-        extra = exclude if tool != "memcheck" else []
-        log = f"{ctx.work}/{tool}-{name.split(',')[0]}.txt"
-        share = max(10, int((T_END - time.monotonic()) / (len(runs) - i)))  # what is left, shared
-        rc, out = run([cs, "--tool", tool, *opts, *extra, *cmd], log, left(share))
-        if rc is None:
-            check(False, f"sanitizer: {tool} on {name}: over its {share} s share of the budget:\n{out[-1500:]}")
-            rows.append(f"{tool} {name}: over {share} s")
-            continue
-        m = re.search(r"ERROR SUMMARY: (\d+) error", out)
-        if m is None:
-            r = REFUSED.search(out)
-            if r:
-                refused.append(f"{tool} on {name}: {r.group(0)}")
-                continue
-            check(False, f"sanitizer: {tool} on {name}: exit {rc}, no ERROR SUMMARY:\n{out[-2000:]}")
-            rows.append(f"{tool} {name}: no summary")
-            continue
-        errors = int(m.group(1))
-        check(errors == 0, f"sanitizer: {tool} on {name}: {errors} error(s):\n{out[-3000:]}")
-        rows.append(f"{tool} {name}: {errors} errors")
-        if errors == 0 and rc != 0:
-            # Its own status under the tool. test_nccl_gpu bounds how late a stalled or aborted
-            # all-reduce fails (100 ms, 10 ms) for uninstrumented runs (gpu-tests checks them):
-            # a doctest failure there is noted, not counted. Anything else is a failure.
-            tests = re.search(r"\[doctest\] test cases: *(\d+) \| *(\d+) passed \| *(\d+) failed", out)
-            if name == "test_nccl_gpu" and tests:
-                notes.append(f"under {tool}, test_nccl_gpu's own checks: {tests.group(2)} of {tests.group(1)} "
-                             f"cases passed (timing bounds are for uninstrumented runs)")
-            else:
-                check(False, f"sanitizer: {tool} on {name}: 0 errors but the program exited {rc}:\n{out[-2000:]}")
-    note = " (racecheck and synccheck leave out NCCL's kernels, kns=nccl)" if exclude else ""
-    if refused and not failures:
-        skip(f"compute-sanitizer refuses this machine: {'; '.join(refused)}")
-    for n in notes:
-        print(f"NOTE: {n}")
-    print(f"RESULT compute-sanitizer{note}: {'; '.join(rows)}{'; ' + '; '.join(notes) if notes else ''}")
-
-
 def case_contexts(ctx, world):
     gpus = 0 if ctx.rehearse else gpu_count()
     if gpus < 2:
@@ -659,8 +395,7 @@ def main():
         p.error("--world: at least 2")
     if a.case == "shrink" and a.world < 2:
         p.error("shrink: --world at least 2")
-    global T_END
-    T_END = time.monotonic() + (a.budget or BUDGET_S[a.case])
+    set_budget(a.budget or BUDGET_S[a.case])
     # A runner's time limit (scripts/gpu-check's `timeout`) sends SIGTERM: exit through
     # finish()/rf_testlib.run, which kill the running command's process group on the way out.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))

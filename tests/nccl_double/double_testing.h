@@ -48,7 +48,7 @@ class DeviceArray {
 };
 
 // The environment a rank needs: `devices` fake GPUs (rank r uses cuda:r, so at least the
-// world size), and optionally NCCL's first-collective ncclInProgress and the call log.
+// world size), and optionally a delay before each launch job's kernel and the call log.
 inline void add_double_env(rf::comm::LocalLaunch& l, int devices, int inprogress_ms = 0, bool log = false) {
   l.env.push_back({"RF_FAKE_CUDA_DEVICES", std::to_string(devices)});
   if (inprogress_ms > 0) l.env.push_back({"RF_FAKE_NCCL_INPROGRESS_MS", std::to_string(inprogress_ms)});

@@ -5,10 +5,23 @@
 // memory; a stream is a FIFO run by a thread of its own; an NCCL "kernel" is a task on it
 // that talks to the peers over Unix sockets). It checks our USE of the API, not NCCL.
 //
+// As NCCL 2.28.9 does: a collective on a non-blocking communicator of several ranks answers
+// ncclInProgress and launches from a job thread (count 0, one rank, or a blocking
+// communicator: in the call); the first collective of a communicator makes its connections
+// inside that launch unless NCCL_RUNTIME_CONNECT=0 was set when it was made (then its init,
+// or the shrink that made it, does; a blocking communicator never waits for them); a kernel
+// that meets a dead peer leaves ncclRemoteError in the proxy, which ncclCommRevoke does not
+// clear; a revocation while a launch job is pending is a use after free in NCCL, and the
+// double aborts the process at the next call that would touch the freed job
+// (fake_nccl_comm.h).
+//
 // Environment (read at every use unless said otherwise):
 //   RF_FAKE_CUDA_DEVICES=N     devices per process (default 4; read once)
-//   RF_FAKE_NCCL_INPROGRESS_MS=N  every collective call answers ncclInProgress and its
-//                              kernel reaches the stream N ms later (default 0: never)
+//   RF_FAKE_NCCL_INPROGRESS_MS=N  a launch job enqueues its kernel N ms after the call
+//                              (default 0: at once)
+//   RF_FAKE_NCCL_CONNECT_MS=N  how long making a communicator's connections takes
+//                              (default 50), at init or inside its first collective's launch
+//   NCCL_RUNTIME_CONNECT=0     NCCL's own: connections at init (read when a communicator is made)
 //   RF_FAKE_NCCL_LOG=1         one line per NCCL call on stderr
 //
 // Test hooks, C linkage:
@@ -42,6 +55,9 @@ size_t rf_fake_cuda_pinned_bytes(void);
 
 // Live fake NCCL communicators in this process (made, not yet aborted or destroyed).
 int rf_fake_nccl_live_comms(void);
+// How many communicators of this process made their connections inside a collective's
+// launch (NCCL_RUNTIME_CONNECT not 0 when made) rather than at init, so far.
+int rf_fake_nccl_runtime_connects(void);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -1,12 +1,18 @@
 // The fake NCCL, part 2: the collective and point-to-point calls and groups. A call checks
 // the communicator and its arguments as NCCL's ncclEnqueueCheck does, numbers the
-// operation, and enqueues its kernel on the stream (fake_nccl_kernel.cpp) — or, with
-// RF_FAKE_NCCL_INPROGRESS_MS=N > 0, answers ncclInProgress and enqueues it N ms later from
-// the communicator's job thread, the state reading ncclInProgress meanwhile (NCCL's lazy
-// connection at a generation's first collective). A call while the state reads
-// ncclInProgress breaks NCCL's rule for non-blocking communicators: it is refused with
-// ncclInvalidUsage, which also becomes the async error, so the misuse shows.
+// operation, and launches its kernel on the stream (fake_nccl_kernel.cpp).
+//
+// Launching, as NCCL 2.28.9 does: on a non-blocking communicator every call answers
+// ncclInProgress and a launch job on the communicator's job thread enqueues the kernel
+// (RF_FAKE_NCCL_INPROGRESS_MS=N: N ms later; default at once), the state reading
+// ncclInProgress meanwhile. The first collective of a communicator made without
+// NCCL_RUNTIME_CONNECT=0 also makes its connections inside that launch (connect_setup,
+// RF_FAKE_NCCL_CONNECT_MS). A blocking communicator, one of a single rank, and an empty
+// operation (count 0) launch in the call and answer ncclSuccess. A call while the state
+// reads ncclInProgress breaks NCCL's rule for non-blocking communicators: it is refused
+// with ncclInvalidArgument, which the double also makes the async error, so the misuse shows.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <vector>
@@ -26,9 +32,10 @@ struct Grouped {
 thread_local int tl_group_depth = 0;
 thread_local std::vector<Grouped> tl_group;
 
-int inprogress_ms() {
-  const char* v = std::getenv("RF_FAKE_NCCL_INPROGRESS_MS");
-  const int ms = v ? std::atoi(v) : 0;
+int env_ms(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return fallback;
+  const int ms = std::atoi(v);
   return ms > 0 ? ms : 0;
 }
 
@@ -61,19 +68,31 @@ std::string buffer_problem(const ncclComm& c, const void* p, size_t bytes, const
   return cat(which, " (", bytes, " bytes at ", p, ") is not device memory (not inside a cudaMalloc block)");
 }
 
-// The launch of `ops` on `stream` (one kernel), now or, in InProgress mode, later.
+std::atomic<int> g_runtime_connects{0};  // connections made inside a collective's launch
+
+// The launch of `ops` on `stream` (one kernel): in the call, or by a launch job (see the
+// top of this file). Caller holds c.mu.
 ncclResult_t start(ncclComm& c, std::vector<Op> ops, cudaStream_t stream) {
-  if (const int ms = inprogress_ms(); ms > 0) {
-    ncclComm* comm = &c;
-    push_job(c, [comm, ops = std::move(ops), stream, ms] {
-      std::unique_lock lk(comm->mu);
-      comm->cv.wait_for(lk, std::chrono::milliseconds(ms), [&] { return comm->closing.load() || comm->revoked; });
-      if (comm->closing || comm->revoked) return ncclSuccess;  // cancelled: never reaches the stream
-      return launch(*comm, ops, stream);
-    });
-    return ncclInProgress;
-  }
-  return launch(c, std::move(ops), stream);
+  const bool empty = std::all_of(ops.begin(), ops.end(), [](const Op& op) { return op.count == 0; });
+  if (c.blocking || c.nranks == 1 || empty) return launch(c, std::move(ops), stream);
+  const bool connect = c.runtime_connect && !c.connected;
+  c.connected = true;  // from now on a later call finds the connections made
+  const int ms = env_ms("RF_FAKE_NCCL_INPROGRESS_MS", 0);
+  ncclComm* comm = &c;
+  ++c.launch_jobs;
+  push_job(c, [comm, ops = std::move(ops), stream, ms, connect] {
+    auto cancelled = [comm] { return comm->closing.load() || comm->revoked; };
+    if (connect) {
+      connect_setup(*comm, cancelled);
+      g_runtime_connects.fetch_add(1);
+    }
+    std::unique_lock lk(comm->mu);
+    comm->cv.wait_for(lk, std::chrono::milliseconds(ms), cancelled);
+    --comm->launch_jobs;
+    if (cancelled()) return ncclSuccess;  // never reaches the stream
+    return launch(*comm, ops, stream);
+  });
+  return ncclInProgress;
 }
 
 ncclResult_t issue(const char* name, ncclComm* c, Op op, cudaStream_t stream) {
@@ -96,7 +115,7 @@ ncclResult_t issue(const char* name, ncclComm* c, Op op, cudaStream_t stream) {
   if (c->revoked) return refuse(ncclInvalidUsage, "the communicator was revoked", false);
   if (c->finalized) return refuse(ncclInvalidUsage, "the communicator was finalized", false);
   if (c->jobs_pending > 0)
-    return refuse(ncclInvalidUsage,
+    return refuse(ncclInvalidArgument,
                   "called while ncclCommGetAsyncError reads ncclInProgress (NCCL allows no call on a non-blocking "
                   "communicator until it reads ncclSuccess)",
                   true);
@@ -139,6 +158,20 @@ ncclResult_t issue(const char* name, ncclComm* c, Op op, cudaStream_t stream) {
 }
 
 }  // namespace
+
+namespace rf_fake_nccl {
+
+int connect_ms() { return env_ms("RF_FAKE_NCCL_CONNECT_MS", 50); }
+
+void connect_setup(ncclComm& c, const std::function<bool()>& cancelled) {
+  std::unique_lock lk(c.mu);
+  c.cv.wait_for(lk, std::chrono::milliseconds(connect_ms()), cancelled);
+  c.connected = true;
+}
+
+}  // namespace rf_fake_nccl
+
+extern "C" int rf_fake_nccl_runtime_connects(void) { return g_runtime_connects.load(); }
 
 extern "C" ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t type,
                                       ncclRedOp_t red, ncclComm_t comm, cudaStream_t stream) {

@@ -1,11 +1,20 @@
 #pragma once
 // The fake NCCL's communicator, private to fake_nccl_*.cpp.
 //
-// State. A communicator runs its background jobs (connecting, revoking, shrinking, the
-// delayed launches of RF_FAKE_NCCL_INPROGRESS_MS) one after the other on a thread of its
-// own. ncclCommGetAsyncError reads: the sticky error if one was set (a kernel saw a dead
-// peer or a mismatch; a call broke the rules), else ncclInProgress while a job is queued
-// or running, else the last job's result. ncclCommRevoke clears the sticky error.
+// State. A communicator runs its background jobs (connecting, revoking, shrinking, and
+// the launches of a non-blocking communicator's collectives) one after the other on a
+// thread of its own. ncclCommGetAsyncError reads, as NCCL 2.28.9's does: ncclInProgress
+// while a job is queued or running (NCCL's comm->asyncResult while its job thread runs),
+// else the communicator's own sticky error (a mismatch; a call that broke the rules), else
+// the last job's result, else the proxy's error. ncclCommRevoke clears the communicator's
+// own error and result, never the proxy's: a kernel that met a dead peer (its socket
+// closed) leaves ncclRemoteError there for good, as NCCL's proxy does in
+// proxyState->asyncResult, so a revoked communicator settles with it and a shrink of it fails.
+//
+// Launch jobs. A revocation while a launch job is queued or running models NCCL freeing
+// the group job without resetting comm->groupJob: the double records it, and the next
+// ncclCommGetAsyncError that would read ncclSuccess, ncclCommAbort or ncclCommDestroy on
+// that communicator prints why and aborts the process (a use after free, caught).
 //
 // Kernels. A collective is a task on the caller's stream (fake_cuda_internal.h). Kernels
 // of one communicator take turns in the order they were called (the order their messages
@@ -93,7 +102,12 @@ struct ncclComm {
   std::condition_variable cv;  // any change below; kernels and jobs wait on it
   ncclResult_t error = ncclSuccess;
   ncclResult_t job_result = ncclSuccess;
+  ncclResult_t proxy_error = ncclSuccess;  // a kernel met a dead peer; never reset
   int jobs_pending = 0;
+  int launch_jobs = 0;            // launch jobs queued or running
+  bool group_job_freed = false;   // ncclCommRevoke ran while launch_jobs > 0
+  bool runtime_connect = true;    // NCCL_RUNTIME_CONNECT was not 0 when it was made
+  bool connected = false;         // its connections are made (at init, or in its first collective)
   std::deque<rf_fake_nccl::Job> jobs;
   std::thread job_thread;
   std::atomic<bool> closing{false};  // abort or destroy: jobs give up
@@ -145,6 +159,16 @@ bool live(const ncclComm* c);
 ncclResult_t state_locked(const ncclComm& c);
 // Sets the sticky error (first one wins), unless an abort or revocation is under way.
 void set_async_error(ncclComm& c, ncclResult_t r, const std::string& text);
+// Sets the proxy's error (ncclRemoteError, first one wins), unless an abort or revocation
+// is under way: a kernel met a dead peer. Nothing resets it.
+void set_proxy_error(ncclComm& c, const std::string& text);
 void push_job(ncclComm& c, Job job);  // caller holds c.mu
+// The connection setup NCCL does at init with NCCL_RUNTIME_CONNECT=0, else inside the
+// first collective's launch: RF_FAKE_NCCL_CONNECT_MS (default 50) on the calling job, ended
+// early by `cancelled`. Marks `c` connected. Caller does not hold c.mu.
+void connect_setup(ncclComm& c, const std::function<bool()>& cancelled);
+int connect_ms();
+// Dies loudly when a call touches the launch job a revocation freed (see "Launch jobs").
+void check_group_job(const ncclComm& c, const char* call);
 
 }  // namespace rf_fake_nccl

@@ -55,6 +55,8 @@ ncclComm* make_comm(int rank, int nranks, int device, uint64_t id, bool blocking
   c->device = device;
   c->id = id;
   c->blocking = blocking;
+  const char* rc = std::getenv("NCCL_RUNTIME_CONNECT");  // NCCL reads it when a communicator is made
+  c->runtime_connect = rc == nullptr || *rc == '\0' || std::atoi(rc) != 0;
   c->send_seq.assign(static_cast<size_t>(nranks), 0);
   c->recv_seq.assign(static_cast<size_t>(nranks), 0);
   rf_fake_cuda::account(device, static_cast<long long>(kFakeNcclCommBytes));
@@ -134,9 +136,10 @@ const char* result_name(ncclResult_t r) {
 bool live(const ncclComm* c) { return c != nullptr && c->magic.load() == kLiveMagic; }
 
 ncclResult_t state_locked(const ncclComm& c) {
-  if (c.error != ncclSuccess) return c.error;
   if (c.jobs_pending > 0) return ncclInProgress;
-  return c.job_result;
+  if (c.error != ncclSuccess) return c.error;
+  if (c.job_result != ncclSuccess) return c.job_result;
+  return c.proxy_error;
 }
 
 void set_async_error(ncclComm& c, ncclResult_t r, const std::string& text) {
@@ -148,6 +151,27 @@ void set_async_error(ncclComm& c, ncclResult_t r, const std::string& text) {
     c.cv.notify_all();
   }
   if (log_on()) std::fprintf(stderr, "fake-nccl rank %d: async error %s: %s\n", c.rank, result_name(r), text.c_str());
+}
+
+void set_proxy_error(ncclComm& c, const std::string& text) {
+  {
+    std::lock_guard lk(c.mu);
+    if (c.abort_flag.load() || c.proxy_error != ncclSuccess) return;
+    c.proxy_error = ncclRemoteError;
+    c.last_error = text;
+    c.cv.notify_all();
+  }
+  if (log_on()) std::fprintf(stderr, "fake-nccl rank %d: proxy error ncclRemoteError: %s\n", c.rank, text.c_str());
+}
+
+void check_group_job(const ncclComm& c, const char* call) {
+  if (!c.group_job_freed) return;
+  std::fprintf(stderr,
+               "fake-nccl rank %d: %s touches the launch job that ncclCommRevoke freed while an operation was "
+               "still launching (NCCL 2.28.9 never resets comm->groupJob: a use after free); aborting\n",
+               c.rank, call);
+  std::fflush(stderr);
+  std::abort();
 }
 
 void push_job(ncclComm& c, Job job) {
@@ -234,6 +258,7 @@ extern "C" ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncc
         return r;
       }
       start_reader(*c);
+      if (!c->runtime_connect) connect_setup(*c, [c] { return c->closing.load(); });
       return ncclSuccess;
     });
   }
@@ -251,6 +276,7 @@ extern "C" ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* sta
   if (!live(comm) || state == nullptr) return bad_comm(comm, "ncclCommGetAsyncError");
   std::lock_guard lk(comm->mu);
   *state = state_locked(*comm);
+  if (*state == ncclSuccess) check_group_job(*comm, "ncclCommGetAsyncError");  // NCCL completes the job here
   if (log_on() && comm->logged_state != static_cast<int>(*state)) {
     comm->logged_state = static_cast<int>(*state);
     std::fprintf(stderr, "fake-nccl rank %d: ncclCommGetAsyncError -> %s\n", comm->rank, result_name(*state));
@@ -278,7 +304,8 @@ extern "C" ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int* device) {
 
 // Sets the abort flag: running kernels end, and so do those their streams reach later
 // while it is set. The state reads ncclInProgress until every kernel enqueued so far has
-// ended (a kernel behind a stuck one: never), then ncclSuccess, the flag cleared.
+// ended (a kernel behind a stuck one: never), then ncclSuccess (or the proxy's error), the
+// flag cleared. A launch job still queued or running is cancelled and recorded as freed.
 extern "C" ncclResult_t ncclCommRevoke(ncclComm_t comm, int flags) {
   if (comm == nullptr) return ncclSuccess;
   if (!live(comm)) return bad_comm(comm, "ncclCommRevoke");
@@ -295,6 +322,7 @@ extern "C" ncclResult_t ncclCommRevoke(ncclComm_t comm, int flags) {
     comm->revoked = true;
     comm->error = ncclSuccess;
     comm->job_result = ncclSuccess;
+    if (comm->launch_jobs > 0) comm->group_job_freed = true;
     const uint64_t upto = comm->next_kernel;
     push_job(*comm, [comm, upto] {
       wait_kernels(*comm, upto);
@@ -364,6 +392,13 @@ extern "C" ncclResult_t ncclCommShrink(ncclComm_t comm, int* excluded, int n, nc
         if (!comm->closing) comm->abort_flag = false;
         comm->cv.notify_all();
       }
+      {
+        std::lock_guard l(comm->mu);  // ncclCommEnsureReady(parent): the proxy's error stays
+        if (comm->proxy_error != ncclSuccess) {
+          comm->last_error = "ncclCommShrink: the parent has an error (its proxy's, which revocation keeps)";
+          return comm->proxy_error;
+        }
+      }
       ncclComm* child = make_comm(new_rank, new_n, comm->device, child_id, blocking);
       std::string err;
       const ncclResult_t r = connect_mesh(*child, [comm] { return comm->closing.load(); }, err);
@@ -374,6 +409,7 @@ extern "C" ncclResult_t ncclCommShrink(ncclComm_t comm, int* excluded, int n, nc
         return r;
       }
       start_reader(*child);
+      if (!child->runtime_connect) connect_setup(*child, [comm] { return comm->closing.load(); });
       __atomic_store_n(newcomm, child, __ATOMIC_RELEASE);
       return ncclSuccess;
     });
@@ -389,6 +425,7 @@ extern "C" ncclResult_t ncclCommShrink(ncclComm_t comm, int* excluded, int n, nc
 extern "C" ncclResult_t ncclCommAbort(ncclComm_t comm) {
   if (comm == nullptr) return ncclSuccess;
   if (!live(comm) || comm->torn.exchange(true)) return bad_comm(comm, "ncclCommAbort");
+  check_group_job(*comm, "ncclCommAbort");
   log_call(comm, "ncclCommAbort (begins)", ncclSuccess);
   {
     std::lock_guard lk(comm->mu);
@@ -409,6 +446,7 @@ extern "C" ncclResult_t ncclCommAbort(ncclComm_t comm) {
 extern "C" ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   if (comm == nullptr) return ncclSuccess;
   if (!live(comm) || comm->torn.exchange(true)) return bad_comm(comm, "ncclCommDestroy");
+  check_group_job(*comm, "ncclCommDestroy");
   (void)settle_blocking(comm);
   wait_kernels(*comm, UINT64_MAX);
   log_call(comm, "ncclCommDestroy", ncclSuccess);

@@ -6,9 +6,10 @@
 // 0..W-1, so every rank gets the same bits.
 //
 // It never completes on its own without its data: it waits, polling the abort flag, and
-// when the flag is set it ends leaving the output as it was. A dead peer or a mismatch
-// sets the communicator's async error first, then the kernel waits for the abort flag, as
-// a real kernel hangs until NCCL aborts it.
+// when the flag is set it ends leaving the output as it was. A dead peer sets the proxy's
+// error (ncclRemoteError, which no revocation clears: fake_nccl_comm.h), a mismatch the
+// communicator's own; then the kernel waits for the abort flag, as a real kernel hangs
+// until NCCL aborts it.
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -35,10 +36,18 @@ const char* op_name(uint32_t k) {
 bool aborted(const ncclComm& c) { return c.abort_flag.load(std::memory_order_acquire); }
 
 // The end of a kernel that failed: the error first, then nothing until the abort flag.
-void fail_and_hang(ncclComm& c, ncclResult_t r, const std::string& text) {
-  if (!text.empty()) set_async_error(c, r, text);
+void hang(ncclComm& c) {
   std::unique_lock lk(c.mu);
   c.cv.wait(lk, [&] { return aborted(c); });
+}
+void fail_and_hang(ncclComm& c, ncclResult_t r, const std::string& text) {
+  set_async_error(c, r, text);
+  hang(c);
+}
+// A dead peer: the proxy sees the socket closed and keeps the error (NCCL's net transport).
+void peer_dead_and_hang(ncclComm& c, int peer, const std::string& why) {
+  set_proxy_error(c, cat("remote process exited or there was a network error: rank ", peer, " (", why, ")"));
+  hang(c);
 }
 
 template <typename T>
@@ -75,9 +84,7 @@ struct Kernel {
   bool send(int peer, MsgKind kind, const Op& op, const void* data, size_t bytes) {
     const Header h{kMsgMagic, kind, static_cast<uint32_t>(op.kind), static_cast<uint32_t>(op.peer), op.seq, bytes};
     if (send_message(c, peer, h, data, err)) return true;
-    if (!err.empty())
-      fail_and_hang(c, ncclRemoteError,
-                    cat("remote process exited or there was a network error: rank ", peer, " (", err, ")"));
+    if (!err.empty()) peer_dead_and_hang(c, peer, err);
     return false;
   }
 
@@ -91,8 +98,7 @@ struct Kernel {
       if (p.dead) {
         const std::string why = p.why;
         lk.unlock();
-        fail_and_hang(c, ncclRemoteError,
-                      cat("remote process exited or there was a network error: rank ", peer, " (", why, ")"));
+        peer_dead_and_hang(c, peer, why);
         return false;
       }
       c.cv.wait_for(lk, std::chrono::milliseconds(10));
