@@ -38,8 +38,11 @@
 //
 // Teardown. ncclCommAbort blocks, even for a non-blocking communicator, until NCCL's
 // streams drain, and those wait on the caller's stream: behind a stuck kernel it never
-// returns. So it runs on a thread of its own (abort_bounded); past kTeardownBound the
-// worker prints why and exits (kExitTeardownStuck), and its launcher restarts it.
+// returns. So it runs on a thread of its own (abort_bounded); past its bound the worker
+// prints why and exits (kExitTeardownStuck), and its launcher restarts it. The bound is
+// kStuckTeardownBound where this rank judged its own GPU stuck (a kernel that does not
+// end: the abort cannot return), else kTeardownBound: a healthy abort joins NCCL's proxy
+// threads, which poll every 500 ms, and each abort's duration is logged.
 //
 // Threads and locks. loop_mu_ is the ONE place an operation's state changes: whoever
 // holds it (a thread in Work::wait or test(), or the watchdog thread, which runs the same
@@ -103,7 +106,8 @@ inline constexpr auto kWatchdogPoll = std::chrono::milliseconds(2);  // the D3 b
 inline constexpr auto kLaunchPoll = std::chrono::microseconds(20);   // either's poll while NCCL launches
 inline constexpr auto kLaunchSettleBound = std::chrono::seconds(1);  // revoke() waits this for a launch
 inline constexpr auto kRegroupSettleBound = std::chrono::seconds(1); // can_regroup() waits this for quiescence
-inline constexpr auto kTeardownBound = std::chrono::seconds(2);      // ncclCommAbort's longest wait
+inline constexpr auto kTeardownBound = std::chrono::seconds(10);     // ncclCommAbort's longest wait
+inline constexpr auto kStuckTeardownBound = std::chrono::seconds(2); // ... behind this GPU's stuck kernel
 inline constexpr int kExitTeardownStuck = 75;  // EX_TEMPFAIL: the launcher restarts the worker
 
 // "NCCL error 6: <ncclGetErrorString> (<ncclGetLastError>)"; without the code prefix when
@@ -133,10 +137,11 @@ inline void bind_device(int d) {
 }
 
 // ncclCommAbort(comm) on a thread of its own, then `after` (on that thread, once it
-// returned). Waits up to kTeardownBound for it; past that prints why (`what` names the
+// returned). Waits up to `bound` for it; past that prints why (`what` names the
 // communicator) and exits the process with kExitTeardownStuck: a thread stuck in NCCL
 // behind a kernel that never ends cannot be got back, and the launcher restarts the worker.
-void abort_bounded(ncclComm_t comm, int device, const std::string& what, std::function<void()> after = {});
+void abort_bounded(ncclComm_t comm, int device, const std::string& what, std::function<void()> after = {},
+                   Duration bound = kTeardownBound);
 
 }  // namespace detail
 using namespace detail;
