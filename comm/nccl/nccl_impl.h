@@ -110,12 +110,26 @@ inline constexpr auto kTeardownBound = std::chrono::seconds(10);     // ncclComm
 inline constexpr auto kStuckTeardownBound = std::chrono::seconds(2); // ... behind this GPU's stuck kernel
 inline constexpr int kExitTeardownStuck = 75;  // EX_TEMPFAIL: the launcher restarts the worker
 
-// "NCCL error 6: <ncclGetErrorString> (<ncclGetLastError>)"; without the code prefix when
-// the text goes where decide_wait names the code already.
+// ncclGetLastError is NCCL's last warning anywhere in this process (one buffer for every
+// thread and communicator, never cleared): it may be another communicator's, or old. So it
+// is shown once, with the first error formatted after it changed, and named as what it is.
+inline std::string nccl_new_warning() {
+  static std::mutex mu;
+  static std::string shown;
+  const char* last = ncclGetLastError(nullptr);
+  if (last == nullptr || *last == '\0') return "";
+  std::lock_guard<std::mutex> l(mu);
+  if (shown == last) return "";
+  shown = last;
+  return shown;
+}
+
+// "NCCL error 6: <ncclGetErrorString> (NCCL's last warning in this process: ...)"; without
+// the code prefix when the text goes where decide_wait names the code already.
 inline std::string nccl_text(ncclComm_t comm, ncclResult_t r, bool with_code = true) {
-  const char* last = comm ? ncclGetLastError(comm) : nullptr;
+  const std::string warning = comm ? nccl_new_warning() : "";
   return rf::str(with_code ? rf::str("NCCL error ", static_cast<int>(r), ": ") : std::string(), ncclGetErrorString(r),
-                 (last && *last) ? rf::str(" (", last, ")") : "");
+                 warning.empty() ? "" : rf::str(" (NCCL's last warning in this process: ", warning, ")"));
 }
 
 inline std::string cuda_text(cudaError_t e) { return rf::str(cudaGetErrorName(e), ": ", cudaGetErrorString(e)); }
