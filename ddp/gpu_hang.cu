@@ -11,8 +11,9 @@ namespace {
 __device__ int g_release = 0;
 
 __global__ void spin_until_exit() {
-  // A volatile load every 1 ms: the loop cannot be hoisted, and the nap leaves the SM's
-  // issue slots to the kernels of other processes sharing the GPU.
+  // A volatile load every 1 ms: the loop cannot be hoisted. Without MPS the GPU time-slices
+  // between the contexts of the processes sharing it, so their kernels go on in their own
+  // slices however this one loops (slower, by its share); the nap only makes its slices cheap.
   while (*static_cast<volatile int*>(&g_release) == 0) __nanosleep(1000000);
 }
 

@@ -6,6 +6,7 @@
 #include "base/str.h"
 #include "elastic/client.h"
 #include "elastic/errors.h"
+#include "elastic/fault_spec.h"
 #include "elastic/worker_env.h"
 #include "models/train_flags.h"
 
@@ -36,6 +37,15 @@ std::pair<int, int64_t> worker_id_from_env() { return {worker_env().slot, worker
 bool job_ran_from_env() { return worker_env().job_ran; }
 
 std::string inject_from_env() { return worker_env().inject; }
+
+bool injects_gpu_hang(const std::string& inject) {
+  try {
+    for (const elastic::FaultSpec& f : elastic::parse_fault_specs(inject))
+      if (f.kind == elastic::FaultKind::GpuHang) return true;
+  } catch (const InvalidInput&) {
+  }
+  return false;
+}
 
 void stop_job_before_start(const std::string& error, std::ostream& err) {
   try {

@@ -22,6 +22,13 @@ LocalPlacement local_placement_from_env();
 std::pair<int, int64_t> worker_id_from_env();
 bool job_ran_from_env();
 std::string inject_from_env();
+// Whether the fault specs `inject` (RINGFENCE_INJECT's text) make this worker's GPU stuck
+// (gpu_hang). Such a worker loads every CUDA module at start (main() sets
+// CUDA_MODULE_LOADING=EAGER before CUDA starts): a module loaded lazily behind the kernel
+// that never ends would block its host thread, and the fault would not be the one it names
+// (a stuck GPU under a host that goes on). Malformed specs: false (they are refused later,
+// with their error).
+bool injects_gpu_hang(const std::string& inject);
 
 // A start-up refusal every worker and every restart would meet again (e.g. --device): joins
 // the job and reports it to the coordinator as fatal, which STOPs the job with `error` (the

@@ -4,6 +4,7 @@
 // flag they set, the GEMM thread count, glibc's malloc settings, and the CUDA halves of core,
 // comm and ddp (registered when --device names a GPU; ddp's is gpu_hang's kernel).
 #include <csignal>
+#include <cstdlib>
 
 #include <atomic>
 #include <iostream>
@@ -71,6 +72,11 @@ int main(int argc, char** argv) {
   }
   GpuInventory inventory;
   if (!flags.options.device.is_cpu()) {
+    // CUDA reads it once, when it starts (cuda_device_count, below); a user's value stands.
+    try {
+      if (launched_by_ringfence() && injects_gpu_hang(inject_from_env())) ::setenv("CUDA_MODULE_LOADING", "EAGER", 0);
+    } catch (const FlagError&) {  // a malformed launcher environment: said where it is read again
+    }
     rf::register_cuda_runtime();
     rf::comm::register_cuda_comm();
     inventory = {rf::cuda_device_count(), rf::cuda_unavailable_reason(), &rf::ddp::hang_gpu_stream};

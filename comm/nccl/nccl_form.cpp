@@ -58,7 +58,8 @@ void apply_runtime_connect() {
 
 }  // namespace
 
-void detail::abort_bounded(ncclComm_t comm, int device, const std::string& what, std::function<void()> after) {
+void detail::abort_bounded(ncclComm_t comm, int device, const std::string& what, std::function<void()> after,
+                           Duration bound) {
   struct State {
     std::mutex mu;
     std::condition_variable cv;
@@ -78,14 +79,14 @@ void detail::abort_bounded(ncclComm_t comm, int device, const std::string& what,
     st->cv.notify_all();
   }).detach();
   std::unique_lock lk(st->mu);
-  if (st->cv.wait_for(lk, kTeardownBound, [&] { return st->done; })) {
+  if (st->cv.wait_for(lk, bound, [&] { return st->done; })) {
     // A healthy abort joins NCCL's proxy threads, which poll every 500 ms: measured, so a
     // slow teardown shows in the log before it reaches the bound.
     if (comm) rf::log::info("nccl", what, " on cuda:", device, ": ncclCommAbort took ", std::lround(st->abort_ms), " ms");
     return;
   }
   rf::log::error("nccl", what, " on cuda:", device, ": ncclCommAbort has not returned after ",
-                 static_cast<long long>(kTeardownBound.count()),
+                 std::chrono::duration<double>(bound).count(),
                  " s (NCCL waits for a kernel on this GPU that does not end); this worker exits with status ",
                  kExitTeardownStuck, " so that its launcher restarts it");
   std::fflush(stderr);
@@ -295,7 +296,10 @@ NcclCommunicator::~NcclCommunicator() {
     }
     if (stream) cudaStreamDestroy(stream);
   };
-  abort_bounded(comm_, device_, rf::str("g=", generation_, " rank ", rank_), release);
+  // Behind a kernel of this GPU's that never ends the abort cannot return: no waiting long.
+  const bool stuck = poison_ && poison_decision_.error.device_stuck;
+  abort_bounded(comm_, device_, rf::str("g=", generation_, " rank ", rank_), release,
+                stuck ? kStuckTeardownBound : kTeardownBound);
 }
 
 // ---- entry points --------------------------------------------------------------------

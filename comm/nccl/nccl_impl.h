@@ -38,8 +38,11 @@
 //
 // Teardown. ncclCommAbort blocks, even for a non-blocking communicator, until NCCL's
 // streams drain, and those wait on the caller's stream: behind a stuck kernel it never
-// returns. So it runs on a thread of its own (abort_bounded); past kTeardownBound the
-// worker prints why and exits (kExitTeardownStuck), and its launcher restarts it.
+// returns. So it runs on a thread of its own (abort_bounded); past its bound the worker
+// prints why and exits (kExitTeardownStuck), and its launcher restarts it. The bound is
+// kStuckTeardownBound where this rank judged its own GPU stuck (a kernel that does not
+// end: the abort cannot return), else kTeardownBound: a healthy abort joins NCCL's proxy
+// threads, which poll every 500 ms, and each abort's duration is logged.
 //
 // Threads and locks. loop_mu_ is the ONE place an operation's state changes: whoever
 // holds it (a thread in Work::wait or test(), or the watchdog thread, which runs the same
@@ -103,15 +106,30 @@ inline constexpr auto kWatchdogPoll = std::chrono::milliseconds(2);  // the D3 b
 inline constexpr auto kLaunchPoll = std::chrono::microseconds(20);   // either's poll while NCCL launches
 inline constexpr auto kLaunchSettleBound = std::chrono::seconds(1);  // revoke() waits this for a launch
 inline constexpr auto kRegroupSettleBound = std::chrono::seconds(1); // can_regroup() waits this for quiescence
-inline constexpr auto kTeardownBound = std::chrono::seconds(2);      // ncclCommAbort's longest wait
+inline constexpr auto kTeardownBound = std::chrono::seconds(10);     // ncclCommAbort's longest wait
+inline constexpr auto kStuckTeardownBound = std::chrono::seconds(2); // ... behind this GPU's stuck kernel
 inline constexpr int kExitTeardownStuck = 75;  // EX_TEMPFAIL: the launcher restarts the worker
 
-// "NCCL error 6: <ncclGetErrorString> (<ncclGetLastError>)"; without the code prefix when
-// the text goes where decide_wait names the code already.
+// ncclGetLastError is NCCL's last warning anywhere in this process (one buffer for every
+// thread and communicator, never cleared): it may be another communicator's, or old. So it
+// is shown once, with the first error formatted after it changed, and named as what it is.
+inline std::string nccl_new_warning() {
+  static std::mutex mu;
+  static std::string shown;
+  const char* last = ncclGetLastError(nullptr);
+  if (last == nullptr || *last == '\0') return "";
+  std::lock_guard<std::mutex> l(mu);
+  if (shown == last) return "";
+  shown = last;
+  return shown;
+}
+
+// "NCCL error 6: <ncclGetErrorString> (NCCL's last warning in this process: ...)"; without
+// the code prefix when the text goes where decide_wait names the code already.
 inline std::string nccl_text(ncclComm_t comm, ncclResult_t r, bool with_code = true) {
-  const char* last = comm ? ncclGetLastError(comm) : nullptr;
+  const std::string warning = comm ? nccl_new_warning() : "";
   return rf::str(with_code ? rf::str("NCCL error ", static_cast<int>(r), ": ") : std::string(), ncclGetErrorString(r),
-                 (last && *last) ? rf::str(" (", last, ")") : "");
+                 warning.empty() ? "" : rf::str(" (NCCL's last warning in this process: ", warning, ")"));
 }
 
 inline std::string cuda_text(cudaError_t e) { return rf::str(cudaGetErrorName(e), ": ", cudaGetErrorString(e)); }
@@ -133,10 +151,11 @@ inline void bind_device(int d) {
 }
 
 // ncclCommAbort(comm) on a thread of its own, then `after` (on that thread, once it
-// returned). Waits up to kTeardownBound for it; past that prints why (`what` names the
+// returned). Waits up to `bound` for it; past that prints why (`what` names the
 // communicator) and exits the process with kExitTeardownStuck: a thread stuck in NCCL
 // behind a kernel that never ends cannot be got back, and the launcher restarts the worker.
-void abort_bounded(ncclComm_t comm, int device, const std::string& what, std::function<void()> after = {});
+void abort_bounded(ncclComm_t comm, int device, const std::string& what, std::function<void()> after = {},
+                   Duration bound = kTeardownBound);
 
 }  // namespace detail
 using namespace detail;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "models/device_choice.h"
+#include "models/launch_env.h"
 #include "models/train_flags.h"
 
 using namespace rf;
@@ -234,4 +235,14 @@ TEST_CASE("RF_TEST_NCCL_SHARE_GPU's values: 1 on; unset, empty or 0 off; anythin
     CHECK(why == std::string("RF_TEST_NCCL_SHARE_GPU='") + bad +
                      "' is not 0 or 1 (1: let NCCL ranks share a GPU, for tests)");
   }
+}
+
+TEST_CASE("a worker given a gpu_hang fault loads its CUDA modules eagerly; any other does not") {
+  // main() sets CUDA_MODULE_LOADING=EAGER for it: a lazy load behind the kernel that never
+  // ends would block its host thread, and the fault would not be the one it names.
+  CHECK(injects_gpu_hang("gpu_hang:rank=1:step=5"));
+  CHECK(injects_gpu_hang("kill:rank=0:step=3;gpu_hang:rank=2:step=9:phase=backward"));
+  CHECK_FALSE(injects_gpu_hang(""));
+  CHECK_FALSE(injects_gpu_hang("hang:rank=1:step=5;stop:rank=2:step=4"));
+  CHECK_FALSE(injects_gpu_hang("gpu_hang:rank=x"));  // malformed: refused later, with its error
 }

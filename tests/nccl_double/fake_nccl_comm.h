@@ -90,6 +90,20 @@ std::string cat(const A&... a) {
   return o.str();
 }
 
+// ncclGetLastError, as NCCL 2.28.9's: one buffer for the whole process (debug.cc's
+// ncclLastError), the last warning of any thread and any communicator, never cleared.
+// Every error the double records goes there.
+void record_last_warning(const std::string& text);
+std::string last_warning();
+struct LastError {
+  std::string text;
+  LastError& operator=(std::string t) {
+    record_last_warning(t);
+    text = std::move(t);
+    return *this;
+  }
+};
+
 }  // namespace rf_fake_nccl
 
 struct ncclComm {
@@ -114,7 +128,7 @@ struct ncclComm {
   std::atomic<bool> abort_flag{false};  // set and cleared under mu (waiters use cv)
   std::atomic<bool> torn{false};        // ncclCommAbort or ncclCommDestroy began
   bool revoked = false, finalized = false;
-  std::string last_error;
+  rf_fake_nccl::LastError last_error;
   int logged_state = -1;  // RF_FAKE_NCCL_LOG: the async state last printed
 
   uint64_t next_kernel = 0;

@@ -21,8 +21,9 @@ namespace rf_fake_nccl {
 namespace {
 
 std::atomic<int> g_live_comms{0};
-thread_local std::string tl_last_error;  // for calls that name no communicator
-thread_local std::string tl_returned;     // what ncclGetLastError returned last
+std::mutex g_warning_mu;
+std::string g_last_warning;           // ncclGetLastError's, process-wide (fake_nccl_comm.h)
+thread_local std::string tl_returned;  // what ncclGetLastError returned last
 
 uint64_t mix(uint64_t x) {  // splitmix64's finalizer
   x += 0x9e3779b97f4a7c15ull;
@@ -92,7 +93,7 @@ ncclResult_t settle_blocking(ncclComm* c) {
 ncclResult_t bad_comm(const ncclComm* c, const char* call) {
   if (c != nullptr && c->magic.load() == kDeadMagic)
     std::fprintf(stderr, "fake-nccl: %s on a communicator already aborted or destroyed\n", call);
-  tl_last_error = std::string(call) + ": not a live communicator";
+  record_last_warning(std::string(call) + ": not a live communicator");
   log_call(nullptr, std::string(call) + "(bad comm)", ncclInvalidArgument);
   return ncclInvalidArgument;
 }
@@ -180,6 +181,16 @@ void push_job(ncclComm& c, Job job) {
   c.cv.notify_all();
 }
 
+void record_last_warning(const std::string& text) {
+  std::lock_guard lk(g_warning_mu);
+  g_last_warning = text;
+}
+
+std::string last_warning() {
+  std::lock_guard lk(g_warning_mu);
+  return g_last_warning;
+}
+
 }  // namespace rf_fake_nccl
 
 using namespace rf_fake_nccl;
@@ -220,13 +231,9 @@ extern "C" const char* ncclGetErrorString(ncclResult_t r) {
   }
 }
 
-extern "C" const char* ncclGetLastError(ncclComm_t comm) {
-  if (live(comm)) {
-    std::lock_guard lk(comm->mu);
-    tl_returned = comm->last_error;
-  } else {
-    tl_returned = tl_last_error;
-  }
+// The communicator is not looked at: NCCL's is one buffer for the process.
+extern "C" const char* ncclGetLastError(ncclComm_t) {
+  tl_returned = last_warning();
   return tl_returned.c_str();
 }
 
@@ -239,7 +246,7 @@ extern "C" ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncc
   std::memcpy(&sock, id.internal, sizeof sock);
   std::memcpy(&magic, id.internal + 8, sizeof magic);
   if (comm == nullptr || nranks < 1 || nranks > 64 || rank < 0 || rank >= nranks || magic != kIdMagic) {
-    tl_last_error = call + ": invalid argument (or a unique id not from this double's ncclGetUniqueId)";
+    record_last_warning(call + ": invalid argument (or a unique id not from this double's ncclGetUniqueId)");
     log_call(nullptr, call, ncclInvalidArgument);
     return ncclInvalidArgument;
   }

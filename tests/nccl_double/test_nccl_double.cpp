@@ -153,11 +153,24 @@ TEST_CASE("double: ranks that disagree on the operation get ncclInternalError") 
   });
 }
 
+TEST_CASE("double: ncclGetLastError is one buffer for the process, whatever communicator is named, as NCCL's") {
+  // NCCL 2.28.9 (debug.cc): one global ncclLastError, written by every WARN of any thread
+  // and communicator, never cleared; the argument is not looked at.
+  ncclComm_t bad = nullptr;
+  CHECK(ncclCommFinalize(bad) == ncclInvalidArgument);
+  const std::string mine = ncclGetLastError(nullptr);
+  CHECK_MESSAGE(mine.find("not a live communicator") != std::string::npos, mine);
+  std::thread([&] { CHECK(std::string(ncclGetLastError(nullptr)) == mine); }).join();  // another thread sees it
+  CHECK(std::string(ncclGetLastError(reinterpret_cast<ncclComm_t>(0x1))) == mine);   // and any handle
+}
+
 TEST_CASE("double: a peer that goes away is the proxy's ncclRemoteError naming it; it outlives revoke, so no shrink") {
   const int W = 3;
   const ncclUniqueId id = new_id();
   std::atomic<bool> gone{false};
   std::latch checked(W - 1);  // a survivor's teardown closes its sockets: not before the other checked
+  std::latch failed(W - 1);   // ncclGetLastError is one buffer for the process: read it before
+  std::latch read(W - 1);     // either survivor's next call can write another warning there
   ranks(W, [&](int r) {
     ncclComm_t c = init(W, id, r);
     cudaStream_t s;
@@ -167,16 +180,18 @@ TEST_CASE("double: a peer that goes away is the proxy's ncclRemoteError naming i
     for (int i = 0; i < 256; ++i) x[i] = static_cast<float>(r + 1);
     if (r == W - 1) {
       CHECK(ncclCommAbort(c) == ncclSuccess);  // closes its sockets: as if it exited
-      gone = true;
       int excluded[] = {W - 1};
       ncclComm_t child = reinterpret_cast<ncclComm_t>(0x1);
       CHECK(ncclCommShrink(c, excluded, 1, &child, nullptr, NCCL_SHRINK_DEFAULT) == ncclInvalidArgument);
+      gone = true;
     } else {
       while (!gone) std::this_thread::sleep_for(1ms);
       CHECK(launched(ncclAllReduce(x, x, 256, ncclFloat32, ncclSum, c, s), c) != ncclInProgress);
       CHECK(wait_state(c, ncclRemoteError) == ncclRemoteError);
+      failed.arrive_and_wait();
       const std::string last = ncclGetLastError(c);
       CHECK_MESSAGE(last.find("rank 2") != std::string::npos, last);
+      read.arrive_and_wait();
       CHECK(cudaStreamQuery(s) == cudaErrorNotReady);  // the kernel hangs until aborted
       int self[] = {r};
       ncclComm_t child = nullptr;

@@ -7,6 +7,7 @@
 #include <nccl.h>
 
 #include <cstdlib>
+#include <latch>
 
 #include "tests/nccl_double/double_unit.h"
 #include "tests/nccl_double/fake_hooks.h"
@@ -16,6 +17,9 @@ using namespace rf::nccl_double::unit;
 TEST_CASE("double: RF_FAKE_NCCL_INPROGRESS_MS delays the launch; a call before the state settles is misuse") {
   setenv("RF_FAKE_NCCL_INPROGRESS_MS", "100", 1);
   const ncclUniqueId id = new_id();
+  // An abort closes the rank's sockets, which its peer's proxy takes for a death (a sticky
+  // ncclRemoteError): neither aborts before both settled.
+  std::latch settled(2);
   ranks(2, [&](int r) {
     ncclComm_t c = init(2, id, r);
     cudaStream_t s;
@@ -39,6 +43,7 @@ TEST_CASE("double: RF_FAKE_NCCL_INPROGRESS_MS delays the launch; a call before t
     CHECK(settle(c) == ncclInvalidArgument);
     CHECK(ncclCommRevoke(c, NCCL_REVOKE_DEFAULT) == ncclInProgress);  // no launch job left: safe
     CHECK(settle(c) == ncclSuccess);
+    settled.arrive_and_wait();
     CHECK(ncclCommAbort(c) == ncclSuccess);
     cudaFree(v);
     cudaStreamDestroy(s);
