@@ -66,22 +66,28 @@ def load_json(path):
         return None
 
 
+def wait_session(p, deadline_s):
+    """Waits for p, started with start_new_session=True; its exit status, or None when the
+    deadline passed (its process group is SIGKILLed and p reaped)."""
+    try:
+        return p.wait(timeout=deadline_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+        return None
+    except BaseException:
+        # Interrupted (Ctrl-C, or a SIGTERM handler's SystemExit when a runner's time
+        # limit stops this test): the command's own session would outlive us.
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+        raise
+
+
 def run(cmd, log, deadline_s):
     """Runs cmd with stdout and stderr to log; returns (exit status or None on expiry, log text)."""
     with open(log, "w") as out:
         p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            rc = p.wait(timeout=deadline_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
-            rc = None
-        except BaseException:
-            # Interrupted (Ctrl-C, or a SIGTERM handler's SystemExit when a runner's time
-            # limit stops this test): the command's own session would outlive us.
-            os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
-            raise
+        rc = wait_session(p, deadline_s)
     with open(log) as f:
         return rc, f.read()
 

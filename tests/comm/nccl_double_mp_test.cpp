@@ -273,6 +273,18 @@ void stuck_aborted(Rank& me) {
   cudaStreamSynchronize(me.stream);
 }
 
+// Generation 2 of the survivors (every rank but the last), formed as `plan` says from
+// `previous` (null: a fresh init), sums: their contributions only.
+void second_generation(Rank& me, DeviceFloats& x, std::shared_ptr<Communicator> previous, const CommRegroup& plan) {
+  const int last = me.world - 1;
+  auto g2 = make(me, 2, me.rank, me.world - 1, members(me.world, last), 2s, std::move(previous), plan);
+  fill(x, me.rank);
+  g2->allreduce(x.buffer(me.rank), OpId{3, 0});
+  std::vector<int> survivors;
+  for (int r = 0; r < last; ++r) survivors.push_back(r);
+  EXPECT(summed(x, survivors), "generation 2's sum");
+}
+
 // Generation 1 of W ranks; the last leaves as an evicted rank does: it stops calling (a
 // stopped or hung process), the survivors' all-reduce stalls and they revoke, and only then
 // does it exit, its sockets closing while none of their kernels waits on it. Their revoked
@@ -305,12 +317,7 @@ void regroup(Rank& me, const std::string& how) {
   std::shared_ptr<Communicator> previous = g1;
   if (how == "disagree" && me.rank == 1) previous.reset();
   g1.reset();
-  auto g2 = make(me, 2, me.rank, me.world - 1, members(me.world, last), 2s, std::move(previous), plan);
-  fill(x, me.rank);
-  g2->allreduce(x.buffer(me.rank), OpId{3, 0});
-  std::vector<int> survivors;
-  for (int r = 0; r < last; ++r) survivors.push_back(r);
-  EXPECT(summed(x, survivors), "generation 2's sum");
+  second_generation(me, x, std::move(previous), plan);
 }
 
 // The last rank dies (SIGKILL) inside the all-reduce: its sockets close while the
@@ -341,13 +348,7 @@ void death(Rank& me) {
   EXPECT(!can, "a communicator revoked after a peer's death offers itself for ncclCommShrink, which fails at once");
   CommRegroup plan;  // the coordinator's: shrink only when every rank reported it can
   if (can) plan = CommRegroup{CommRegroup::Kind::shrink, 1};
-  std::shared_ptr<Communicator> previous = std::move(g1);
-  auto g2 = make(me, 2, me.rank, me.world - 1, members(me.world, last), 2s, std::move(previous), plan);
-  fill(x, me.rank);
-  g2->allreduce(x.buffer(me.rank), OpId{3, 0});
-  std::vector<int> survivors;
-  for (int r = 0; r < last; ++r) survivors.push_back(r);
-  EXPECT(summed(x, survivors), "generation 2's sum");
+  second_generation(me, x, std::move(g1), plan);
 }
 
 // abort() (the coordinator's revoke) while an all-reduce is still launching: NCCL's

@@ -4,12 +4,11 @@ reading what it left (output, --summary, --event-log, the workers' final state d
 """
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
 
-from rf_testlib import load_json, check, read_jsonl
+from rf_testlib import load_json, check, read_jsonl, wait_session
 
 SKIP = 77
 SHARE_ENV = {"RF_TEST_NCCL_SHARE_GPU": "1", "NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1",
@@ -143,18 +142,9 @@ def start(cmd, log, env):
 def finish(p, out, deadline_s):
     """Waits for p (its process group SIGKILLed at the deadline or on interruption); its exit status or None."""
     try:
-        rc = p.wait(timeout=deadline_s)
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGKILL)
-        p.wait()
-        rc = None
-    except BaseException:
-        os.killpg(p.pid, signal.SIGKILL)
-        p.wait()
-        raise
+        return wait_session(p, deadline_s)
     finally:
         out.close()
-    return rc
 
 
 def job(ctx, pj, cap=60, during=None):
