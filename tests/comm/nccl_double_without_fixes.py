@@ -36,7 +36,7 @@ reverts = {
   struct OldGuard { int old = 0; explicit OldGuard(int d) { cudaGetDevice(&old); if (old != d) cudaSetDevice(d); } ~OldGuard() { cudaSetDevice(old); } } g(device_);'''),
    ('comm/nccl/nccl_impl.h','''      bind_device(device_);
       watchdog_main();''','''      watchdog_main();''')], ['allreduce_w2']),
- 'fix7_bounded_teardown': ([('comm/nccl/nccl_form.cpp','if (st->cv.wait_for(lk, kTeardownBound, [&] { return st->done; })) {','st->cv.wait(lk, [&] { return st->done; });\n  if (true) {')], ['stuck_w2']),
+ 'fix7_bounded_teardown': ([('comm/nccl/nccl_form.cpp','if (st->cv.wait_for(lk, bound, [&] { return st->done; })) {','st->cv.wait(lk, [&] { return st->done; });\n  if (true) {')], ['stuck_w2']),
  'fix8_slots_return': ([('comm/nccl/nccl_form.cpp','  auto slots = std::make_unique<std::vector<StagingSlot>>(std::move(revoked_slots_));','  auto slots = std::make_unique<std::vector<StagingSlot>>();')], ['generations_w2']),
  'fix9_no_shrink_after_error': ([('comm/nccl/nccl_impl.h','return RF_NCCL_HAS_SHRINK && regroupable(Clock::now() + kRegroupSettleBound) != nullptr;','return RF_NCCL_HAS_SHRINK && shrinkable() != nullptr;')], ['death_no_shrink_w3']),
  'fix10_no_revoke_while_launching': ([('comm/nccl/nccl_communicator.cpp','    if (launching && settle(comm_,','    if (false && launching && settle(comm_,')], ['revoke_launching_w2']),
