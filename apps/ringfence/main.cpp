@@ -51,6 +51,7 @@ const char* kSpec =
     "SPEC: KIND:rank=R:step=S[:phase=P][:after_chunks=K] | KIND:rank=R:at=SECONDS\n"
     "      KIND kill|stop|hang|exit|drop|slow; P forward|backward|allreduce|optimizer|transfer|recovery|leave\n"
     "      slow also takes :factor=F:steps=N (N steps from S, each F x the rank's median step time)\n"
+    "      stop also takes :for=SECONDS with step= (the process freezes that long, then goes on)\n"
     "      disk:rank=0:step=S[:error=ENOSPC|EIO|EROFS|EDQUOT][:delay=SECONDS][:writes=N]  (checkpoint writes fail or wait)\n"
     "      gpu_hang:rank=R:step=S[:phase=P]  (the worker's GPU gets stuck; --device cuda)\n";
 const char* kValues =
