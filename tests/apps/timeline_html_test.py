@@ -22,14 +22,13 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import rf_testlib  # noqa: E402
-from rf_testlib import check  # noqa: E402
+from rf_testlib import check, wait_session  # noqa: E402
 
 # Below the ctest TIMEOUT (240 s) together, so a hang ends here with its log, not killed by ctest.
 JOB_DEADLINE_S = 100
@@ -93,16 +92,7 @@ def run_stdout(cmd, out_path, err_path, deadline_s):
     """As rf_testlib.run, with stdout to out_path apart from stderr (--dump-dom's DOM)."""
     with open(out_path, "w") as out, open(err_path, "w") as err:
         p = subprocess.Popen(cmd, stdout=out, stderr=err, start_new_session=True)
-        try:
-            return p.wait(timeout=deadline_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
-            return None
-        except BaseException:
-            os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
-            raise
+        return wait_session(p, deadline_s)
 
 
 def chromium():
