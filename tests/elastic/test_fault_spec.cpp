@@ -1,11 +1,24 @@
 #include <doctest/doctest.h>
 
 #include <cerrno>
+#include <string>
 
 #include "base/error.h"
 #include "elastic/fault_spec.h"
 
 using namespace rf::elastic;
+
+namespace {
+// Why parse_fault_spec refuses `spec` (rf::InvalidInput's text), or "" when it accepts it.
+std::string reason(const std::string& spec) {
+  try {
+    parse_fault_spec(spec);
+  } catch (const rf::InvalidInput& e) {
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
 
 TEST_CASE("fault specs parse and round-trip") {
   auto f = parse_fault_spec("kill:rank=2:step=150:phase=allreduce:after_chunks=3");
@@ -36,14 +49,6 @@ TEST_CASE("a stop with for= is a freeze of that many seconds, then the process g
   CHECK(f.to_string() == "stop:rank=2:step=12:phase=forward:for=2.5");
   CHECK(parse_fault_spec(f.to_string()) == f);
   CHECK_FALSE(parse_fault_spec("stop:rank=2:step=12").for_s);  // without for=: stopped for good
-  const auto reason = [](const char* s) {
-    try {
-      parse_fault_spec(s);
-    } catch (const rf::InvalidInput& e) {
-      return std::string(e.what());
-    }
-    return std::string();
-  };
   CHECK(reason("kill:rank=1:step=2:for=1").find("for= only goes with kind stop and step=") != std::string::npos);
   CHECK(reason("stop:rank=1:at=2:for=1").find("for= only goes with kind stop and step=") != std::string::npos);
   CHECK(reason("stop:rank=1:step=2:for=0").find("from 0.001 to 3600") != std::string::npos);
@@ -77,14 +82,6 @@ TEST_CASE("a slow rank says how slow and for how many steps") {
 }
 
 TEST_CASE("malformed fault specs are refused with the reason") {
-  auto reason = [](const std::string& s) {
-    try {
-      parse_fault_spec(s);
-    } catch (const rf::InvalidInput& e) {
-      return std::string(e.what());
-    }
-    return std::string();
-  };
   CHECK(reason("explode:rank=1:step=2").find("unknown kind 'explode'") != std::string::npos);
   CHECK(reason("kill:step=2").find("rank= is required") != std::string::npos);
   CHECK(reason("kill:rank=1").find("one of step= or at=") != std::string::npos);
@@ -126,14 +123,6 @@ TEST_CASE("a disk fault names its errno, delay and number of checkpoint writes; 
     CHECK(g.to_string() == text);
     CHECK(parse_fault_spec(g.to_string()) == g);
   }
-  auto reason = [](const std::string& s) {
-    try {
-      parse_fault_spec(s);
-    } catch (const rf::InvalidInput& e) {
-      return std::string(e.what());
-    }
-    return std::string();
-  };
   CHECK(reason("disk:rank=0:step=5:error=EPERM").find("not one of ENOSPC, EIO, EROFS, EDQUOT") != std::string::npos);
   CHECK(reason("disk:rank=0:step=5").find("needs error= or delay=") != std::string::npos);
   CHECK(reason("disk:rank=1:step=5:error=EIO").find("rank 0") != std::string::npos);
@@ -156,14 +145,6 @@ TEST_CASE("gpu_hang: a worker's GPU stuck at a step (and phase); refused on a CP
   CHECK(parse_fault_spec(g.to_string()) == g);
   CHECK(needs_gpu(FaultKind::GpuHang));
   CHECK_FALSE(needs_gpu(FaultKind::Hang));
-  auto reason = [](const std::string& s) {
-    try {
-      parse_fault_spec(s);
-    } catch (const rf::InvalidInput& e) {
-      return std::string(e.what());
-    }
-    return std::string();
-  };
   // The launcher cannot make a worker's GPU stuck; the kernel goes in at a phase's start.
   CHECK(reason("gpu_hang:rank=1:at=2").find("kill or stop") != std::string::npos);
   CHECK(reason("gpu_hang:rank=1:step=2:phase=allreduce:after_chunks=1").find("no after_chunks=") != std::string::npos);
