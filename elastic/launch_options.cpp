@@ -174,6 +174,13 @@ void declare_run(Command& c, RunOptions& o, bool& have_n) {
           [&](auto& f, auto& v) { o.nnodes = parse_int(f, v, 1, 1 << 16); });
   c.value("--node-rank", {"I", "this launcher's index among them", rf::str(d.node_rank)},
           [&](auto& f, auto& v) { o.node_rank = parse_int(f, v, 0, 1 << 16); });
+  c.toggle("--no-slurm", "inside a Slurm job step, ignore it: place the launchers by hand",
+           [&] { o.no_slurm = true; });
+  c.value("--spare-nodes", {"K", "under Slurm: the step's last K nodes run -n spare workers each", rf::str(d.spare_nodes)},
+          [&](auto& f, auto& v) { o.spare_nodes = parse_int(f, v, 0, 1 << 16); });
+  c.value("--coord-port", {"P", "under Slurm: the port of the coordinator on the step's first node",
+                           "29500-30499, chosen by the job id"},
+          [&](auto& f, auto& v) { o.listen_port = parse_int(f, v, 1, 65535); });
   c.value("--stop-grace", {"T", "after Ctrl-C, workers still running this long later are killed",
                            duration_text(d.stop_grace)},
           [&](auto& f, auto& v) { o.stop_grace = parse_duration(f, v); });

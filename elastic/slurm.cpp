@@ -1,0 +1,149 @@
+#include "elastic/slurm.h"
+
+#include <charconv>
+
+#include "base/error.h"
+#include "base/str.h"
+#include "elastic/auth.h"
+
+namespace rf::elastic {
+
+namespace {
+
+int parse_count(const char* name, const std::string& text, int min) {
+  int x = 0;
+  auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), x);
+  if (text.empty() || ec != std::errc() || p != text.data() + text.size() || x < min)
+    throw rf::InvalidInput(rf::str("Slurm's ", name, "='", text, "' is not an integer >= ", min));
+  return x;
+}
+
+std::string get(const EnvLookup& env, const char* name) {
+  const char* v = env(name);
+  return v ? v : "";
+}
+
+}  // namespace
+
+int tasks_on_node(const std::string& list, int node_id) {
+  // "2(x3),1": entries COUNT or COUNT(xREPEAT), in node order.
+  int node = 0;
+  size_t i = 0;
+  while (i < list.size()) {
+    const size_t comma = list.find(',', i);
+    const std::string entry = list.substr(i, comma == std::string::npos ? std::string::npos : comma - i);
+    const size_t paren = entry.find("(x");
+    const int count = parse_count("SLURM_STEP_TASKS_PER_NODE", entry.substr(0, paren), 0);
+    int repeat = 1;
+    if (paren != std::string::npos) {
+      if (entry.back() != ')') throw rf::InvalidInput(rf::str("Slurm's SLURM_STEP_TASKS_PER_NODE='", list, "' does not parse"));
+      repeat = parse_count("SLURM_STEP_TASKS_PER_NODE", entry.substr(paren + 2, entry.size() - paren - 3), 1);
+    }
+    if (node_id < node + repeat) return count;
+    node += repeat;
+    if (comma == std::string::npos) break;
+    i = comma + 1;
+  }
+  throw rf::InvalidInput(rf::str("Slurm's SLURM_STEP_TASKS_PER_NODE='", list, "' has no entry for node ", node_id));
+}
+
+std::optional<SlurmStep> read_slurm_step(const EnvLookup& env) {
+  SlurmStep s;
+  s.job_id = get(env, "SLURM_JOB_ID");
+  s.step_id = get(env, "SLURM_STEP_ID");
+  if (s.job_id.empty() || s.step_id.empty()) return std::nullopt;
+  s.cluster = get(env, "SLURM_CLUSTER_NAME");
+  s.user_id = get(env, "SLURM_JOB_UID");
+  s.node_name = get(env, "SLURMD_NODENAME");
+  s.step_nodes = get(env, "SLURM_STEP_NODELIST");
+  if (s.step_nodes.empty()) throw rf::InvalidInput("Slurm's SLURM_STEP_NODELIST is not set in this job step");
+  s.num_nodes = parse_count("SLURM_STEP_NUM_NODES", get(env, "SLURM_STEP_NUM_NODES"), 1);
+  s.num_tasks = parse_count("SLURM_STEP_NUM_TASKS", get(env, "SLURM_STEP_NUM_TASKS"), 1);
+  s.node_id = parse_count("SLURM_NODEID", get(env, "SLURM_NODEID"), 0);
+  if (s.node_id >= s.num_nodes)
+    throw rf::InvalidInput(rf::str("Slurm's SLURM_NODEID=", s.node_id, " is not below SLURM_STEP_NUM_NODES=", s.num_nodes));
+  s.tasks_on_node = tasks_on_node(get(env, "SLURM_STEP_TASKS_PER_NODE"), s.node_id);
+  if (const std::string cpus = get(env, "SLURM_CPUS_ON_NODE"); !cpus.empty())
+    s.cpus_on_node = parse_count("SLURM_CPUS_ON_NODE", cpus, 1);
+  return s;
+}
+
+int slurm_coord_port(const std::string& job_id) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a: any job id string, not only digits
+  for (unsigned char c : job_id) h = (h ^ c) * 1099511628211ull;
+  return 29500 + static_cast<int>(h % 1000);
+}
+
+std::string slurm_job_token(const SlurmStep& s) {
+  return hmac_sha256_hex("ringfence/1 slurm job", rf::str(s.cluster, "|", s.job_id, "|", s.user_id)).substr(0, 32);
+}
+
+SlurmPlan plan_slurm(const RunOptions& o, const SlurmStep& s, const std::string& first_node_addr,
+                     std::optional<bool> kill_on_bad_exit, const std::string& token_given) {
+  const std::string where = rf::str("Slurm job ", s.job_id, " step ", s.step_id);
+  if (!o.coord.empty() || o.nnodes != 1 || o.node_rank != 0)
+    throw rf::InvalidInput(rf::str("inside ", where, " the allocation places the launchers: drop --coord, --nnodes and "
+                                   "--node-rank (or give --no-slurm to place them by hand)"));
+  if (s.tasks_on_node != 1 || s.num_tasks != s.num_nodes)
+    throw rf::InvalidInput(rf::str(
+        "ringfence run is one launcher per node, which starts the -n ", o.nprocs, " workers itself; ", where, " runs ",
+        s.num_tasks, " task(s) on ", s.num_nodes, " node(s), ", s.tasks_on_node, " of them on ", s.node_name,
+        ": start it with srun --ntasks-per-node=1 (with sbatch: --ntasks-per-node=1, or srun -N", s.num_nodes,
+        " --ntasks-per-node=1)"));
+  if (kill_on_bad_exit.value_or(false))
+    throw rf::InvalidInput(rf::str(
+        where, " kills every task when one exits non-zero (srun -K1, --kill-on-bad-exit=1 or KillOnBadExit=1): one "
+        "node's launcher giving up would stop every node's; run srun --kill-on-bad-exit=0"));
+  if (o.spare_nodes >= s.num_nodes)
+    throw rf::InvalidInput(rf::str("--spare-nodes ", o.spare_nodes, " leaves no node for the members: ", where,
+                                   " has ", s.num_nodes, " node(s)"));
+  SlurmPlan p;
+  RunOptions& r = p.options;
+  r = o;
+  r.nnodes = s.num_nodes - o.spare_nodes;
+  r.node_rank = s.node_id;
+  r.spare_node = s.node_id >= r.nnodes;
+  const int world = o.nprocs * r.nnodes;
+  if (r.spare_node) {
+    // After every member node's --spares: W + nnodes * spares, then -n per spare node.
+    r.spares = o.nprocs;
+    r.first_spare_slot = world + o.spares * r.nnodes + (s.node_id - r.nnodes) * o.nprocs;
+  }
+  if (o.min_world > world)
+    throw rf::InvalidInput(rf::str("--min-world ", o.min_world, " is larger than the world size ", world, " (", r.nnodes,
+                                   " node(s) x -n ", o.nprocs, ")"));
+  const int slots = world + o.spares * r.nnodes + o.nprocs * o.spare_nodes;
+  for (const auto& f : o.inject)
+    if (f.rank >= slots)
+      throw rf::InvalidInput(rf::str("--inject '", f.to_string(), "': rank ", f.rank, " is not below the ", slots,
+                                     " slot(s) of this job"));
+  const int port = o.listen_port ? o.listen_port : slurm_coord_port(s.job_id);
+  std::string coordinator;
+  if (!o.etcd.empty()) {
+    if (o.job == RunOptions{}.job) r.job = "slurm-" + s.job_id;
+    coordinator = rf::str("replicas in etcd, job '", r.job, "'");
+  } else if (s.node_id == 0) {
+    r.listen_host = "0.0.0.0";
+    r.listen_port = port;
+    coordinator = rf::str("here, port ", port);
+  } else {
+    r.coord = rf::str(first_node_addr, ":", port);
+    coordinator = r.coord;
+  }
+  p.token = token_given.empty() ? slurm_job_token(s) : token_given;
+  const int here = r.spare_node ? r.spares : o.nprocs + o.spares;
+  const int first = r.spare_node ? r.first_spare_slot : s.node_id * o.nprocs;
+  p.summary = rf::str(where, ": node ", s.node_id, " of ", s.num_nodes, " (", s.node_name, "), ",
+                      r.spare_node ? rf::str(here, " spare worker(s), slots ", first, "-", first + here - 1) : rf::str(o.nprocs, " worker(s), slots ", first,
+                                                                                  "-", first + o.nprocs - 1),
+                      "; world ", world, "; coordinator ", coordinator);
+  if (s.cpus_on_node > 0 && here > s.cpus_on_node)
+    p.warnings.push_back(rf::str(here, " workers on this node share the ", s.cpus_on_node,
+                                 " CPU(s) Slurm gave it (--cpus-per-task on srun gives more)"));
+  if (!kill_on_bad_exit)
+    p.warnings.push_back("cannot tell whether this step kills every task when one exits non-zero: run srun with "
+                         "--kill-on-bad-exit=0");
+  return p;
+}
+
+}  // namespace rf::elastic
