@@ -1,5 +1,6 @@
 #include "elastic/slurm.h"
 
+#include <cctype>
 #include <charconv>
 
 #include "base/error.h"
@@ -78,8 +79,31 @@ std::string slurm_job_token(const SlurmStep& s) {
   return hmac_sha256_hex("ringfence/1 slurm job", rf::str(s.cluster, "|", s.job_id, "|", s.user_id)).substr(0, 32);
 }
 
+SrunFailureFlags srun_failure_flags(const std::vector<std::string>& argv, const std::string& program,
+                                    const char* env_kill_bad_exit, std::optional<bool> cluster_kill_on_bad_exit) {
+  SrunFailureFlags f;
+  f.no_kill = false;
+  for (size_t i = 1; i < argv.size(); ++i) {
+    const std::string& a = argv[i];
+    const size_t slash = a.rfind('/');
+    if (a.substr(slash == std::string::npos ? 0 : slash + 1) == program) break;  // the program's own arguments
+    if (a == "-K" || a == "--kill-on-bad-exit") f.kill_on_bad_exit = true;
+    else if (a.rfind("-K", 0) == 0 && a.size() == 3 && std::isdigit(static_cast<unsigned char>(a[2])))
+      f.kill_on_bad_exit = a[2] != '0';
+    else if (a.rfind("--kill-on-bad-exit=", 0) == 0) f.kill_on_bad_exit = a.substr(19) != "0";
+    else if (a == "-k" || a == "--no-kill" || a.rfind("--no-kill=", 0) == 0) f.no_kill = a != "--no-kill=off";
+    else if (a.size() > 2 && a[0] == '-' && a[1] != '-' && a.find('k') != std::string::npos &&
+             a.find_first_not_of("-kvlQquXZsEOH") == std::string::npos)
+      f.no_kill = true;  // -k among other toggles (-vk)
+  }
+  if (!f.kill_on_bad_exit && env_kill_bad_exit && *env_kill_bad_exit)
+    f.kill_on_bad_exit = std::string(env_kill_bad_exit) != "0";
+  if (!f.kill_on_bad_exit) f.kill_on_bad_exit = cluster_kill_on_bad_exit;
+  return f;
+}
+
 SlurmPlan plan_slurm(const RunOptions& o, const SlurmStep& s, const std::string& first_node_addr,
-                     std::optional<bool> kill_on_bad_exit, const std::string& token_given) {
+                     const SrunFailureFlags& srun, const std::string& token_given) {
   const std::string where = rf::str("Slurm job ", s.job_id, " step ", s.step_id);
   if (!o.coord.empty() || o.nnodes != 1 || o.node_rank != 0)
     throw rf::InvalidInput(rf::str("inside ", where, " the allocation places the launchers: drop --coord, --nnodes and "
@@ -90,7 +114,7 @@ SlurmPlan plan_slurm(const RunOptions& o, const SlurmStep& s, const std::string&
         s.num_tasks, " task(s) on ", s.num_nodes, " node(s), ", s.tasks_on_node, " of them on ", s.node_name,
         ": start it with srun --ntasks-per-node=1 (with sbatch: --ntasks-per-node=1, or srun -N", s.num_nodes,
         " --ntasks-per-node=1)"));
-  if (kill_on_bad_exit.value_or(false))
+  if (srun.kill_on_bad_exit.value_or(false))
     throw rf::InvalidInput(rf::str(
         where, " kills every task when one exits non-zero (srun -K1, --kill-on-bad-exit=1 or KillOnBadExit=1): one "
         "node's launcher giving up would stop every node's; run srun --kill-on-bad-exit=0"));
@@ -100,6 +124,7 @@ SlurmPlan plan_slurm(const RunOptions& o, const SlurmStep& s, const std::string&
   SlurmPlan p;
   RunOptions& r = p.options;
   r = o;
+  r.under_slurm = true;
   r.nnodes = s.num_nodes - o.spare_nodes;
   r.node_rank = s.node_id;
   r.spare_node = s.node_id >= r.nnodes;
@@ -130,6 +155,12 @@ SlurmPlan plan_slurm(const RunOptions& o, const SlurmStep& s, const std::string&
     r.coord = rf::str(first_node_addr, ":", port);
     coordinator = r.coord;
   }
+  // Every node's launcher writes its own summary: "%n" becomes the node's index; without
+  // it only the first node writes one (the job's outcome is the same on every node).
+  if (const size_t at = r.summary_path.find("%n"); at != std::string::npos)
+    r.summary_path.replace(at, 2, std::to_string(s.node_id));
+  else if (s.node_id != 0)
+    r.summary_path.clear();
   p.token = token_given.empty() ? slurm_job_token(s) : token_given;
   const int here = r.spare_node ? r.spares : o.nprocs + o.spares;
   const int first = r.spare_node ? r.first_spare_slot : s.node_id * o.nprocs;
@@ -140,9 +171,12 @@ SlurmPlan plan_slurm(const RunOptions& o, const SlurmStep& s, const std::string&
   if (s.cpus_on_node > 0 && here > s.cpus_on_node)
     p.warnings.push_back(rf::str(here, " workers on this node share the ", s.cpus_on_node,
                                  " CPU(s) Slurm gave it (--cpus-per-task on srun gives more)"));
-  if (!kill_on_bad_exit)
-    p.warnings.push_back("cannot tell whether this step kills every task when one exits non-zero: run srun with "
-                         "--kill-on-bad-exit=0");
+  if (s.node_id == 0 && !srun.kill_on_bad_exit)
+    p.warnings.push_back("cannot see this step's srun (not on this node): make sure it has --kill-on-bad-exit=0 "
+                         "and --no-kill, or a failure may end the whole step");
+  else if (s.node_id == 0 && !srun.no_kill.value_or(false))
+    p.warnings.push_back("this step's srun has no --no-kill (-k): Slurm may end the step when a node fails, where "
+                         "ringfence would go on with the other nodes");
   return p;
 }
 

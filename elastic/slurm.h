@@ -51,6 +51,20 @@ int slurm_coord_port(const std::string& job_id);
 // can read the job's environment (docs/slurm.md: --token-file on shared storage for one).
 std::string slurm_job_token(const SlurmStep& s);
 
+// What the step's srun was told about failures. A task cannot see either in its
+// environment; the first node's launcher reads srun's command line where srun runs on its
+// node (`scontrol show step` names srun's host and pid), as a batch script's srun does.
+struct SrunFailureFlags {
+  std::optional<bool> kill_on_bad_exit;  // -K/--kill-on-bad-exit[=N], else SLURM_KILL_BAD_EXIT, else KillOnBadExit
+  std::optional<bool> no_kill;           // -k/--no-kill
+};
+
+// Reads srun's argv up to its program (the first argument whose base name is `program`),
+// srun's SLURM_KILL_BAD_EXIT (nullptr: unset) and the cluster's KillOnBadExit (nullopt:
+// unknown).
+SrunFailureFlags srun_failure_flags(const std::vector<std::string>& srun_argv, const std::string& program,
+                                    const char* env_kill_bad_exit, std::optional<bool> cluster_kill_on_bad_exit);
+
 struct SlurmPlan {
   RunOptions options;                 // with nnodes, node_rank, coord / listen, job, spare_node
   std::string token;                  // the job token the launcher uses
@@ -59,10 +73,12 @@ struct SlurmPlan {
 };
 
 // `first_node_addr`: where the other nodes reach the first node of the step (its NodeAddr).
-// `kill_on_bad_exit`: the step's setting where known (a launcher that exits non-zero ends
-// every launcher of the step when true). Refuses: a task count other than one per node,
-// --nnodes / --node-rank / --coord given by hand, more --spare-nodes than nodes.
+// `srun`: the step's failure flags where known (the first node; the others pass what they
+// know, and only the first node warns). Refuses: a task count other than one per node,
+// --nnodes / --node-rank / --coord given by hand, more --spare-nodes than nodes, a step
+// that kills every task when one exits non-zero (one node's launcher giving up would end
+// every node's).
 SlurmPlan plan_slurm(const RunOptions& o, const SlurmStep& s, const std::string& first_node_addr,
-                     std::optional<bool> kill_on_bad_exit, const std::string& token_given);
+                     const SrunFailureFlags& srun, const std::string& token_given);
 
 }  // namespace rf::elastic

@@ -192,7 +192,7 @@ int main(int argc, char** argv) {
     if (cmd == "run") {
       RunOptions o;
       try {
-        o = rf::apps::place_under_slurm(parse_run_args(args));
+        o = rf::apps::place_under_slurm(parse_run_args(args, /*layout_later=*/true));
         check_program(o.program.at(0));
         check_summary_path(o.summary_path);
       } catch (const rf::InvalidInput& e) {

@@ -10,6 +10,9 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -97,6 +100,54 @@ std::string first_node(const std::string& nodelist) {
   return first;
 }
 
+std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+std::vector<std::string> split_nul(const std::string& text) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < text.size();) {
+    const size_t end = text.find('\0', i);
+    out.push_back(text.substr(i, end == std::string::npos ? std::string::npos : end - i));
+    if (end == std::string::npos) break;
+    i = end + 1;
+  }
+  return out;
+}
+
+// The pid of the step's srun where it runs on this node (a batch script's srun runs on the
+// job's first node), else "".
+std::string local_srun(const SlurmStep& s) {
+  std::string host, pid;
+  std::istringstream step(scontrol({"-o", "show", "step", s.job_id + "." + s.step_id}));
+  for (std::string field; step >> field;)
+    if (field.rfind("SrunHost:Pid=", 0) == 0) {
+      const std::string v = field.substr(13);
+      host = v.substr(0, v.rfind(':'));
+      pid = v.substr(v.rfind(':') + 1);
+    }
+  if (host != s.node_name || pid.empty() || read_file("/proc/" + pid + "/comm") != "srun\n") return "";
+  return pid;
+}
+
+// The step's srun flags from srun's command line and environment; the cluster's
+// KillOnBadExit fills in what they leave open.
+SrunFailureFlags srun_flags(const std::string& pid) {
+  std::optional<bool> cluster;
+  std::istringstream config(scontrol({"show", "config"}));
+  for (std::string line; std::getline(config, line);)
+    if (line.rfind("KillOnBadExit", 0) == 0) cluster = line.find("= 1") != std::string::npos;
+  const char* env_kill = nullptr;
+  const std::vector<std::string> env = split_nul(read_file("/proc/" + pid + "/environ"));
+  for (const auto& e : env)
+    if (e.rfind("SLURM_KILL_BAD_EXIT=", 0) == 0) env_kill = e.c_str() + 20;
+  std::error_code ec;
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).filename().string();
+  return srun_failure_flags(split_nul(read_file("/proc/" + pid + "/cmdline")), self.empty() ? "ringfence" : self,
+                            env_kill, cluster);
+}
+
 }  // namespace
 
 RunOptions place_under_slurm(const RunOptions& o) {
@@ -105,6 +156,7 @@ RunOptions place_under_slurm(const RunOptions& o) {
   if (!step) {
     if (o.spare_nodes > 0) throw rf::InvalidInput("--spare-nodes places spare nodes of a Slurm job step: there is none here");
     if (o.listen_port > 0) throw rf::InvalidInput("--coord-port places the coordinator of a Slurm job step: there is none here");
+    check_run_layout(o);
     return o;
   }
   std::string token;
@@ -113,7 +165,21 @@ RunOptions place_under_slurm(const RunOptions& o) {
   // Only the nodes that connect to the first one need its address.
   const bool needs_addr = step->node_id != 0 && o.etcd.empty();
   const std::string addr = needs_addr ? node_addr(first_node(step->step_nodes)) : "";
-  SlurmPlan plan = plan_slurm(o, *step, addr, std::nullopt, token);
+  const std::string srun_pid = step->node_id == 0 ? local_srun(*step) : "";
+  const SrunFailureFlags srun = srun_pid.empty() ? SrunFailureFlags{} : srun_flags(srun_pid);
+  SlurmPlan plan;
+  try {
+    plan = plan_slurm(o, *step, addr, srun, token);
+  } catch (const rf::InvalidInput&) {
+    // A refused task's last output may never reach srun: with -K1 srun ends the step as soon
+    // as the task exits, before its output is forwarded. srun runs here, so the refusal goes
+    // straight onto srun's own stderr (the batch job's output), appended.
+    if (!srun_pid.empty()) {
+      const int fd = ::open(("/proc/" + srun_pid + "/fd/2").c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+      if (fd >= 0) ::dup2(fd, STDERR_FILENO), ::close(fd);
+    }
+    throw;
+  }
   rf::log::info("run", plan.summary);
   for (const auto& w : plan.warnings) rf::log::warn("run", w);
   plan.options.token = plan.token;

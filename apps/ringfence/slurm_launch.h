@@ -6,8 +6,8 @@
 
 namespace rf::apps {
 
-// Unchanged outside a job step or with --no-slurm (then --spare-nodes and --coord-port are
-// refused: they mean nothing there). Throws rf::InvalidInput when the step does not fit
+// Unchanged outside a job step or with --no-slurm (then checked against the world size by
+// check_run_layout, and --spare-nodes and --coord-port are refused: they mean nothing there). Throws rf::InvalidInput when the step does not fit
 // (elastic::plan_slurm), rf::Error when scontrol cannot be asked.
 elastic::RunOptions place_under_slurm(const elastic::RunOptions& o);
 

@@ -106,7 +106,10 @@ void Supervisor::spawn(WorkerProc& w) {
        .trace = opt_.trace.empty() ? "" : trace_part_path(opt_.trace, w.slot, w.incarnation),
        .error_file = error_file(w), .run_dir = run_dir_.path},
       environ);
-  w.pid = spawn_process(opt_.program, std::move(env));
+  // Under Slurm a step's SIGTERM (scancel --signal, --signal=TERM@T, preemption) reaches
+  // every process of the step, the workers too: they ignore it, and the launcher, which
+  // gets the same signal, stops them all at one step (R5).
+  w.pid = spawn_process(opt_.program, std::move(env), opt_.under_slurm);
 }
 
 std::string Supervisor::error_file(const WorkerProc& w) const {
