@@ -450,17 +450,18 @@ PartitionName=lab Nodes={",".join(self.names)} Default=YES MaxTime=INFINITE Stat
         return self.run(["scontrol", *args], timeout=timeout)
 
     # ---- jobs ----
-    def sbatch(self, script, args=()):
+    def sbatch(self, script, args=(), env=None):
         """Submits a batch script (a path, or the script's text) -> job id (int). The job
         runs in the lab's temp dir and writes its output to job_output(id) unless args say
-        otherwise (--chdir, --output: later options win)."""
+        otherwise (--chdir, --output: later options win). env: added to sbatch's environment,
+        which the job inherits (sbatch's --export=ALL)."""
         if not os.path.exists(script):
             path = tempfile.NamedTemporaryFile("w", dir=self.tmp, prefix="job-", suffix=".sh", delete=False)
             path.write(script)
             path.close()
             script = path.name
         r = self.run(["sbatch", "--parsable", f"--chdir={self.tmp}", f"--output={self.tmp}/slurm-%j.out", *args,
-                      script], timeout=30)
+                      script], timeout=30, env=env)
         if r.returncode != 0:
             raise RuntimeError(f"sbatch failed ({r.returncode}): {r.stderr.strip()}")
         return int(r.stdout.strip().split(";")[0])
