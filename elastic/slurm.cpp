@@ -102,9 +102,10 @@ SrunFailureFlags srun_failure_flags(const std::vector<std::string>& argv, const 
   return f;
 }
 
-SlurmPlan plan_slurm(const RunOptions& o, const SlurmStep& s, const std::string& first_node_addr,
-                     const SrunFailureFlags& srun, const std::string& token_given) {
-  const std::string where = rf::str("Slurm job ", s.job_id, " step ", s.step_id);
+namespace {
+
+// What makes a step unfit for one launcher per node; throws rf::InvalidInput naming it.
+void check_step(const RunOptions& o, const SlurmStep& s, const SrunFailureFlags& srun, const std::string& where) {
   if (!o.coord.empty() || o.nnodes != 1 || o.node_rank != 0)
     throw rf::InvalidInput(rf::str("inside ", where, " the allocation places the launchers: drop --coord, --nnodes and "
                                    "--node-rank (or give --no-slurm to place them by hand)"));
@@ -121,6 +122,41 @@ SlurmPlan plan_slurm(const RunOptions& o, const SlurmStep& s, const std::string&
   if (o.spare_nodes >= s.num_nodes)
     throw rf::InvalidInput(rf::str("--spare-nodes ", o.spare_nodes, " leaves no node for the members: ", where,
                                    " has ", s.num_nodes, " node(s)"));
+  const int world = o.nprocs * (s.num_nodes - o.spare_nodes);
+  if (o.min_world > world)
+    throw rf::InvalidInput(rf::str("--min-world ", o.min_world, " is larger than the world size ", world, " (",
+                                   s.num_nodes - o.spare_nodes, " node(s) x -n ", o.nprocs, ")"));
+  const int slots = world + o.spares * (s.num_nodes - o.spare_nodes) + o.nprocs * o.spare_nodes;
+  for (const auto& f : o.inject)
+    if (f.rank >= slots)
+      throw rf::InvalidInput(rf::str("--inject '", f.to_string(), "': rank ", f.rank, " is not below the ", slots,
+                                     " slot(s) of this job"));
+}
+
+// Where the coordinator is, set in `r`; returns it in words.
+std::string place_coordinator(RunOptions& r, const SlurmStep& s, const std::string& first_node_addr) {
+  const int port = r.listen_port ? r.listen_port : slurm_coord_port(s.job_id);
+  if (!r.etcd.empty()) {
+    if (r.job == RunOptions{}.job) r.job = "slurm-" + s.job_id;
+    r.listen_port = 0;
+    return rf::str("replicas in etcd, job '", r.job, "'");
+  }
+  if (s.node_id == 0) {
+    r.listen_host = "0.0.0.0";
+    r.listen_port = port;
+    return rf::str("here, port ", port);
+  }
+  r.listen_port = 0;
+  r.coord = rf::str(first_node_addr, ":", port);
+  return r.coord;
+}
+
+}  // namespace
+
+SlurmPlan plan_slurm(const RunOptions& o, const SlurmStep& s, const std::string& first_node_addr,
+                     const SrunFailureFlags& srun, const std::string& token_given) {
+  const std::string where = rf::str("Slurm job ", s.job_id, " step ", s.step_id);
+  check_step(o, s, srun, where);
   SlurmPlan p;
   RunOptions& r = p.options;
   r = o;
@@ -134,27 +170,7 @@ SlurmPlan plan_slurm(const RunOptions& o, const SlurmStep& s, const std::string&
     r.spares = o.nprocs;
     r.first_spare_slot = world + o.spares * r.nnodes + (s.node_id - r.nnodes) * o.nprocs;
   }
-  if (o.min_world > world)
-    throw rf::InvalidInput(rf::str("--min-world ", o.min_world, " is larger than the world size ", world, " (", r.nnodes,
-                                   " node(s) x -n ", o.nprocs, ")"));
-  const int slots = world + o.spares * r.nnodes + o.nprocs * o.spare_nodes;
-  for (const auto& f : o.inject)
-    if (f.rank >= slots)
-      throw rf::InvalidInput(rf::str("--inject '", f.to_string(), "': rank ", f.rank, " is not below the ", slots,
-                                     " slot(s) of this job"));
-  const int port = o.listen_port ? o.listen_port : slurm_coord_port(s.job_id);
-  std::string coordinator;
-  if (!o.etcd.empty()) {
-    if (o.job == RunOptions{}.job) r.job = "slurm-" + s.job_id;
-    coordinator = rf::str("replicas in etcd, job '", r.job, "'");
-  } else if (s.node_id == 0) {
-    r.listen_host = "0.0.0.0";
-    r.listen_port = port;
-    coordinator = rf::str("here, port ", port);
-  } else {
-    r.coord = rf::str(first_node_addr, ":", port);
-    coordinator = r.coord;
-  }
+  const std::string coordinator = place_coordinator(r, s, first_node_addr);
   // Every node's launcher writes its own summary: "%n" becomes the node's index; without
   // it only the first node writes one (the job's outcome is the same on every node).
   if (const size_t at = r.summary_path.find("%n"); at != std::string::npos)
@@ -164,10 +180,10 @@ SlurmPlan plan_slurm(const RunOptions& o, const SlurmStep& s, const std::string&
   p.token = token_given.empty() ? slurm_job_token(s) : token_given;
   const int here = r.spare_node ? r.spares : o.nprocs + o.spares;
   const int first = r.spare_node ? r.first_spare_slot : s.node_id * o.nprocs;
-  p.summary = rf::str(where, ": node ", s.node_id, " of ", s.num_nodes, " (", s.node_name, "), ",
-                      r.spare_node ? rf::str(here, " spare worker(s), slots ", first, "-", first + here - 1) : rf::str(o.nprocs, " worker(s), slots ", first,
-                                                                                  "-", first + o.nprocs - 1),
-                      "; world ", world, "; coordinator ", coordinator);
+  const int count = r.spare_node ? here : o.nprocs;
+  p.summary = rf::str(where, ": node ", s.node_id, " of ", s.num_nodes, " (", s.node_name, "), ", count,
+                      r.spare_node ? " spare" : "", " worker(s), slots ", first, "-", first + count - 1, "; world ",
+                      world, "; coordinator ", coordinator);
   if (s.cpus_on_node > 0 && here > s.cpus_on_node)
     p.warnings.push_back(rf::str(here, " workers on this node share the ", s.cpus_on_node,
                                  " CPU(s) Slurm gave it (--cpus-per-task on srun gives more)"));
