@@ -154,7 +154,7 @@ void declare_run(Command& c, RunOptions& o, bool& have_n) {
   c.timing(o.timing);
   c.value("--inject", {"SPEC", "a fault to inject (repeatable; SPEC below)", "none"},
           [&](auto&, auto& v) { o.inject.push_back(parse_fault_spec(v)); });
-  c.value("--summary", {"FILE", "write the job's summary (JSON) there at the end", "none"},
+  c.value("--summary", {"FILE", "write the job's summary (JSON) there at the end (under Slurm %n: the node's index)", "none"},
           [&](auto&, auto& v) { o.summary_path = v; });
   c.value("--event-log", {"FILE", "the coordinator's event log (JSON lines)", "none"},
           [&](auto&, auto& v) { o.event_log = v; });
@@ -174,6 +174,13 @@ void declare_run(Command& c, RunOptions& o, bool& have_n) {
           [&](auto& f, auto& v) { o.nnodes = parse_int(f, v, 1, 1 << 16); });
   c.value("--node-rank", {"I", "this launcher's index among them", rf::str(d.node_rank)},
           [&](auto& f, auto& v) { o.node_rank = parse_int(f, v, 0, 1 << 16); });
+  c.toggle("--no-slurm", "inside a Slurm job step, ignore it: place the launchers by hand",
+           [&] { o.no_slurm = true; });
+  c.value("--spare-nodes", {"K", "under Slurm: the step's last K nodes run -n spare workers each", rf::str(d.spare_nodes)},
+          [&](auto& f, auto& v) { o.spare_nodes = parse_int(f, v, 0, 1 << 16); });
+  c.value("--coord-port", {"P", "under Slurm: the port of the coordinator on the step's first node",
+                           "29500-30499, chosen by the job id"},
+          [&](auto& f, auto& v) { o.listen_port = parse_int(f, v, 1, 65535); });
   c.value("--stop-grace", {"T", "after Ctrl-C, workers still running this long later are killed",
                            duration_text(d.stop_grace)},
           [&](auto& f, auto& v) { o.stop_grace = parse_duration(f, v); });
@@ -182,7 +189,7 @@ void declare_run(Command& c, RunOptions& o, bool& have_n) {
 
 }  // namespace
 
-RunOptions parse_run_args(const std::vector<std::string>& argv) {
+RunOptions parse_run_args(const std::vector<std::string>& argv, bool layout_later) {
   RunOptions o;
   // Everything after the first "--" is the worker's command line, passed on untouched
   // (CLI11's own "--" would still let a positional before it through).
@@ -194,11 +201,6 @@ RunOptions parse_run_args(const std::vector<std::string>& argv) {
   c.parse(std::vector<std::string>(argv.begin(), dashes), " (see ringfence run --help)");
   if (!have_n) throw rf::InvalidInput("-n N (workers) is required");
   if (o.program.empty()) throw rf::InvalidInput("give the worker program after --");
-  const int world = o.nprocs * o.nnodes;
-  if (o.min_world > world)
-    throw rf::InvalidInput(rf::str("--min-world ", o.min_world, " is larger than the world size ", world));
-  if (o.node_rank >= o.nnodes)
-    throw rf::InvalidInput(rf::str("--node-rank ", o.node_rank, " must be below --nnodes ", o.nnodes));
   if (!o.coord.empty() && !o.etcd.empty())
     throw rf::InvalidInput("--coord and --etcd exclude each other: one coordinator, or the leader of replicas in etcd");
   if (!o.etcd.empty()) {
@@ -207,14 +209,23 @@ RunOptions parse_run_args(const std::vector<std::string>& argv) {
   } else if (o.job != "ringfence") {
     throw rf::InvalidInput("--job names a job in etcd: it needs --etcd");
   }
+  check_timing(o.timing);
+  if (!layout_later) check_run_layout(o);
+  return o;
+}
+
+void check_run_layout(const RunOptions& o) {
+  const int world = o.nprocs * o.nnodes;
+  if (o.min_world > world)
+    throw rf::InvalidInput(rf::str("--min-world ", o.min_world, " is larger than the world size ", world));
+  if (o.node_rank >= o.nnodes)
+    throw rf::InvalidInput(rf::str("--node-rank ", o.node_rank, " must be below --nnodes ", o.nnodes));
   if (o.nnodes > 1 && o.coord.empty() && o.etcd.empty())
     throw rf::InvalidInput("--nnodes > 1 needs --coord HOST:PORT of a `ringfence coord`, or --etcd URLS of its replicas");
   for (const auto& f : o.inject)
     if (f.rank >= world + o.spares * o.nnodes)
       throw rf::InvalidInput(rf::str("--inject '", f.to_string(), "': rank ", f.rank, " is not below the world size ",
                                      world));
-  check_timing(o.timing);
-  return o;
 }
 
 namespace {

@@ -36,6 +36,17 @@ struct RunOptions {
   std::string token_file;         // --token-file FILE (with --coord; else RINGFENCE_TOKEN)
   int nnodes = 1;                 // --nnodes
   int node_rank = 0;              // --node-rank
+  // The embedded coordinator's address: loopback and any free port unless under Slurm
+  // (elastic/slurm.h: the first node listens on every interface, --coord-port or a port
+  // chosen by the job id).
+  std::string listen_host = "127.0.0.1";
+  int listen_port = 0;            // --coord-port (Slurm only)
+  int spare_nodes = 0;            // --spare-nodes K (Slurm only): the step's last K nodes run spares only
+  bool spare_node = false;        // this node runs spares only (set by the Slurm plan)
+  int first_spare_slot = -1;      // this node's first spare slot (-1: W + node_rank * spares)
+  bool no_slurm = false;          // --no-slurm: ignore the Slurm environment
+  bool under_slurm = false;       // placed by the Slurm plan (its workers ignore SIGTERM / SIGINT)
+  std::string token;              // the job token decided before start (the Slurm plan); "" : as below
   Duration stop_grace = std::chrono::seconds(10);  // --stop-grace: Ctrl-C -> kill after this
   bool quiet = false;             // --quiet: no live status line
   std::vector<std::string> program;  // after --
@@ -62,7 +73,12 @@ struct CoordOptions {
 
 // "2s", "500ms", "1.5" (seconds). Throws rf::InvalidInput naming `flag`.
 Duration parse_duration(const std::string& flag, const std::string& text);
-RunOptions parse_run_args(const std::vector<std::string>& args);
+// layout_later: the checks that depend on the world size (check_run_layout) are left to
+// the caller, which may place the launcher first (under Slurm, elastic/slurm.h).
+RunOptions parse_run_args(const std::vector<std::string>& args, bool layout_later = false);
+// --min-world, --node-rank and --inject ranks against the world size; --nnodes > 1 needs a
+// coordinator elsewhere. Throws rf::InvalidInput.
+void check_run_layout(const RunOptions& o);
 CoordOptions parse_coord_args(const std::vector<std::string>& args);
 // Every flag of the command, one line each: its value, what it does, its default.
 std::string run_help();

@@ -19,8 +19,10 @@ ControlPlane connect_control_plane(const RunOptions& o, const std::string& event
   std::string host = "127.0.0.1";
   int port = 0;
   if (o.coord.empty() && o.etcd.empty()) {
-    cp.token = random_token();
+    cp.token = o.token.empty() ? random_token() : o.token;
     CoordinatorOptions co;
+    co.host = o.listen_host;
+    co.port = o.listen_port;
     co.token = cp.token;
     co.event_log = event_log;
     co.membership.target_world = world;
@@ -33,6 +35,8 @@ ControlPlane connect_control_plane(const RunOptions& o, const std::string& event
     cp.embedded = std::make_unique<Coordinator>(co);
     cp.embedded->start();
     port = cp.embedded->port();
+  } else if (!o.token.empty()) {
+    cp.token = o.token;
   } else if (!o.token_file.empty()) {
     cp.token = read_token_file(o.token_file);
   } else if (const char* t = std::getenv("RINGFENCE_TOKEN"); t && *t) {

@@ -49,6 +49,8 @@ class Supervisor {
   void loop();
   void await_last_leaves();
   int finish();
+  void serve_other_launchers();
+  static constexpr rf::Duration kServeOthersBound = std::chrono::seconds(30);
   int exit_code();
   void write_summary(const nlohmann::json& out, int& code);
   // supervisor_exits.cpp

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "apps/ringfence/slurm_launch.h"
 #include "apps/ringfence/supervisor.h"
 #include "apps/ringfence/timeline.h"
 #include "apps/ringfence/timeline_html.h"
@@ -38,6 +39,7 @@ const char* kRunSynopsis =
     "                [--heartbeat T --lease T] [--min-world-timeout T] [--report-timeout T] [--inject SPEC]...\n"
     "                [--summary FILE] [--event-log FILE] [--trace FILE] [--stop-grace T] [--quiet]\n"
     "                [--coord HOST:PORT | --etcd URL[,URL...] [--job NAME]] [--token-file F] [--nnodes N --node-rank I]\n"
+    "                [--spare-nodes K] [--coord-port P] [--no-slurm]   (inside a Slurm step: docs/slurm.md)\n"
     "                -- PROGRAM ARGS...\n";
 const char* kCoordSynopsis =
     "  ringfence coord -n W [--min-world M] [--host H] [--port P] [--token-file F] [--event-log FILE]\n"
@@ -190,7 +192,7 @@ int main(int argc, char** argv) {
     if (cmd == "run") {
       RunOptions o;
       try {
-        o = parse_run_args(args);
+        o = rf::apps::place_under_slurm(parse_run_args(args, /*layout_later=*/true));
         check_program(o.program.at(0));
         check_summary_path(o.summary_path);
       } catch (const rf::InvalidInput& e) {

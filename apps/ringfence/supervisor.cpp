@@ -54,13 +54,29 @@ int Supervisor::run() {
   run_dir_ = make_run_dir(opt_.run_dir, opt_.event_log);
   start_workers();
   loop();
-  return finish();
+  const int code = finish();
+  serve_other_launchers();
+  return code;
+}
+
+// A job on several nodes under Slurm has its coordinator in the first node's launcher: the
+// other nodes' launchers still ask it for the job's outcome and summary after this one's
+// workers are done. It serves them until they have disconnected, for a bounded time.
+void Supervisor::serve_other_launchers() {
+  if (!coord_) return;
+  admin_.reset();  // our own launcher connection
+  const TimePoint deadline = rf::Clock::now() + kServeOthersBound;
+  while (coord_->launcher_connections() > 0 && rf::Clock::now() < deadline) ::poll(nullptr, 0, 20);
+  if (coord_->launcher_connections() > 0)
+    note(rf::str(coord_->launcher_connections(), " other launcher(s) still connected after ",
+                 std::chrono::duration_cast<std::chrono::seconds>(kServeOthersBound).count(),
+                 " s: their coordinator stops now"));
 }
 
 // Slots: this node's primaries, then its spares after every node's primaries.
 void Supervisor::start_workers() {
   const int world = opt_.nprocs * opt_.nnodes;
-  for (int i = 0; i < opt_.nprocs; ++i) {
+  for (int i = 0; i < (opt_.spare_node ? 0 : opt_.nprocs); ++i) {
     WorkerProc w;
     w.slot = opt_.node_rank * opt_.nprocs + i;
     w.local_rank = i;
@@ -68,8 +84,8 @@ void Supervisor::start_workers() {
   }
   for (int i = 0; i < opt_.spares; ++i) {
     WorkerProc w;
-    w.slot = world + opt_.node_rank * opt_.spares + i;
-    w.local_rank = opt_.nprocs + i;
+    w.slot = (opt_.first_spare_slot >= 0 ? opt_.first_spare_slot : world + opt_.node_rank * opt_.spares) + i;
+    w.local_rank = static_cast<int>(workers_.size());
     w.spare = true;
     workers_.push_back(w);
   }
@@ -90,7 +106,10 @@ void Supervisor::spawn(WorkerProc& w) {
        .trace = opt_.trace.empty() ? "" : trace_part_path(opt_.trace, w.slot, w.incarnation),
        .error_file = error_file(w), .run_dir = run_dir_.path},
       environ);
-  w.pid = spawn_process(opt_.program, std::move(env));
+  // Under Slurm a step's SIGTERM (scancel --signal, --signal=TERM@T, preemption) reaches
+  // every process of the step, the workers too: they ignore it, and the launcher, which
+  // gets the same signal, stops them all at one step (R5).
+  w.pid = spawn_process(opt_.program, std::move(env), opt_.under_slurm);
 }
 
 std::string Supervisor::error_file(const WorkerProc& w) const {

@@ -14,7 +14,7 @@
 
 namespace rf::apps {
 
-pid_t spawn_process(const std::vector<std::string>& argv_in, std::vector<std::string> env) {
+pid_t spawn_process(const std::vector<std::string>& argv_in, std::vector<std::string> env, bool ignore_stop_signals) {
   std::vector<char*> envp, argv;
   for (auto& s : env) envp.push_back(s.data());
   envp.push_back(nullptr);
@@ -28,8 +28,8 @@ pid_t spawn_process(const std::vector<std::string>& argv_in, std::vector<std::st
     setpgid(0, 0);
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(127);
-    signal(SIGINT, SIG_DFL);
-    signal(SIGTERM, SIG_DFL);
+    signal(SIGINT, ignore_stop_signals ? SIG_IGN : SIG_DFL);  // an ignored disposition survives exec
+    signal(SIGTERM, ignore_stop_signals ? SIG_IGN : SIG_DFL);
     execvpe(argv[0], argv.data(), envp.data());
     dprintf(2, "ringfence: cannot run '%s': %s\n", argv[0], std::strerror(errno));
     _exit(127);

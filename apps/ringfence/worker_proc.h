@@ -52,7 +52,10 @@ struct RunningSnapshot {
 // reaches only the launcher, which stops gracefully), SIGKILLed when the launcher dies.
 // Returns its pid; rf::Error when fork fails. An exec failure is the child's exit 127,
 // with "ringfence: cannot run '...'" on stderr.
-pid_t spawn_process(const std::vector<std::string>& argv, std::vector<std::string> env);
+// ignore_stop_signals: the worker starts with SIGTERM and SIGINT ignored (under Slurm, where
+// a step's signal reaches every process of the step and the launcher owns the stop).
+pid_t spawn_process(const std::vector<std::string>& argv, std::vector<std::string> env,
+                    bool ignore_stop_signals = false);
 
 // A wait status as the launcher reports it: the exit code, or minus the signal.
 int exit_status_of(int wait_status);

@@ -18,10 +18,10 @@ std::string refusal(Parse parse, const std::vector<std::string>& a) {
   }
   return "";
 }
-std::string why(const std::vector<std::string>& a) { return refusal(parse_run_args, a); }
-const auto run = parse_run_args;
+RunOptions run(const std::vector<std::string>& a) { return parse_run_args(a); }
+std::string why(const std::vector<std::string>& a) { return refusal(run, a); }
 const auto coord = parse_coord_args;
-std::string why(decltype(parse_run_args)* parse, const std::vector<std::string>& a) { return refusal(parse, a); }
+std::string why(decltype(run)* parse, const std::vector<std::string>& a) { return refusal(parse, a); }
 std::string why(decltype(parse_coord_args)* parse, const std::vector<std::string>& a) { return refusal(parse, a); }
 
 }  // namespace
