@@ -159,6 +159,7 @@ def case_node_lost(sl, bindir, tmp):
     jobs.same_digest(job, ref, "lost")
     gone = sorted({e["worker"]["slot"] for e in jobs.events(job) if e["event"] in ("fail", "evict") and e.get("worker")})
     check(gone == [4, 5], f"lost: only node 2's slots 4 and 5 failed (got {gone})")
+    jobs.check_cost(job, "lost", restarts=0, faulty=(4, 5))  # the spare node's workers took their places
     summary = job.summary(0) or {}
     recs = summary.get("recoveries", [])
     check(recs and all(r.get("finished") for r in recs) and not any(r.get("whole_job_restart") for r in recs),
@@ -189,6 +190,7 @@ def case_link_cut(sl, bindir, tmp):
     check(ends and int(ends[-1]) == 6, f"cut: the job ends at W = 6 (got {ends[-1:]})")
     problems = job.exactly_once_problems()
     check(not problems, f"cut: every step applied exactly once, one digest per step: {problems[:3]}")
+    jobs.check_cost(job, "cut", restarts=2, faulty=(4, 5))  # the two fenced workers, replaced by their launcher
     same_as(job, want, "cut", 6)
     return [job]
 
@@ -226,7 +228,9 @@ def case_preempt_resume(sl, bindir, tmp):
     check(60 <= stopped_at < STEPS - 1, f"first: stopped mid-run (last step {stopped_at})")
     saved = sorted(int(m) for m in re.findall(r"ckpt-0*(\d+)\.safetensors", " ".join(os.listdir(ckpt))))
     check(saved and saved[-1] == stopped_at, f"first: the final checkpoint is the last step {stopped_at} (got {saved})")
+    jobs.check_cost(first, "first", restarts=0)  # the stop costs no worker
     second = run_job(sl, bindir, tmp, "second", nodes=2, worker_args=worker)
+    jobs.check_cost(second, "second", restarts=0)
     check_completed(second, "second")
     check(f"resumed from" in second.text(0), "second: resumed from the checkpoint")
     check(min(second.applied_steps() or [0]) == stopped_at + 1,
